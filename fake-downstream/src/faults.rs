@@ -1,0 +1,363 @@
+//! Fault rules: which request to disturb, and how.
+//!
+//! A rule matches on method, path, tenant, idempotency key and the n-th matching request;
+//! it fires once, n times, or always; among installed rules the first that fires wins.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Identifies an installed rule (its install order, from 1).
+pub type FaultRuleId = u64;
+
+/// What a rule does to the request it fires on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FaultAction {
+    /// Keep the request before commit until the rule is released.
+    Hold,
+    /// No effect, and no answer ever: the connection stays open and silent.
+    DropBeforeCommit,
+    /// No effect; the connection is closed at once without an answer.
+    ResetBeforeCommit,
+    /// Commit the effect, then close the connection without answering.
+    CommitThenDrop,
+    /// Commit the effect, then answer after the delay.
+    CommitThenDelay(Duration),
+    /// Commit the effect, then answer with this status (a 5xx) instead of the real answer.
+    CommitThenError(u16),
+    /// Commit the effect, then answer with a truncated body.
+    CommitThenMalformed,
+    /// Wait the delay, then handle the request normally.
+    DelayBeforeCommit(Duration),
+}
+
+impl FaultAction {
+    /// The action's snake_case name, as written in rule files.
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultAction::Hold => "hold",
+            FaultAction::DropBeforeCommit => "drop_before_commit",
+            FaultAction::ResetBeforeCommit => "reset_before_commit",
+            FaultAction::CommitThenDrop => "commit_then_drop",
+            FaultAction::CommitThenDelay(_) => "commit_then_delay",
+            FaultAction::CommitThenError(_) => "commit_then_error",
+            FaultAction::CommitThenMalformed => "commit_then_malformed",
+            FaultAction::DelayBeforeCommit(_) => "delay_before_commit",
+        }
+    }
+}
+
+/// How many times a rule fires before it is spent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Times {
+    /// Fires this many times.
+    Count(u32),
+    /// Never spent.
+    Always,
+}
+
+/// Which requests a rule looks at. Every field that is set must match.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuleMatch {
+    /// HTTP method, e.g. `POST` (case-insensitive).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+    /// Exact path, or a prefix ending in `*` (`/v1/tickets/*`). The query is not part of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Tenant named in the request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    /// `Idempotency-Key` header.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+    /// Fire first on the n-th request that matches the fields above (from 1); earlier matching
+    /// requests pass through untouched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nth: Option<u32>,
+}
+
+/// A fault rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FaultRule {
+    /// Which requests it looks at.
+    pub matches: RuleMatch,
+    /// What it does when it fires.
+    pub action: FaultAction,
+    /// How often it fires.
+    pub times: Times,
+}
+
+impl FaultRule {
+    /// A rule that fires once on the requests `matches` selects.
+    pub fn once(matches: RuleMatch, action: FaultAction) -> Self {
+        Self { matches, action, times: Times::Count(1) }
+    }
+
+    /// Parses a rule from its JSON form, e.g.
+    /// `{"match": {"path": "/v1/tickets", "idempotency_key": "k3"}, "action": "commit_then_drop", "times": 1}`.
+    pub fn from_json(text: &[u8]) -> Result<Self, String> {
+        let spec: RuleSpec = serde_json::from_slice(text).map_err(|error| error.to_string())?;
+        spec.try_into()
+    }
+
+    /// The rule's JSON form (see [`FaultRule::from_json`]).
+    pub fn to_json_value(&self) -> serde_json::Value {
+        serde_json::to_value(RuleSpec::from(self)).expect("a rule always serialises")
+    }
+
+    pub(crate) fn selects(&self, request: &RequestFacts<'_>) -> bool {
+        let m = &self.matches;
+        m.method.as_deref().is_none_or(|method| method.eq_ignore_ascii_case(request.method))
+            && m.path.as_deref().is_none_or(|pattern| match pattern.strip_suffix('*') {
+                Some(prefix) => request.path.starts_with(prefix),
+                None => request.path == pattern,
+            })
+            && m.tenant.as_deref().is_none_or(|tenant| Some(tenant) == request.tenant)
+            && m.idempotency_key.as_deref().is_none_or(|key| Some(key) == request.idempotency_key)
+    }
+}
+
+/// What a rule can be matched against.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RequestFacts<'a> {
+    pub method: &'a str,
+    pub path: &'a str,
+    pub tenant: Option<&'a str>,
+    pub idempotency_key: Option<&'a str>,
+}
+
+/// An installed rule with its counters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstalledRule {
+    /// Its id.
+    pub id: FaultRuleId,
+    /// The rule.
+    pub rule: FaultRule,
+    /// Requests that matched its fields so far.
+    pub matched: u32,
+    /// Times it fired so far.
+    pub fired: u32,
+    /// For `hold`: released (it holds nothing more and fires no more).
+    pub released: bool,
+}
+
+impl InstalledRule {
+    pub(crate) fn spent(&self) -> bool {
+        self.released
+            || match self.rule.times {
+                Times::Count(limit) => self.fired >= limit,
+                Times::Always => false,
+            }
+    }
+
+    /// Counts `request` if it matches and says whether the rule fires on it.
+    pub(crate) fn offer(&mut self, request: &RequestFacts<'_>) -> bool {
+        if self.spent() || !self.rule.selects(request) {
+            return false;
+        }
+        self.matched += 1;
+        if self.matched < self.rule.matches.nth.unwrap_or(1) {
+            return false;
+        }
+        self.fired += 1;
+        true
+    }
+
+    /// The JSON form used by `GET /__admin/faults`.
+    pub fn to_json_value(&self) -> serde_json::Value {
+        serde_json::json!({
+            "id": self.id,
+            "rule": self.rule.to_json_value(),
+            "matched": self.matched,
+            "fired": self.fired,
+            "released": self.released,
+        })
+    }
+}
+
+// ----------------------------------------------------------------------- file form
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RuleSpec {
+    #[serde(rename = "match", default)]
+    matches: RuleMatch,
+    action: ActionName,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    delay: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    status: Option<u16>,
+    #[serde(default = "times_once")]
+    times: TimesSpec,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum ActionName {
+    Hold,
+    DropBeforeCommit,
+    ResetBeforeCommit,
+    CommitThenDrop,
+    CommitThenDelay,
+    CommitThenError,
+    CommitThenMalformed,
+    DelayBeforeCommit,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(untagged)]
+enum TimesSpec {
+    Count(u32),
+    Word(String),
+}
+
+fn times_once() -> TimesSpec {
+    TimesSpec::Count(1)
+}
+
+impl TryFrom<RuleSpec> for FaultRule {
+    type Error = String;
+
+    fn try_from(spec: RuleSpec) -> Result<Self, String> {
+        let delay = || -> Result<Duration, String> {
+            let text = spec.delay.as_deref().ok_or("this action needs `delay` (e.g. \"3s\")")?;
+            humantime::parse_duration(text).map_err(|error| format!("invalid delay {text:?}: {error}"))
+        };
+        let takes_delay = matches!(spec.action, ActionName::CommitThenDelay | ActionName::DelayBeforeCommit);
+        if spec.delay.is_some() && !takes_delay {
+            return Err("`delay` is only for commit_then_delay and delay_before_commit".into());
+        }
+        if spec.status.is_some() && !matches!(spec.action, ActionName::CommitThenError) {
+            return Err("`status` is only for commit_then_error".into());
+        }
+        let action = match spec.action {
+            ActionName::Hold => FaultAction::Hold,
+            ActionName::DropBeforeCommit => FaultAction::DropBeforeCommit,
+            ActionName::ResetBeforeCommit => FaultAction::ResetBeforeCommit,
+            ActionName::CommitThenDrop => FaultAction::CommitThenDrop,
+            ActionName::CommitThenDelay => FaultAction::CommitThenDelay(delay()?),
+            ActionName::CommitThenError => {
+                let status = spec.status.ok_or("commit_then_error needs `status` (500-599)")?;
+                if !(500..=599).contains(&status) {
+                    return Err(format!("commit_then_error needs a 5xx status, not {status}"));
+                }
+                FaultAction::CommitThenError(status)
+            }
+            ActionName::CommitThenMalformed => FaultAction::CommitThenMalformed,
+            ActionName::DelayBeforeCommit => FaultAction::DelayBeforeCommit(delay()?),
+        };
+        let times = match spec.times {
+            TimesSpec::Count(0) => return Err("`times` must be at least 1".into()),
+            TimesSpec::Count(n) => Times::Count(n),
+            TimesSpec::Word(word) if word == "always" => Times::Always,
+            TimesSpec::Word(word) if word == "once" => Times::Count(1),
+            TimesSpec::Word(word) => {
+                return Err(format!("`times` is a number, \"once\" or \"always\", not {word:?}"))
+            }
+        };
+        if spec.matches.nth == Some(0) {
+            return Err("`nth` counts from 1".into());
+        }
+        Ok(FaultRule { matches: spec.matches, action, times })
+    }
+}
+
+impl From<&FaultRule> for RuleSpec {
+    fn from(rule: &FaultRule) -> Self {
+        let (action, delay, status) = match rule.action {
+            FaultAction::Hold => (ActionName::Hold, None, None),
+            FaultAction::DropBeforeCommit => (ActionName::DropBeforeCommit, None, None),
+            FaultAction::ResetBeforeCommit => (ActionName::ResetBeforeCommit, None, None),
+            FaultAction::CommitThenDrop => (ActionName::CommitThenDrop, None, None),
+            FaultAction::CommitThenDelay(d) => (ActionName::CommitThenDelay, Some(d), None),
+            FaultAction::CommitThenError(s) => (ActionName::CommitThenError, None, Some(s)),
+            FaultAction::CommitThenMalformed => (ActionName::CommitThenMalformed, None, None),
+            FaultAction::DelayBeforeCommit(d) => (ActionName::DelayBeforeCommit, Some(d), None),
+        };
+        RuleSpec {
+            matches: rule.matches.clone(),
+            action,
+            delay: delay.map(|d| humantime::format_duration(d).to_string()),
+            status,
+            times: match rule.times {
+                Times::Count(n) => TimesSpec::Count(n),
+                Times::Always => TimesSpec::Word("always".into()),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts<'a>(path: &'a str, key: Option<&'a str>) -> RequestFacts<'a> {
+        RequestFacts { method: "POST", path, tenant: Some("acme"), idempotency_key: key }
+    }
+
+    #[test]
+    fn parses_the_documented_example() {
+        let rule = FaultRule::from_json(
+            br#"{"match": {"path": "/v1/tickets", "idempotency_key": "k3"}, "action": "commit_then_drop", "times": 1}"#,
+        )
+        .unwrap();
+        assert_eq!(rule.action, FaultAction::CommitThenDrop);
+        assert_eq!(rule.times, Times::Count(1));
+        assert!(rule.selects(&facts("/v1/tickets", Some("k3"))));
+        assert!(!rule.selects(&facts("/v1/tickets", Some("k4"))));
+        assert!(!rule.selects(&facts("/v1/charges", Some("k3"))));
+    }
+
+    #[test]
+    fn round_trips_through_json() {
+        for text in [
+            r#"{"match":{"method":"POST","path":"/v1/*","nth":2},"action":"commit_then_delay","delay":"3s","times":"always"}"#,
+            r#"{"match":{"tenant":"acme"},"action":"commit_then_error","status":503,"times":2}"#,
+            r#"{"match":{},"action":"hold","times":1}"#,
+        ] {
+            let rule = FaultRule::from_json(text.as_bytes()).unwrap();
+            let again = FaultRule::from_json(rule.to_json_value().to_string().as_bytes()).unwrap();
+            assert_eq!(rule, again, "{text}");
+        }
+    }
+
+    #[test]
+    fn refuses_bad_rules_with_a_reason() {
+        let check = |text: &str, expected: &str| {
+            let error = FaultRule::from_json(text.as_bytes()).unwrap_err();
+            assert!(error.contains(expected), "{text}: {error}");
+        };
+        check(r#"{"action":"commit_then_delay"}"#, "needs `delay`");
+        check(r#"{"action":"commit_then_error","status":404}"#, "5xx");
+        check(r#"{"action":"hold","delay":"1s"}"#, "only for");
+        check(r#"{"action":"explode"}"#, "unknown variant");
+        check(r#"{"action":"hold","times":0}"#, "at least 1");
+        check(r#"{"action":"hold","times":"often"}"#, "always");
+        check(r#"{"action":"hold","match":{"colour":"red"}}"#, "unknown field");
+        check(r#"{"action":"hold","match":{"nth":0}}"#, "from 1");
+    }
+
+    #[test]
+    fn nth_and_times_count_matching_requests() {
+        let mut rule = InstalledRule {
+            id: 1,
+            rule: FaultRule {
+                matches: RuleMatch { path: Some("/v1/tickets".into()), nth: Some(2), ..RuleMatch::default() },
+                action: FaultAction::CommitThenDrop,
+                times: Times::Count(2),
+            },
+            matched: 0,
+            fired: 0,
+            released: false,
+        };
+        let fired: Vec<bool> = ["/v1/tickets", "/v1/charges", "/v1/tickets", "/v1/tickets", "/v1/tickets"]
+            .iter()
+            .map(|path| rule.offer(&facts(path, None)))
+            .collect();
+        assert_eq!(fired, [false, false, true, true, false]);
+        assert!(rule.spent());
+    }
+}

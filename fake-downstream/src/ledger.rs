@@ -1,0 +1,136 @@
+//! The effect ledger (ground truth) and the request journal.
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::Service;
+
+/// What kind of business change an effect is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EffectKind {
+    /// A ticket was created.
+    TicketCreated,
+    /// A ticket's status was changed by an API call.
+    TicketStatusChanged,
+    /// A person edited a ticket outside the API (`/__admin/tickets/{id}/touch`).
+    TicketEditedByHuman,
+    /// A card was charged.
+    ChargeCreated,
+    /// A message was sent.
+    MessageSent,
+    /// A job was accepted for processing.
+    JobAccepted,
+}
+
+/// One business effect. The ledger is append-only and numbered from 1. A replayed
+/// response is not an effect.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Effect {
+    /// Position in the ledger, from 1.
+    pub seq: u64,
+    /// The service that made it.
+    pub service: Service,
+    /// What happened.
+    pub kind: EffectKind,
+    /// The tenant it belongs to.
+    pub tenant: String,
+    /// The `Idempotency-Key` the request carried, if any.
+    pub idempotency_key: Option<String>,
+    /// The business reference (`ticket_1`, `charge_3`, ...).
+    pub effect_reference: String,
+    /// `sha256:<hex>` of the canonical (RFC 8785) request: method, path and body.
+    pub request_digest: String,
+    /// For ticket changes: the ticket version before and after.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub versions: Option<VersionChange>,
+    /// When, in milliseconds on the service clock.
+    pub at_ms: u64,
+}
+
+/// A ticket version transition, with the precondition the request carried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VersionChange {
+    /// Version before the change.
+    pub from: u64,
+    /// Version after the change.
+    pub to: u64,
+    /// The `If-Match` version the request carried, if any. `None` is an absolute update
+    /// without a precondition.
+    pub if_match: Option<u64>,
+}
+
+/// What the service did with a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Disposition {
+    /// A new effect was committed (the effect's sequence number is in `effect_seq`).
+    Committed,
+    /// The first response for this idempotency key was replayed; no effect.
+    Replayed,
+    /// A read or a receipt lookup was answered.
+    Read,
+    /// An update found the ticket already in the requested state; no effect.
+    Unchanged,
+    /// 409: the first request with this key is still being processed.
+    KeyInProgress,
+    /// 422: the key was used before with a different request.
+    KeyReusedWithDifferentRequest,
+    /// 412: the `If-Match` version was stale.
+    PreconditionFailed,
+    /// 400 or 413: the request was malformed.
+    Invalid,
+    /// 404: the resource or route does not exist (or belongs to another tenant).
+    NotFound,
+    /// 501: receipt lookup is switched off for the service.
+    Unsupported,
+    /// A fault rule swallowed the request before commit; it is never answered.
+    DroppedBeforeCommit,
+    /// A fault rule closed the connection before commit.
+    ResetBeforeCommit,
+    /// An admin endpoint.
+    Admin,
+}
+
+/// One request received, journaled when the service decided what to do with it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestRecord {
+    /// Position in the journal, from 1.
+    pub seq: u64,
+    /// When the decision was made, in milliseconds on the service clock.
+    pub at_ms: u64,
+    /// HTTP method.
+    pub method: String,
+    /// Path without the query.
+    pub path: String,
+    /// Tenant named by the request, if it could be read.
+    pub tenant: Option<String>,
+    /// `Idempotency-Key` header, if valid.
+    pub idempotency_key: Option<String>,
+    /// What was done.
+    pub disposition: Disposition,
+    /// The ledger entry it created, if any.
+    pub effect_seq: Option<u64>,
+    /// The fault rule that fired on it, if any.
+    pub fault_rule: Option<u64>,
+    /// That rule's action name.
+    pub fault_action: Option<String>,
+    /// The status answered, or `None` when no answer was (or will be) sent.
+    pub status: Option<u16>,
+}
+
+/// One attempt to deliver a completion webhook.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WebhookDelivery {
+    /// Position among deliveries, from 1.
+    pub seq: u64,
+    /// When the attempt ended, in milliseconds on the service clock.
+    pub at_ms: u64,
+    /// The provider event id the body carried.
+    pub event_id: String,
+    /// The job it reports.
+    pub job_id: String,
+    /// 1 for the first attempt of this delivery, then 2, 3 on retries.
+    pub attempt: u32,
+    /// The status the receiver answered, or `None` when it did not answer.
+    pub status: Option<u16>,
+}

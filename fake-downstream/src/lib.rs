@@ -1,0 +1,23 @@
+//! The fake downstream: a ticket, payment, message and delayed-job service whose **effect
+//! ledger** is the ground truth of a replaylab run.
+//!
+//! One axum router ([`Downstream::router`]), served inside a turmoil simulation or on a real
+//! port with [`wire::serve`]. Fault rules ([`FaultRule`]) make it hold a request before
+//! commit, commit and then lose, delay, fail or garble the answer, deterministically.
+//! Per service, idempotency keys are honoured or ignored and receipt lookup is on or off
+//! ([`DownstreamConfig`]), because real downstreams differ.
+//!
+//! The ledger records every business effect where it happens; a replayed answer is not an
+//! effect. Nothing here knows about executors.
+#![deny(missing_docs)]
+
+mod config;
+mod faults;
+mod ledger;
+mod routes;
+mod service;
+
+pub use config::{DownstreamConfig, IdempotencyMode, Service, ServiceConfig, WebhookConfig};
+pub use faults::{FaultAction, FaultRule, FaultRuleId, InstalledRule, RuleMatch, Times};
+pub use ledger::{Disposition, Effect, EffectKind, RequestRecord, VersionChange, WebhookDelivery};
+pub use service::{digest_of, Clock, Downstream, DownstreamError, Job, SystemClock, Ticket};

@@ -1,0 +1,705 @@
+//! The HTTP face of the service: business endpoints and `/__admin`.
+
+use axum::body::Body;
+use axum::extract::{Path, Query, Request, State as AxumState};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use http_body_util::BodyExt;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use wire::{ConnectionControl, Problem, MAX_BODY_BYTES};
+
+use crate::config::{DownstreamConfig, Service};
+use crate::faults::FaultRule;
+use crate::ledger::{Disposition, EffectKind, VersionChange};
+use crate::service::{
+    digest_of, push_effect, split_url, Answer, Downstream, Exchange, Job, Processed, State, Ticket,
+};
+
+/// Longest tenant, key, id or short text field accepted, in characters.
+const MAX_ID_CHARS: usize = 255;
+/// Ticket statuses a `PATCH` may set.
+const TICKET_STATUSES: [&str; 3] = ["open", "pending", "closed"];
+
+impl Downstream {
+    /// The service's HTTP router. Serve it with [`wire::serve`] so that the connection-level
+    /// faults (`commit_then_drop`, `reset_before_commit`) can close connections.
+    pub fn router(&self) -> Router {
+        Router::new()
+            .route("/v1/tickets", post(create_ticket))
+            .route("/v1/tickets/{id}", get(get_ticket).patch(patch_ticket))
+            .route("/v1/charges", post(create_charge))
+            .route("/v1/messages", post(create_message))
+            .route("/v1/jobs", post(create_job))
+            .route("/v1/jobs/{id}", get(get_job))
+            .route("/v1/receipts/{key}", get(get_receipt))
+            .route(
+                "/__admin/faults",
+                post(admin_install_fault).get(admin_list_faults).delete(admin_clear_faults),
+            )
+            .route("/__admin/faults/{id}/release", post(admin_release))
+            .route("/__admin/ledger", get(admin_ledger))
+            .route("/__admin/requests", get(admin_requests))
+            .route("/__admin/webhooks", get(admin_webhooks))
+            .route("/__admin/reset", post(admin_reset))
+            .route("/__admin/tickets/{id}/touch", post(admin_touch))
+            .route("/__admin/config", get(admin_get_config).put(admin_put_config))
+            .fallback(not_found)
+            .method_not_allowed_fallback(method_not_allowed)
+            .with_state(self.clone())
+    }
+}
+
+type Ds = AxumState<Downstream>;
+
+// ------------------------------------------------------------------ request bodies
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateTicket {
+    tenant: String,
+    queue: String,
+    subject: String,
+    body: String,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PatchTicket {
+    tenant: String,
+    status: String,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateCharge {
+    tenant: String,
+    customer: String,
+    amount_minor: u64,
+    currency: String,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateMessage {
+    tenant: String,
+    to: String,
+    body: String,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateJob {
+    tenant: String,
+    job_type: String,
+    #[serde(default)]
+    input: serde_json::Map<String, Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TenantQuery {
+    tenant: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReceiptQuery {
+    tenant: String,
+    service: String,
+}
+
+// ------------------------------------------------------------------ input checks
+
+/// A refused request: the problem to answer and what to journal.
+struct Refusal {
+    problem: Problem,
+    disposition: Disposition,
+    tenant: Option<String>,
+    idempotency_key: Option<String>,
+}
+
+impl From<Problem> for Refusal {
+    fn from(problem: Problem) -> Self {
+        let disposition = if problem.status == 404 { Disposition::NotFound } else { Disposition::Invalid };
+        Self { problem, disposition, tenant: None, idempotency_key: None }
+    }
+}
+
+fn bad_request(kind: &str, detail: impl Into<String>) -> Problem {
+    Problem::new(400, kind, detail)
+}
+
+fn check_text(field: &str, value: &str, max_chars: usize) -> Result<(), Problem> {
+    if value.is_empty() {
+        return Err(bad_request("invalid_request", format!("`{field}` must not be empty")));
+    }
+    if value.chars().count() > max_chars {
+        return Err(bad_request(
+            "invalid_request",
+            format!("`{field}` is longer than {max_chars} characters"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_id(field: &str, value: &str) -> Result<(), Problem> {
+    check_text(field, value, MAX_ID_CHARS)?;
+    if value.chars().any(char::is_control) {
+        return Err(bad_request("invalid_request", format!("`{field}` contains control characters")));
+    }
+    Ok(())
+}
+
+fn idempotency_key(headers: &http::HeaderMap) -> Result<Option<String>, Problem> {
+    let Some(value) = headers.get("idempotency-key") else { return Ok(None) };
+    let invalid = |detail: &str| bad_request("invalid_idempotency_key", detail);
+    let text = value.to_str().map_err(|_| invalid("the Idempotency-Key header is not visible ASCII"))?;
+    if text.is_empty() {
+        return Err(invalid("the Idempotency-Key header is empty"));
+    }
+    if text.chars().count() > MAX_ID_CHARS {
+        return Err(invalid("the Idempotency-Key header is longer than 255 characters"));
+    }
+    if text.chars().any(char::is_control) {
+        return Err(invalid("the Idempotency-Key header contains control characters"));
+    }
+    Ok(Some(text.to_owned()))
+}
+
+async fn read_body(body: Body) -> Result<bytes::Bytes, Problem> {
+    match http_body_util::Limited::new(body, MAX_BODY_BYTES).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(error) if error.is::<http_body_util::LengthLimitError>() => Err(Problem::new(
+            413,
+            "body_too_large",
+            format!("the body is longer than {MAX_BODY_BYTES} bytes"),
+        )),
+        Err(error) => Err(bad_request("unreadable_body", format!("the body could not be read: {error}"))),
+    }
+}
+
+fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Problem> {
+    serde_json::from_slice(bytes).map_err(|error| {
+        let kind = match error.classify() {
+            serde_json::error::Category::Data => "invalid_request",
+            _ => "invalid_json",
+        };
+        bad_request(kind, format!("the body is not a valid request: {error}"))
+    })
+}
+
+fn parse_query<T: DeserializeOwned>(uri: &http::Uri) -> Result<T, Problem> {
+    Query::<T>::try_from_uri(uri)
+        .map(|Query(query)| query)
+        .map_err(|rejection| bad_request("invalid_query", rejection.body_text()))
+}
+
+/// The parts every business request starts with.
+struct Incoming {
+    method: String,
+    path: String,
+    uri: http::Uri,
+    headers: http::HeaderMap,
+    control: ConnectionControl,
+    body: Body,
+}
+
+fn split(request: Request) -> Incoming {
+    let (parts, body) = request.into_parts();
+    Incoming {
+        method: parts.method.as_str().to_owned(),
+        path: parts.uri.path().to_owned(),
+        control: parts.extensions.get::<ConnectionControl>().cloned().unwrap_or_default(),
+        uri: parts.uri,
+        headers: parts.headers,
+        body,
+    }
+}
+
+/// Reads and checks a JSON body; returns the request, the key and the digest.
+async fn read_request<T: DeserializeOwned + Serialize>(
+    incoming: &mut Incoming,
+    tenant_of: impl Fn(&T) -> &str,
+) -> Result<(T, Option<String>, String), Refusal> {
+    let key = idempotency_key(&incoming.headers)?;
+    let body = std::mem::take(&mut incoming.body);
+    let bytes = read_body(body)
+        .await
+        .map_err(|problem| Refusal { idempotency_key: key.clone(), ..problem.into() })?;
+    let request: T =
+        parse_json(&bytes).map_err(|problem| Refusal { idempotency_key: key.clone(), ..problem.into() })?;
+    let tenant = tenant_of(&request).to_owned();
+    check_id("tenant", &tenant)
+        .map_err(|problem| Refusal { idempotency_key: key.clone(), ..problem.into() })?;
+    let digest = digest_of(&json!({
+        "method": incoming.method,
+        "path": incoming.path,
+        "body": serde_json::to_value(&request).expect("a request serialises"),
+    }));
+    Ok((request, key, digest))
+}
+
+// ------------------------------------------------------------------ answering
+
+impl Downstream {
+    async fn answer(
+        &self,
+        incoming: Incoming,
+        exchange: Exchange,
+        process: impl FnOnce(&mut State, &Exchange, u64) -> Processed,
+    ) -> Response {
+        match self.handle(exchange, process).await {
+            Answer::Json { status, body, replayed } => {
+                let status =
+                    http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
+                let content_type =
+                    if status.is_success() { "application/json" } else { "application/problem+json" };
+                let mut response =
+                    (status, [(http::header::CONTENT_TYPE, content_type)], body.to_string()).into_response();
+                if replayed {
+                    response
+                        .headers_mut()
+                        .insert("idempotent-replayed", http::HeaderValue::from_static("true"));
+                }
+                response
+            }
+            Answer::Malformed { status, bytes } => {
+                let status = http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::OK);
+                (status, [(http::header::CONTENT_TYPE, "application/json")], bytes).into_response()
+            }
+            Answer::Close => {
+                incoming.control.close();
+                std::future::pending().await
+            }
+            Answer::Silence => std::future::pending().await,
+        }
+    }
+
+    fn refuse(&self, incoming: &Incoming, refusal: Refusal) -> Response {
+        self.record_refusal(
+            &incoming.method,
+            &incoming.path,
+            refusal.tenant,
+            refusal.idempotency_key,
+            refusal.disposition,
+            refusal.problem.status,
+        );
+        refusal.problem.into_response()
+    }
+}
+
+fn exchange(
+    incoming: &Incoming,
+    service: Service,
+    tenant: &str,
+    key: Option<String>,
+    digest: Option<String>,
+) -> Exchange {
+    Exchange {
+        method: incoming.method.clone(),
+        path: incoming.path.clone(),
+        tenant: tenant.to_owned(),
+        idempotency_key: key,
+        service,
+        digest,
+    }
+}
+
+fn committed(status: u16, body: Value, effect_seq: u64) -> Processed {
+    Processed {
+        status,
+        body,
+        disposition: Disposition::Committed,
+        effect_seq: Some(effect_seq),
+        started_job: None,
+    }
+}
+
+// ------------------------------------------------------------------ business endpoints
+
+async fn create_ticket(AxumState(ds): Ds, request: Request) -> Response {
+    let mut incoming = split(request);
+    let (ticket, key, digest) = match read_request::<CreateTicket>(&mut incoming, |t| &t.tenant).await {
+        Ok(parsed) => parsed,
+        Err(refusal) => return ds.refuse(&incoming, refusal),
+    };
+    let checks = check_id("queue", &ticket.queue)
+        .and_then(|()| check_text("subject", &ticket.subject, 1_000))
+        .and_then(|()| check_text("body", &ticket.body, MAX_BODY_BYTES));
+    if let Err(problem) = checks {
+        return ds.refuse(
+            &incoming,
+            Refusal { tenant: Some(ticket.tenant), idempotency_key: key, ..problem.into() },
+        );
+    }
+    let exchange = exchange(&incoming, Service::Tickets, &ticket.tenant, key, Some(digest));
+    ds.answer(incoming, exchange, move |state, exchange, now| {
+        let ticket_id = state.next_reference("ticket");
+        state.tickets.insert(
+            ticket_id.clone(),
+            Ticket {
+                ticket_id: ticket_id.clone(),
+                tenant: ticket.tenant.clone(),
+                queue: ticket.queue,
+                subject: ticket.subject,
+                status: "open".into(),
+                version: 1,
+            },
+        );
+        let seq = record(state, exchange, EffectKind::TicketCreated, &ticket_id, None, now);
+        committed(201, json!({"ticket_id": ticket_id, "version": 1, "status": "open"}), seq)
+    })
+    .await
+}
+
+fn record(
+    state: &mut State,
+    exchange: &Exchange,
+    kind: EffectKind,
+    reference: &str,
+    versions: Option<VersionChange>,
+    now: u64,
+) -> u64 {
+    push_effect(
+        state,
+        exchange.service,
+        kind,
+        &exchange.tenant,
+        exchange.idempotency_key.as_deref(),
+        reference,
+        exchange.digest.clone().unwrap_or_default(),
+        versions,
+        now,
+    )
+}
+
+async fn get_ticket(AxumState(ds): Ds, Path(id): Path<String>, request: Request) -> Response {
+    let incoming = split(request);
+    let query: TenantQuery = match parse_query(&incoming.uri) {
+        Ok(query) => query,
+        Err(problem) => return ds.refuse(&incoming, problem.into()),
+    };
+    let exchange = exchange(&incoming, Service::Tickets, &query.tenant, None, None);
+    ds.answer(incoming, exchange, move |state, exchange, _| match state.tickets.get(&id) {
+        Some(ticket) if ticket.tenant == exchange.tenant => {
+            Processed::read(200, serde_json::to_value(ticket).expect("a ticket serialises"))
+        }
+        _ => not_found_problem(&format!("no ticket {id} for this tenant")),
+    })
+    .await
+}
+
+fn not_found_problem(detail: &str) -> Processed {
+    Processed::problem(404, Disposition::NotFound, "not_found", detail)
+}
+
+async fn patch_ticket(AxumState(ds): Ds, Path(id): Path<String>, request: Request) -> Response {
+    let mut incoming = split(request);
+    let if_match = match parse_if_match(&incoming.headers) {
+        Ok(version) => version,
+        Err(problem) => return ds.refuse(&incoming, problem.into()),
+    };
+    let (patch, key, digest) = match read_request::<PatchTicket>(&mut incoming, |t| &t.tenant).await {
+        Ok(parsed) => parsed,
+        Err(refusal) => return ds.refuse(&incoming, refusal),
+    };
+    if !TICKET_STATUSES.contains(&patch.status.as_str()) {
+        let problem = bad_request("invalid_request", format!("`status` must be one of {TICKET_STATUSES:?}"));
+        return ds.refuse(
+            &incoming,
+            Refusal { tenant: Some(patch.tenant), idempotency_key: key, ..problem.into() },
+        );
+    }
+    // The precondition is part of the request's identity.
+    let digest = digest_of(&json!({"digest": digest, "if_match": if_match}));
+    let exchange = exchange(&incoming, Service::Tickets, &patch.tenant, key, Some(digest));
+    ds.answer(incoming, exchange, move |state, exchange, now| {
+        let Some(ticket) = state.tickets.get_mut(&id).filter(|ticket| ticket.tenant == exchange.tenant)
+        else {
+            return not_found_problem(&format!("no ticket {id} for this tenant"));
+        };
+        if let Some(expected) = if_match {
+            if expected != ticket.version {
+                return Processed::problem(
+                    412,
+                    Disposition::PreconditionFailed,
+                    "precondition_failed",
+                    format!("the ticket is at version {}, not {expected}", ticket.version),
+                );
+            }
+        }
+        if ticket.status == patch.status {
+            let body = json!({"ticket_id": id, "version": ticket.version, "status": ticket.status});
+            return Processed {
+                status: 200,
+                body,
+                disposition: Disposition::Unchanged,
+                effect_seq: None,
+                started_job: None,
+            };
+        }
+        let from = ticket.version;
+        ticket.version += 1;
+        ticket.status = patch.status.clone();
+        let body = json!({"ticket_id": id, "version": ticket.version, "status": ticket.status});
+        let versions = VersionChange { from, to: ticket.version, if_match };
+        let seq = record(state, exchange, EffectKind::TicketStatusChanged, &id, Some(versions), now);
+        committed(200, body, seq)
+    })
+    .await
+}
+
+fn parse_if_match(headers: &http::HeaderMap) -> Result<Option<u64>, Problem> {
+    let Some(value) = headers.get(http::header::IF_MATCH) else { return Ok(None) };
+    let text = value.to_str().unwrap_or_default().trim();
+    let text = text.strip_prefix('"').and_then(|t| t.strip_suffix('"')).unwrap_or(text);
+    text.parse::<u64>()
+        .map(Some)
+        .map_err(|_| bad_request("invalid_if_match", "If-Match must be a ticket version number, e.g. \"3\""))
+}
+
+async fn create_charge(AxumState(ds): Ds, request: Request) -> Response {
+    let mut incoming = split(request);
+    let (charge, key, digest) = match read_request::<CreateCharge>(&mut incoming, |c| &c.tenant).await {
+        Ok(parsed) => parsed,
+        Err(refusal) => return ds.refuse(&incoming, refusal),
+    };
+    let checks = check_id("customer", &charge.customer).and_then(|()| {
+        if charge.amount_minor == 0 {
+            Err(bad_request("invalid_request", "`amount_minor` must be at least 1"))
+        } else if charge.currency.len() != 3 || !charge.currency.bytes().all(|b| b.is_ascii_uppercase()) {
+            Err(bad_request("invalid_request", "`currency` must be three upper-case letters, e.g. EUR"))
+        } else {
+            Ok(())
+        }
+    });
+    if let Err(problem) = checks {
+        return ds.refuse(
+            &incoming,
+            Refusal { tenant: Some(charge.tenant), idempotency_key: key, ..problem.into() },
+        );
+    }
+    let exchange = exchange(&incoming, Service::Charges, &charge.tenant, key, Some(digest));
+    ds.answer(incoming, exchange, move |state, exchange, now| {
+        let charge_id = state.next_reference("charge");
+        let seq = record(state, exchange, EffectKind::ChargeCreated, &charge_id, None, now);
+        let body = json!({"charge_id": charge_id, "amount_minor": charge.amount_minor, "currency": charge.currency, "status": "succeeded"});
+        committed(201, body, seq)
+    })
+    .await
+}
+
+async fn create_message(AxumState(ds): Ds, request: Request) -> Response {
+    let mut incoming = split(request);
+    let (message, key, digest) = match read_request::<CreateMessage>(&mut incoming, |m| &m.tenant).await {
+        Ok(parsed) => parsed,
+        Err(refusal) => return ds.refuse(&incoming, refusal),
+    };
+    let checks = check_id("to", &message.to).and_then(|()| check_text("body", &message.body, MAX_BODY_BYTES));
+    if let Err(problem) = checks {
+        return ds.refuse(
+            &incoming,
+            Refusal { tenant: Some(message.tenant), idempotency_key: key, ..problem.into() },
+        );
+    }
+    let exchange = exchange(&incoming, Service::Messages, &message.tenant, key, Some(digest));
+    ds.answer(incoming, exchange, move |state, exchange, now| {
+        let message_id = state.next_reference("message");
+        let seq = record(state, exchange, EffectKind::MessageSent, &message_id, None, now);
+        committed(201, json!({"message_id": message_id, "status": "sent"}), seq)
+    })
+    .await
+}
+
+async fn create_job(AxumState(ds): Ds, request: Request) -> Response {
+    let mut incoming = split(request);
+    let (job, key, digest) = match read_request::<CreateJob>(&mut incoming, |j| &j.tenant).await {
+        Ok(parsed) => parsed,
+        Err(refusal) => return ds.refuse(&incoming, refusal),
+    };
+    if let Err(problem) = check_id("job_type", &job.job_type) {
+        return ds
+            .refuse(&incoming, Refusal { tenant: Some(job.tenant), idempotency_key: key, ..problem.into() });
+    }
+    let exchange = exchange(&incoming, Service::Jobs, &job.tenant, key, Some(digest));
+    ds.answer(incoming, exchange, move |state, exchange, now| {
+        let job_id = state.next_reference("job");
+        state.jobs.insert(
+            job_id.clone(),
+            Job {
+                job_id: job_id.clone(),
+                tenant: exchange.tenant.clone(),
+                idempotency_key: exchange.idempotency_key.clone(),
+                status: "pending".into(),
+                result: None,
+            },
+        );
+        let seq = record(state, exchange, EffectKind::JobAccepted, &job_id, None, now);
+        Processed {
+            started_job: Some(job_id.clone()),
+            ..committed(202, json!({"job_id": job_id, "status": "pending"}), seq)
+        }
+    })
+    .await
+}
+
+async fn get_job(AxumState(ds): Ds, Path(id): Path<String>, request: Request) -> Response {
+    let incoming = split(request);
+    let query: TenantQuery = match parse_query(&incoming.uri) {
+        Ok(query) => query,
+        Err(problem) => return ds.refuse(&incoming, problem.into()),
+    };
+    let exchange = exchange(&incoming, Service::Jobs, &query.tenant, None, None);
+    ds.answer(incoming, exchange, move |state, exchange, _| match state.jobs.get(&id) {
+        Some(job) if job.tenant == exchange.tenant => {
+            Processed::read(200, json!({"job_id": job.job_id, "status": job.status, "result": job.result}))
+        }
+        _ => not_found_problem(&format!("no job {id} for this tenant")),
+    })
+    .await
+}
+
+async fn get_receipt(AxumState(ds): Ds, Path(key): Path<String>, request: Request) -> Response {
+    let incoming = split(request);
+    let query: ReceiptQuery = match parse_query(&incoming.uri) {
+        Ok(query) => query,
+        Err(problem) => return ds.refuse(&incoming, problem.into()),
+    };
+    let Some(service) = Service::parse(&query.service) else {
+        let problem = bad_request("invalid_query", "`service` must be tickets, charges, messages or jobs");
+        return ds.refuse(&incoming, problem.into());
+    };
+    let exchange = exchange(&incoming, service, &query.tenant, None, None);
+    ds.answer(incoming, exchange, move |state, exchange, _| {
+        if !state.config.service(service).receipts {
+            return Processed::problem(
+                501,
+                Disposition::Unsupported,
+                "receipt_lookup_unsupported",
+                format!("the {} service has no receipt lookup", service.as_str()),
+            );
+        }
+        let effects: Vec<Value> = state
+            .effects()
+            .iter()
+            .filter(|e| e.service == service && e.tenant == exchange.tenant && e.idempotency_key.as_deref() == Some(&key))
+            .map(|e| json!({"seq": e.seq, "kind": e.kind, "effect_reference": e.effect_reference, "at_ms": e.at_ms}))
+            .collect();
+        match effects.first() {
+            None => not_found_problem("no effect was made with this idempotency key"),
+            Some(first) => Processed::read(
+                200,
+                json!({
+                    "tenant": exchange.tenant,
+                    "idempotency_key": key,
+                    "service": service,
+                    "effect_reference": first["effect_reference"],
+                    "effects": effects,
+                }),
+            ),
+        }
+    })
+    .await
+}
+
+async fn not_found(AxumState(ds): Ds, request: Request) -> Response {
+    let incoming = split(request);
+    let problem =
+        Problem::new(404, "not_found", format!("no route for {} {}", incoming.method, incoming.path));
+    ds.refuse(&incoming, problem.into())
+}
+
+async fn method_not_allowed(AxumState(ds): Ds, request: Request) -> Response {
+    let incoming = split(request);
+    let problem = Problem::new(
+        405,
+        "method_not_allowed",
+        format!("{} is not allowed on {}", incoming.method, incoming.path),
+    );
+    ds.refuse(&incoming, Refusal { disposition: Disposition::Invalid, ..problem.into() })
+}
+
+// ------------------------------------------------------------------ admin
+
+fn json_response(status: u16, value: &impl Serialize) -> Response {
+    let status = http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::OK);
+    let body = serde_json::to_string(value).expect("admin answers serialise");
+    (status, [(http::header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+async fn admin_install_fault(AxumState(ds): Ds, body: Body) -> Response {
+    let bytes = match read_body(body).await {
+        Ok(bytes) => bytes,
+        Err(problem) => return problem.into_response(),
+    };
+    match FaultRule::from_json(&bytes) {
+        Ok(rule) => json_response(201, &json!({"id": ds.install_fault(rule)})),
+        Err(error) => bad_request("invalid_fault_rule", error).into_response(),
+    }
+}
+
+async fn admin_list_faults(AxumState(ds): Ds) -> Response {
+    let rules: Vec<Value> = ds.faults().iter().map(|rule| rule.to_json_value()).collect();
+    json_response(200, &rules)
+}
+
+async fn admin_clear_faults(AxumState(ds): Ds) -> Response {
+    ds.clear_faults();
+    http::StatusCode::NO_CONTENT.into_response()
+}
+
+async fn admin_release(AxumState(ds): Ds, Path(id): Path<String>) -> Response {
+    let Ok(id) = id.parse::<u64>() else {
+        return bad_request("invalid_request", "the rule id must be a number").into_response();
+    };
+    match ds.release(id) {
+        Ok(held) => json_response(200, &json!({"id": id, "released": held})),
+        Err(error) => Problem::new(404, "not_found", error.to_string()).into_response(),
+    }
+}
+
+async fn admin_ledger(AxumState(ds): Ds) -> Response {
+    json_response(200, &ds.ledger())
+}
+
+async fn admin_requests(AxumState(ds): Ds) -> Response {
+    json_response(200, &ds.requests())
+}
+
+async fn admin_webhooks(AxumState(ds): Ds) -> Response {
+    json_response(200, &ds.webhook_deliveries())
+}
+
+async fn admin_reset(AxumState(ds): Ds) -> Response {
+    ds.reset();
+    http::StatusCode::NO_CONTENT.into_response()
+}
+
+async fn admin_touch(AxumState(ds): Ds, Path(id): Path<String>) -> Response {
+    match ds.touch_ticket(&id) {
+        Ok(version) => json_response(200, &json!({"ticket_id": id, "version": version})),
+        Err(error) => Problem::new(404, "not_found", error.to_string()).into_response(),
+    }
+}
+
+async fn admin_get_config(AxumState(ds): Ds) -> Response {
+    json_response(200, &ds.config())
+}
+
+async fn admin_put_config(AxumState(ds): Ds, body: Body) -> Response {
+    let config: DownstreamConfig = match read_body(body).await.and_then(|bytes| parse_json(&bytes)) {
+        Ok(config) => config,
+        Err(problem) => return problem.into_response(),
+    };
+    if let Some(webhook) = &config.webhook {
+        if split_url(&webhook.url).is_none() {
+            return bad_request("invalid_request", "the webhook url must look like http://host:port/path")
+                .into_response();
+        }
+    }
+    ds.set_config(config.clone());
+    json_response(200, &config)
+}

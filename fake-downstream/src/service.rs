@@ -1,0 +1,751 @@
+//! The service's state and its in-process handle, [`Downstream`].
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use tokio::sync::Notify;
+use wire::Connect;
+
+use crate::config::{DownstreamConfig, IdempotencyMode, Service};
+use crate::faults::{FaultAction, FaultRule, FaultRuleId, InstalledRule, RequestFacts};
+use crate::ledger::{Disposition, Effect, EffectKind, RequestRecord, VersionChange, WebhookDelivery};
+
+/// Attempts per webhook delivery before the service gives up on it.
+const WEBHOOK_ATTEMPTS: u32 = 3;
+/// How long the service waits for a webhook receiver's answer.
+const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(2);
+/// Pause between webhook attempts.
+const WEBHOOK_RETRY_PAUSE: Duration = Duration::from_millis(500);
+
+/// The service's clock, in milliseconds. Inside a simulation it must be simulated time.
+pub trait Clock: Send + Sync + 'static {
+    /// Milliseconds since the clock's origin.
+    fn now_ms(&self) -> u64;
+}
+
+impl<F: Fn() -> u64 + Send + Sync + 'static> Clock for F {
+    fn now_ms(&self) -> u64 {
+        self()
+    }
+}
+
+/// Wall-clock time in milliseconds since the Unix epoch, for serving on a real port.
+/// Never use it inside a simulation.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|elapsed| u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX))
+            .unwrap_or(0)
+    }
+}
+
+/// Errors of the in-process API.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DownstreamError {
+    /// No fault rule has this id.
+    #[error("no fault rule with id {0}")]
+    UnknownRule(FaultRuleId),
+    /// No ticket has this id.
+    #[error("no ticket with id {0:?}")]
+    UnknownTicket(String),
+}
+
+/// A ticket as the service stores it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Ticket {
+    /// `ticket_<n>`.
+    pub ticket_id: String,
+    /// Owner tenant.
+    pub tenant: String,
+    /// Queue.
+    pub queue: String,
+    /// Subject line.
+    pub subject: String,
+    /// `open`, `pending` or `closed`.
+    pub status: String,
+    /// Bumped by every change, from 1.
+    pub version: u64,
+}
+
+/// A delayed job as the service stores it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Job {
+    /// `job_<n>`.
+    pub job_id: String,
+    /// Owner tenant.
+    pub tenant: String,
+    /// The key it was submitted with.
+    pub idempotency_key: Option<String>,
+    /// `pending` until it completes, then `succeeded`.
+    pub status: String,
+    /// The job's output once it succeeded.
+    pub result: Option<Value>,
+}
+
+#[derive(Debug, Clone)]
+enum KeyRecord {
+    InProgress { digest: String },
+    Done { digest: String, status: u16, body: Value },
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct State {
+    pub(crate) config: DownstreamConfig,
+    ledger: Vec<Effect>,
+    journal: Vec<RequestRecord>,
+    deliveries: Vec<WebhookDelivery>,
+    rules: Vec<InstalledRule>,
+    next_rule_id: FaultRuleId,
+    held: BTreeMap<FaultRuleId, u32>,
+    pub(crate) tickets: BTreeMap<String, Ticket>,
+    pub(crate) jobs: BTreeMap<String, Job>,
+    keys: BTreeMap<(Service, String, String), KeyRecord>,
+    counters: BTreeMap<&'static str, u64>,
+    /// Bumped by `reset`, so that work started before it (job completions) does nothing.
+    generation: u64,
+}
+
+impl State {
+    pub(crate) fn next_reference(&mut self, prefix: &'static str) -> String {
+        let counter = self.counters.entry(prefix).or_insert(0);
+        *counter += 1;
+        format!("{prefix}_{counter}")
+    }
+
+    pub(crate) fn effects(&self) -> &[Effect] {
+        &self.ledger
+    }
+}
+
+/// The facts of one request that the pipeline needs.
+#[derive(Debug, Clone)]
+pub(crate) struct Exchange {
+    pub method: String,
+    pub path: String,
+    pub tenant: String,
+    pub idempotency_key: Option<String>,
+    pub service: Service,
+    /// `Some` for requests that change state (they take part in idempotency).
+    pub digest: Option<String>,
+}
+
+/// What handling a request produced.
+#[derive(Debug)]
+pub(crate) struct Processed {
+    pub status: u16,
+    pub body: Value,
+    pub disposition: Disposition,
+    pub effect_seq: Option<u64>,
+    /// A job to run to completion in the background.
+    pub started_job: Option<String>,
+}
+
+impl Processed {
+    pub fn read(status: u16, body: Value) -> Self {
+        Self { status, body, disposition: Disposition::Read, effect_seq: None, started_job: None }
+    }
+
+    pub fn problem(status: u16, disposition: Disposition, kind: &str, detail: impl Into<String>) -> Self {
+        let problem = wire::Problem::new(status, kind, detail);
+        let body = serde_json::to_value(problem).expect("a problem serialises");
+        Self { status, body, disposition, effect_seq: None, started_job: None }
+    }
+}
+
+/// What the client gets in the end.
+#[derive(Debug)]
+pub(crate) enum Answer {
+    /// A JSON body (problem bodies included), with `Idempotent-Replayed: true` when replayed.
+    Json { status: u16, body: Value, replayed: bool },
+    /// A body cut short, so that it is not valid JSON.
+    Malformed { status: u16, bytes: Vec<u8> },
+    /// Close the connection without answering.
+    Close,
+    /// Never answer.
+    Silence,
+}
+
+pub(crate) struct Inner {
+    state: Mutex<State>,
+    clock: Arc<dyn Clock>,
+    connector: Arc<dyn Connect>,
+    released: Notify,
+}
+
+/// The fake downstream: shared state behind the HTTP router ([`Downstream::router`]) and the
+/// in-process API the harness uses. Clones share the state.
+#[derive(Clone)]
+pub struct Downstream {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Downstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = self.lock();
+        f.debug_struct("Downstream")
+            .field("effects", &state.ledger.len())
+            .field("requests", &state.journal.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Downstream {
+    /// A service with `config`, telling time by `clock` and sending webhooks through
+    /// `connector`.
+    pub fn new(config: DownstreamConfig, clock: Arc<dyn Clock>, connector: Arc<dyn Connect>) -> Self {
+        let state = State { config, next_rule_id: 1, ..State::default() };
+        Self {
+            inner: Arc::new(Inner { state: Mutex::new(state), clock, connector, released: Notify::new() }),
+        }
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while the lock is held is a bug in this crate; the state is still usable
+        // for reading what happened, so poisoning is ignored.
+        self.inner.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub(crate) fn now_ms(&self) -> u64 {
+        self.inner.clock.now_ms()
+    }
+
+    /// The current configuration.
+    pub fn config(&self) -> DownstreamConfig {
+        self.lock().config.clone()
+    }
+
+    /// Replaces the configuration (effects, tickets and keys stay).
+    pub fn set_config(&self, config: DownstreamConfig) {
+        self.lock().config = config;
+    }
+
+    /// Installs a fault rule after the existing ones and returns its id.
+    pub fn install_fault(&self, rule: FaultRule) -> FaultRuleId {
+        let mut state = self.lock();
+        let id = state.next_rule_id;
+        state.next_rule_id += 1;
+        state.rules.push(InstalledRule { id, rule, matched: 0, fired: 0, released: false });
+        id
+    }
+
+    /// The installed rules with their counters, in install order.
+    pub fn faults(&self) -> Vec<InstalledRule> {
+        self.lock().rules.clone()
+    }
+
+    /// Removes every fault rule and lets every held request go on.
+    pub fn clear_faults(&self) {
+        self.lock().rules.clear();
+        self.inner.released.notify_waiters();
+    }
+
+    /// Lets the requests held by rule `id` go on; the rule fires no more. Returns how many
+    /// requests were held.
+    pub fn release(&self, id: FaultRuleId) -> Result<u32, DownstreamError> {
+        let held = {
+            let mut state = self.lock();
+            let rule =
+                state.rules.iter_mut().find(|rule| rule.id == id).ok_or(DownstreamError::UnknownRule(id))?;
+            rule.released = true;
+            state.held.get(&id).copied().unwrap_or(0)
+        };
+        self.inner.released.notify_waiters();
+        Ok(held)
+    }
+
+    /// How many requests rule `id` holds right now.
+    pub fn held(&self, id: FaultRuleId) -> u32 {
+        self.lock().held.get(&id).copied().unwrap_or(0)
+    }
+
+    /// The effect ledger, in order.
+    pub fn ledger(&self) -> Vec<Effect> {
+        self.lock().ledger.clone()
+    }
+
+    /// The request journal, in order.
+    pub fn requests(&self) -> Vec<RequestRecord> {
+        self.lock().journal.clone()
+    }
+
+    /// Webhook delivery attempts, in order.
+    pub fn webhook_deliveries(&self) -> Vec<WebhookDelivery> {
+        self.lock().deliveries.clone()
+    }
+
+    /// A ticket by id.
+    pub fn ticket(&self, ticket_id: &str) -> Option<Ticket> {
+        self.lock().tickets.get(ticket_id).cloned()
+    }
+
+    /// A job by id.
+    pub fn job(&self, job_id: &str) -> Option<Job> {
+        self.lock().jobs.get(job_id).cloned()
+    }
+
+    /// Clears the ledger, journal, deliveries, fault rules, tickets, jobs and keys; keeps the
+    /// configuration. Requests in progress go on against the cleared state.
+    pub fn reset(&self) {
+        {
+            let mut state = self.lock();
+            let config = std::mem::take(&mut state.config);
+            let generation = state.generation + 1;
+            *state = State { config, next_rule_id: 1, generation, ..State::default() };
+        }
+        self.inner.released.notify_waiters();
+    }
+
+    /// A person edits ticket `ticket_id` outside the API: its version goes up by one, and the
+    /// ledger records it. Returns the new version.
+    pub fn touch_ticket(&self, ticket_id: &str) -> Result<u64, DownstreamError> {
+        let now = self.now_ms();
+        let mut state = self.lock();
+        let ticket = state
+            .tickets
+            .get_mut(ticket_id)
+            .ok_or_else(|| DownstreamError::UnknownTicket(ticket_id.to_owned()))?;
+        let from = ticket.version;
+        ticket.version += 1;
+        let (tenant, to) = (ticket.tenant.clone(), ticket.version);
+        let digest = digest_of(&json!({"method": "TOUCH", "path": ticket_id}));
+        push_effect(
+            &mut state,
+            Service::Tickets,
+            EffectKind::TicketEditedByHuman,
+            &tenant,
+            None,
+            ticket_id,
+            digest,
+            Some(VersionChange { from, to, if_match: None }),
+            now,
+        );
+        Ok(to)
+    }
+
+    /// Records a request that was refused before it reached the pipeline (bad input, unknown
+    /// route).
+    pub(crate) fn record_refusal(
+        &self,
+        method: &str,
+        path: &str,
+        tenant: Option<String>,
+        idempotency_key: Option<String>,
+        disposition: Disposition,
+        status: u16,
+    ) {
+        let now = self.now_ms();
+        let mut state = self.lock();
+        let seq = state.journal.len() as u64 + 1;
+        state.journal.push(RequestRecord {
+            seq,
+            at_ms: now,
+            method: method.to_owned(),
+            path: path.to_owned(),
+            tenant,
+            idempotency_key,
+            disposition,
+            effect_seq: None,
+            fault_rule: None,
+            fault_action: None,
+            status: Some(status),
+        });
+    }
+
+    /// Runs one request through fault rules, idempotency and `process`, and says what to
+    /// answer. `process` runs under the state lock and is where effects are committed.
+    pub(crate) async fn handle(
+        &self,
+        exchange: Exchange,
+        process: impl FnOnce(&mut State, &Exchange, u64) -> Processed,
+    ) -> Answer {
+        // 1. Fault rule and idempotency decision, atomically.
+        let (fault, decision) = {
+            let mut state = self.lock();
+            let facts = RequestFacts {
+                method: &exchange.method,
+                path: &exchange.path,
+                tenant: Some(&exchange.tenant),
+                idempotency_key: exchange.idempotency_key.as_deref(),
+            };
+            let fault = state
+                .rules
+                .iter_mut()
+                .find_map(|rule| rule.offer(&facts).then_some((rule.id, rule.rule.action)));
+            let decision = decide(&mut state, &exchange);
+            (fault, decision)
+        };
+        let mut reservation = match decision {
+            Decision::Fresh { reserved: true } => Some(Reservation::new(self, &exchange)),
+            _ => None,
+        };
+
+        // 2. Before commit.
+        match fault.map(|(_, action)| action) {
+            Some(FaultAction::Hold) => {
+                let (id, _) = fault.expect("matched above");
+                self.wait_for_release(id).await;
+            }
+            Some(FaultAction::DelayBeforeCommit(delay)) => tokio::time::sleep(delay).await,
+            Some(FaultAction::DropBeforeCommit) => {
+                drop(reservation.take());
+                self.journal(&exchange, Disposition::DroppedBeforeCommit, None, fault, None);
+                return Answer::Silence;
+            }
+            Some(FaultAction::ResetBeforeCommit) => {
+                drop(reservation.take());
+                self.journal(&exchange, Disposition::ResetBeforeCommit, None, fault, None);
+                return Answer::Close;
+            }
+            _ => {}
+        }
+
+        // 3. Commit (or replay, or refuse).
+        let now = self.now_ms();
+        let (processed, replayed, started_job) = {
+            let mut state = self.lock();
+            let (processed, replayed) = match decision {
+                Decision::Refuse(processed) => (processed, false),
+                Decision::Replay { status, body } => (
+                    Processed {
+                        status,
+                        body,
+                        disposition: Disposition::Replayed,
+                        effect_seq: None,
+                        started_job: None,
+                    },
+                    true,
+                ),
+                Decision::Fresh { .. } => {
+                    let processed = process(&mut state, &exchange, now);
+                    if let Some(reservation) = reservation.take() {
+                        reservation.settle(&mut state, &processed);
+                    }
+                    (processed, false)
+                }
+            };
+            let started_job = processed.started_job.clone();
+            (processed, replayed, started_job)
+        };
+        if let Some(job_id) = started_job {
+            self.start_job(job_id);
+        }
+
+        // 4. After commit.
+        let answer = match fault.map(|(_, action)| action) {
+            Some(FaultAction::CommitThenDrop) => Answer::Close,
+            Some(FaultAction::CommitThenError(status)) => Answer::Json {
+                status,
+                body: serde_json::to_value(wire::Problem::new(
+                    status,
+                    "injected_error",
+                    "the service failed after committing",
+                ))
+                .expect("a problem serialises"),
+                replayed: false,
+            },
+            Some(FaultAction::CommitThenMalformed) => {
+                let bytes = serde_json::to_vec(&processed.body).expect("a value serialises");
+                Answer::Malformed { status: processed.status, bytes: bytes[..bytes.len() / 2].to_vec() }
+            }
+            _ => Answer::Json { status: processed.status, body: processed.body.clone(), replayed },
+        };
+        let status = match &answer {
+            Answer::Json { status, .. } | Answer::Malformed { status, .. } => Some(*status),
+            Answer::Close | Answer::Silence => None,
+        };
+        self.journal(&exchange, processed.disposition, processed.effect_seq, fault, status);
+        if let Some(FaultAction::CommitThenDelay(delay)) = fault.map(|(_, action)| action) {
+            tokio::time::sleep(delay).await;
+        }
+        answer
+    }
+
+    fn journal(
+        &self,
+        exchange: &Exchange,
+        disposition: Disposition,
+        effect_seq: Option<u64>,
+        fault: Option<(FaultRuleId, FaultAction)>,
+        status: Option<u16>,
+    ) {
+        let now = self.now_ms();
+        let mut state = self.lock();
+        let seq = state.journal.len() as u64 + 1;
+        state.journal.push(RequestRecord {
+            seq,
+            at_ms: now,
+            method: exchange.method.clone(),
+            path: exchange.path.clone(),
+            tenant: Some(exchange.tenant.clone()),
+            idempotency_key: exchange.idempotency_key.clone(),
+            disposition,
+            effect_seq,
+            fault_rule: fault.map(|(id, _)| id),
+            fault_action: fault.map(|(_, action)| action.name().to_owned()),
+            status,
+        });
+    }
+
+    async fn wait_for_release(&self, id: FaultRuleId) {
+        let _held = HeldGuard::new(self, id);
+        loop {
+            let notified = self.inner.released.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let released =
+                self.lock().rules.iter().find(|rule| rule.id == id).is_none_or(|rule| rule.released);
+            if released {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    fn start_job(&self, job_id: String) {
+        let downstream = self.clone();
+        let generation = self.lock().generation;
+        tokio::spawn(async move { downstream.run_job(generation, job_id).await });
+    }
+
+    async fn run_job(&self, generation: u64, job_id: String) {
+        let duration = self.lock().config.job_duration;
+        tokio::time::sleep(duration).await;
+        let (events, webhook) = {
+            let mut state = self.lock();
+            if state.generation != generation {
+                return;
+            }
+            let output = state.next_reference("output");
+            let Some(job) = state.jobs.get_mut(&job_id) else { return };
+            job.status = "succeeded".into();
+            job.result = Some(json!({ "output_reference": output }));
+            let job = job.clone();
+            let Some(webhook) = state.config.webhook.clone() else { return };
+            let mut events = Vec::new();
+            let first = state.next_reference("evt");
+            for _ in 0..=webhook.repeat_same_event {
+                events.push(first.clone());
+            }
+            for _ in 0..webhook.extra_event_ids {
+                events.push(state.next_reference("evt"));
+            }
+            let events: Vec<(String, Value)> = events
+                .into_iter()
+                .map(|event_id| {
+                    let body = json!({
+                        "event_id": event_id,
+                        "type": "job.succeeded",
+                        "tenant": job.tenant,
+                        "job_id": job.job_id,
+                        "idempotency_key": job.idempotency_key,
+                        "result": job.result,
+                    });
+                    (event_id, body)
+                })
+                .collect();
+            (events, webhook)
+        };
+        let Some((host, port, path)) = split_url(&webhook.url) else { return };
+        let client = wire::HttpClient::new(self.inner.connector.clone(), host, port);
+        for (event_id, body) in events {
+            for attempt in 1..=WEBHOOK_ATTEMPTS {
+                let request = wire::HttpRequest::json(http::Method::POST, path.clone(), &body);
+                let status = match tokio::time::timeout(WEBHOOK_TIMEOUT, client.send(request)).await {
+                    Ok(Ok(response)) => Some(response.status),
+                    Ok(Err(_)) | Err(_) => None,
+                };
+                let now = self.now_ms();
+                {
+                    let mut state = self.lock();
+                    if state.generation != generation {
+                        return;
+                    }
+                    let seq = state.deliveries.len() as u64 + 1;
+                    state.deliveries.push(WebhookDelivery {
+                        seq,
+                        at_ms: now,
+                        event_id: event_id.clone(),
+                        job_id: job_id.clone(),
+                        attempt,
+                        status,
+                    });
+                }
+                if status.is_some_and(|status| (200..300).contains(&status)) {
+                    break;
+                }
+                tokio::time::sleep(WEBHOOK_RETRY_PAUSE).await;
+            }
+        }
+    }
+}
+
+/// `http://host:port/path` -> (host, port, path). The webhook URL was validated when it was
+/// configured through HTTP; a bad one set in-process sends nothing.
+pub(crate) fn split_url(url: &str) -> Option<(String, u16, String)> {
+    let uri: http::Uri = url.parse().ok()?;
+    if uri.scheme_str() != Some("http") {
+        return None;
+    }
+    let host = uri.host()?.to_owned();
+    let port = uri.port_u16().unwrap_or(80);
+    let path = uri.path_and_query().map_or("/".to_owned(), |p| p.as_str().to_owned());
+    Some((host, port, path))
+}
+
+enum Decision {
+    /// Process it; `reserved` when an in-progress key record was written for it.
+    Fresh {
+        reserved: bool,
+    },
+    Replay {
+        status: u16,
+        body: Value,
+    },
+    Refuse(Processed),
+}
+
+fn decide(state: &mut State, exchange: &Exchange) -> Decision {
+    let (Some(key), Some(digest)) = (&exchange.idempotency_key, &exchange.digest) else {
+        return Decision::Fresh { reserved: false };
+    };
+    if state.config.service(exchange.service).idempotency == IdempotencyMode::Ignored {
+        return Decision::Fresh { reserved: false };
+    }
+    let scope = (exchange.service, exchange.tenant.clone(), key.clone());
+    match state.keys.get(&scope) {
+        None => {
+            state.keys.insert(scope, KeyRecord::InProgress { digest: digest.clone() });
+            Decision::Fresh { reserved: true }
+        }
+        Some(KeyRecord::Done { digest: first, status, body }) if first == digest => {
+            Decision::Replay { status: *status, body: body.clone() }
+        }
+        Some(KeyRecord::InProgress { digest: first }) if first == digest => {
+            Decision::Refuse(Processed::problem(
+                409,
+                Disposition::KeyInProgress,
+                "idempotency_key_in_progress",
+                "a request with this idempotency key is still being processed",
+            ))
+        }
+        Some(_) => Decision::Refuse(Processed::problem(
+            422,
+            Disposition::KeyReusedWithDifferentRequest,
+            "idempotency_key_reused_with_different_request",
+            "this idempotency key was used with a different request",
+        )),
+    }
+}
+
+/// An in-progress key record; removed again unless settled (a dropped request, a client that
+/// went away while held, or an answer that is not a success leaves the key free).
+struct Reservation {
+    downstream: Downstream,
+    scope: (Service, String, String),
+    armed: bool,
+}
+
+impl Reservation {
+    fn new(downstream: &Downstream, exchange: &Exchange) -> Self {
+        let key = exchange.idempotency_key.clone().expect("reserved requests carry a key");
+        Self {
+            downstream: downstream.clone(),
+            scope: (exchange.service, exchange.tenant.clone(), key),
+            armed: true,
+        }
+    }
+
+    fn settle(mut self, state: &mut State, processed: &Processed) {
+        self.armed = false;
+        let digest = match state.keys.get(&self.scope) {
+            Some(KeyRecord::InProgress { digest }) => digest.clone(),
+            _ => return,
+        };
+        if (200..300).contains(&processed.status) {
+            let record = KeyRecord::Done { digest, status: processed.status, body: processed.body.clone() };
+            state.keys.insert(self.scope.clone(), record);
+        } else {
+            state.keys.remove(&self.scope);
+        }
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if self.armed {
+            let mut state = self.downstream.lock();
+            if matches!(state.keys.get(&self.scope), Some(KeyRecord::InProgress { .. })) {
+                state.keys.remove(&self.scope);
+            }
+        }
+    }
+}
+
+struct HeldGuard {
+    downstream: Downstream,
+    id: FaultRuleId,
+}
+
+impl HeldGuard {
+    fn new(downstream: &Downstream, id: FaultRuleId) -> Self {
+        *downstream.lock().held.entry(id).or_insert(0) += 1;
+        Self { downstream: downstream.clone(), id }
+    }
+}
+
+impl Drop for HeldGuard {
+    fn drop(&mut self) {
+        let mut state = self.downstream.lock();
+        if let Some(count) = state.held.get_mut(&self.id) {
+            *count = count.saturating_sub(1);
+        }
+    }
+}
+
+/// `sha256:<hex>` of the RFC 8785 canonical form of `value`.
+pub fn digest_of(value: &Value) -> String {
+    let canonical = serde_json_canonicalizer::to_vec(value).expect("a JSON value canonicalises");
+    let hash = Sha256::digest(&canonical);
+    let mut text = String::with_capacity(7 + 64);
+    text.push_str("sha256:");
+    for byte in hash {
+        text.push_str(&format!("{byte:02x}"));
+    }
+    text
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn push_effect(
+    state: &mut State,
+    service: Service,
+    kind: EffectKind,
+    tenant: &str,
+    idempotency_key: Option<&str>,
+    effect_reference: &str,
+    request_digest: String,
+    versions: Option<VersionChange>,
+    at_ms: u64,
+) -> u64 {
+    let seq = state.ledger.len() as u64 + 1;
+    state.ledger.push(Effect {
+        seq,
+        service,
+        kind,
+        tenant: tenant.to_owned(),
+        idempotency_key: idempotency_key.map(str::to_owned),
+        effect_reference: effect_reference.to_owned(),
+        request_digest,
+        versions,
+        at_ms,
+    });
+    seq
+}

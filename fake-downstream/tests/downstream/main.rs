@@ -1,0 +1,5 @@
+//! The fake downstream's integration tests: in simulation (deterministic) and on a real
+//! loopback port. Every test asserts on the effect ledger, the ground truth.
+
+mod real_port;
+mod sim;

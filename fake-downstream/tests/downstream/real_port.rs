@@ -1,0 +1,55 @@
+use std::sync::Arc;
+
+use fake_downstream::{Downstream, DownstreamConfig, SystemClock};
+use serde_json::{json, Value};
+use wire::{HttpClient, HttpRequest, TcpAcceptor, TcpConnector, TransportError};
+
+async fn serve_on_loopback() -> (Downstream, HttpClient) {
+    let downstream =
+        Downstream::new(DownstreamConfig::default(), Arc::new(SystemClock), Arc::new(TcpConnector));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(wire::serve(TcpAcceptor(listener), downstream.router()));
+    (downstream, HttpClient::new(Arc::new(TcpConnector), "127.0.0.1", port))
+}
+
+fn create(key: &str) -> HttpRequest {
+    let ticket = json!({"tenant": "acme", "queue": "support", "subject": "s", "body": "b"});
+    HttpRequest::json(http::Method::POST, "/v1/tickets", &ticket).header("Idempotency-Key", key)
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn two_creates_with_one_key_make_one_effect_on_a_real_port() {
+    let (downstream, client) = serve_on_loopback().await;
+    let first = client.send(create("real-1")).await.unwrap();
+    let second = client.send(create("real-1")).await.unwrap();
+    assert_eq!((first.status, second.status), (201, 201));
+    assert_eq!(second.header("idempotent-replayed"), Some("true"));
+    assert_eq!(downstream.ledger().len(), 1);
+    let ledger: Vec<Value> = client.send(HttpRequest::get("/__admin/ledger")).await.unwrap().json().unwrap();
+    assert_eq!(ledger.len(), 1);
+    assert_eq!(ledger[0]["idempotency_key"], "real-1");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn an_admin_commit_then_drop_rule_loses_the_answer_but_the_ledger_grows() {
+    let (downstream, client) = serve_on_loopback().await;
+    let rule = json!({"match": {"path": "/v1/tickets", "idempotency_key": "k3"}, "action": "commit_then_drop", "times": 1});
+    let installed =
+        client.send(HttpRequest::json(http::Method::POST, "/__admin/faults", &rule)).await.unwrap();
+    assert_eq!(installed.status, 201);
+    let lost = client.send(create("k3")).await;
+    assert!(matches!(lost, Err(TransportError::ClosedWithoutResponse(_))), "{lost:?}");
+    assert_eq!(downstream.ledger().len(), 1);
+    let receipt = client.send(HttpRequest::get("/v1/receipts/k3?tenant=acme&service=tickets")).await.unwrap();
+    assert_eq!(receipt.status, 200);
+
+    let bad_rule = client
+        .send(HttpRequest::json(http::Method::POST, "/__admin/faults", &json!({"action": "explode"})))
+        .await
+        .unwrap();
+    assert_eq!(bad_rule.status, 400);
+    let reset = client.send(HttpRequest::new(http::Method::POST, "/__admin/reset")).await.unwrap();
+    assert_eq!(reset.status, 204);
+    assert!(downstream.ledger().is_empty());
+}
