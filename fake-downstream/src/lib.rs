@@ -10,6 +10,7 @@
 //! The ledger records every business effect where it happens; a replayed answer is not an
 //! effect. Nothing here knows about executors.
 #![deny(missing_docs)]
+#![warn(clippy::unwrap_used)]
 
 mod config;
 mod faults;

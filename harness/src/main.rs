@@ -1,1 +1,5 @@
-fn main() {}
+//! The `replaylab` command. Everything happens in [`harness::cli`].
+
+fn main() -> std::process::ExitCode {
+    harness::cli::main()
+}

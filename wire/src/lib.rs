@@ -11,6 +11,7 @@
 //!   without answering (the fake downstream's `commit_then_drop`).
 //! - [`Problem`] is an `application/problem+json` answer (RFC 9457).
 #![deny(missing_docs)]
+#![warn(clippy::unwrap_used)]
 
 mod client;
 mod problem;

@@ -108,9 +108,10 @@ fn rule(key: &str, action: FaultAction) -> FaultRule {
 }
 
 fn ignoring_keys() -> DownstreamConfig {
-    let mut config = DownstreamConfig::default();
-    config.tickets = ServiceConfig { idempotency: IdempotencyMode::Ignored, receipts: true };
-    config
+    DownstreamConfig {
+        tickets: ServiceConfig { idempotency: IdempotencyMode::Ignored, receipts: true },
+        ..DownstreamConfig::default()
+    }
 }
 
 #[test]
@@ -402,13 +403,15 @@ fn version_precondition_refuses_a_stale_status_change() {
 
 #[test]
 fn a_delayed_job_completes_later_and_webhooks_arrive_as_configured() {
-    let mut config = DownstreamConfig::default();
-    config.job_duration = Duration::from_secs(5);
-    config.webhook = Some(WebhookConfig {
-        url: "http://hook:9000/webhooks".into(),
-        repeat_same_event: 1,
-        extra_event_ids: 1,
-    });
+    let config = DownstreamConfig {
+        job_duration: Duration::from_secs(5),
+        webhook: Some(WebhookConfig {
+            url: "http://hook:9000/webhooks".into(),
+            repeat_same_event: 1,
+            extra_event_ids: 1,
+        }),
+        ..DownstreamConfig::default()
+    };
     let (mut sim, downstream) = world(config, 16);
     let received = Arc::new(std::sync::Mutex::new(Vec::<Value>::new()));
     let inbox = received.clone();
@@ -449,7 +452,9 @@ fn a_delayed_job_completes_later_and_webhooks_arrive_as_configured() {
     let events: Vec<_> =
         received.lock().unwrap().iter().map(|event| event["event_id"].as_str().unwrap().to_owned()).collect();
     assert_eq!(events, ["evt_1", "evt_1", "evt_2"]);
-    assert!(received.lock().unwrap()
+    assert!(received
+        .lock()
+        .unwrap()
         .iter()
         .all(|event| event["idempotency_key"] == "j1" && event["job_id"] == accepted["job_id"]));
     assert_eq!(downstream.webhook_deliveries().len(), 3);

@@ -1,0 +1,8 @@
+//! The command's exit codes.
+
+/// Everything asked for ran and passed.
+pub const SUCCESS: u8 = 0;
+/// A check, a row or a run failed.
+pub const CHECK_FAILED: u8 = 1;
+/// Bad usage or bad input (flags, files, seeds, executor names): nothing was run.
+pub const BAD_INPUT: u8 = 2;

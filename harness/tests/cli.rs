@@ -1,0 +1,59 @@
+//! The `replaylab` command, run as a process.
+
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use tokio::io::AsyncBufReadExt;
+use wire::{HttpClient, HttpRequest, TcpConnector};
+
+const REPLAYLAB: &str = env!("CARGO_BIN_EXE_replaylab");
+
+#[tokio::test(flavor = "current_thread")]
+async fn downstream_serves_on_a_real_port_and_prints_its_address_first() {
+    let mut child = tokio::process::Command::new(REPLAYLAB)
+        .args(["downstream", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next_line().await.unwrap().unwrap();
+    let port: u16 = first
+        .strip_prefix("listening on http://127.0.0.1:")
+        .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
+        .parse()
+        .unwrap();
+    let client = HttpClient::new(Arc::new(TcpConnector), "127.0.0.1", port);
+    let ticket = json!({"tenant": "acme", "queue": "support", "subject": "s", "body": "b"});
+    for _ in 0..2 {
+        let request =
+            HttpRequest::json(http::Method::POST, "/v1/tickets", &ticket).header("Idempotency-Key", "cli-1");
+        assert_eq!(client.send(request).await.unwrap().status, 201);
+    }
+    let ledger: Vec<Value> = client.send(HttpRequest::get("/__admin/ledger")).await.unwrap().json().unwrap();
+    assert_eq!(ledger.len(), 1, "two creates with one key make one effect");
+    child.kill().await.unwrap();
+}
+
+fn replaylab(args: &[&str]) -> (i32, String) {
+    let output = Command::new(REPLAYLAB).args(args).output().unwrap();
+    (output.status.code().unwrap_or(-1), String::from_utf8_lossy(&output.stderr).into_owned())
+}
+
+#[test]
+fn bad_usage_exits_2_with_a_message() {
+    let check = |args: &[&str], expected: &str| {
+        let (code, stderr) = replaylab(args);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    };
+    check(&["downstream", "--listen", "not-an-address"], "not an address");
+    check(&["downstream", "--config", "/nonexistent/config.json"], "failed to read");
+    check(&["no-such-command"], "unrecognized subcommand");
+    let dir = std::env::temp_dir().join(format!("replaylab-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("config.json");
+    std::fs::write(&config, r#"{"tickets": {"idempotency": "sometimes", "receipts": true}}"#).unwrap();
+    check(&["downstream", "--config", config.to_str().unwrap()], "invalid downstream configuration");
+}
