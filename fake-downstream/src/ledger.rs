@@ -43,6 +43,10 @@ pub struct Effect {
     /// For ticket changes: the ticket version before and after.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub versions: Option<VersionChange>,
+    /// The `X-Replaylab-Origin` header of the request that made it: the harness's own tag of
+    /// the logical operation a worker was serving, independent of any key the executor chose.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
     /// When, in milliseconds on the service clock.
     pub at_ms: u64,
 }
@@ -106,6 +110,9 @@ pub struct RequestRecord {
     pub tenant: Option<String>,
     /// `Idempotency-Key` header, if valid.
     pub idempotency_key: Option<String>,
+    /// `X-Replaylab-Origin` header, if any (see [`Effect::origin`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
     /// What was done.
     pub disposition: Disposition,
     /// The ledger entry it created, if any.

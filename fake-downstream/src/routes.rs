@@ -153,6 +153,14 @@ fn check_id(field: &str, value: &str) -> Result<(), Problem> {
     Ok(())
 }
 
+/// The harness's `X-Replaylab-Origin` tag, when it is a sane identifier (it is transport
+/// metadata: a bad one is ignored, never refused).
+fn origin(headers: &http::HeaderMap) -> Option<String> {
+    let text = headers.get("x-replaylab-origin")?.to_str().ok()?;
+    let sane = !text.is_empty() && text.len() <= 4 * MAX_ID_CHARS && !text.chars().any(char::is_control);
+    sane.then(|| text.to_owned())
+}
+
 fn idempotency_key(headers: &http::HeaderMap) -> Result<Option<String>, Problem> {
     let Some(value) = headers.get("idempotency-key") else { return Ok(None) };
     let invalid = |detail: &str| bad_request("invalid_idempotency_key", detail);
@@ -284,6 +292,7 @@ impl Downstream {
             &incoming.path,
             refusal.tenant,
             refusal.idempotency_key,
+            origin(&incoming.headers),
             refusal.disposition,
             refusal.problem.status,
         );
@@ -303,6 +312,7 @@ fn exchange(
         path: incoming.path.clone(),
         tenant: tenant.to_owned(),
         idempotency_key: key,
+        origin: origin(&incoming.headers),
         service,
         digest,
     }
@@ -369,6 +379,7 @@ fn record(
         kind,
         &exchange.tenant,
         exchange.idempotency_key.as_deref(),
+        exchange.origin.as_deref(),
         reference,
         exchange.digest.clone().unwrap_or_default(),
         versions,

@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
-use wire::Connect;
+use wire::{Clock, Connect};
 
 use crate::config::{DownstreamConfig, IdempotencyMode, Service};
 use crate::faults::{FaultAction, FaultRule, FaultRuleId, InstalledRule, RequestFacts};
@@ -20,32 +20,6 @@ const WEBHOOK_ATTEMPTS: u32 = 3;
 const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(2);
 /// Pause between webhook attempts.
 const WEBHOOK_RETRY_PAUSE: Duration = Duration::from_millis(500);
-
-/// The service's clock, in milliseconds. Inside a simulation it must be simulated time.
-pub trait Clock: Send + Sync + 'static {
-    /// Milliseconds since the clock's origin.
-    fn now_ms(&self) -> u64;
-}
-
-impl<F: Fn() -> u64 + Send + Sync + 'static> Clock for F {
-    fn now_ms(&self) -> u64 {
-        self()
-    }
-}
-
-/// Wall-clock time in milliseconds since the Unix epoch, for serving on a real port.
-/// Never use it inside a simulation.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now_ms(&self) -> u64 {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|elapsed| u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX))
-            .unwrap_or(0)
-    }
-}
 
 /// Errors of the in-process API.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -133,6 +107,7 @@ pub(crate) struct Exchange {
     pub path: String,
     pub tenant: String,
     pub idempotency_key: Option<String>,
+    pub origin: Option<String>,
     pub service: Service,
     /// `Some` for requests that change state (they take part in idempotency).
     pub digest: Option<String>,
@@ -323,6 +298,7 @@ impl Downstream {
             EffectKind::TicketEditedByHuman,
             &tenant,
             None,
+            None,
             ticket_id,
             digest,
             Some(VersionChange { from, to, if_match: None }),
@@ -339,6 +315,7 @@ impl Downstream {
         path: &str,
         tenant: Option<String>,
         idempotency_key: Option<String>,
+        origin: Option<String>,
         disposition: Disposition,
         status: u16,
     ) {
@@ -352,6 +329,7 @@ impl Downstream {
             path: path.to_owned(),
             tenant,
             idempotency_key,
+            origin,
             disposition,
             effect_seq: None,
             fault_rule: None,
@@ -487,6 +465,7 @@ impl Downstream {
             path: exchange.path.clone(),
             tenant: Some(exchange.tenant.clone()),
             idempotency_key: exchange.idempotency_key.clone(),
+            origin: exchange.origin.clone(),
             disposition,
             effect_seq,
             fault_rule: fault.map(|(id, _)| id),
@@ -730,6 +709,7 @@ pub(crate) fn push_effect(
     kind: EffectKind,
     tenant: &str,
     idempotency_key: Option<&str>,
+    origin: Option<&str>,
     effect_reference: &str,
     request_digest: String,
     versions: Option<VersionChange>,
@@ -742,6 +722,7 @@ pub(crate) fn push_effect(
         kind,
         tenant: tenant.to_owned(),
         idempotency_key: idempotency_key.map(str::to_owned),
+        origin: origin.map(str::to_owned),
         effect_reference: effect_reference.to_owned(),
         request_digest,
         versions,

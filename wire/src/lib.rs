@@ -14,12 +14,14 @@
 #![warn(clippy::unwrap_used)]
 
 mod client;
+mod clock;
 mod problem;
 mod server;
 #[cfg(feature = "turmoil")]
 mod sim;
 
 pub use client::{Connect, HttpClient, HttpRequest, HttpResponse, Io, TcpConnector, TransportError};
+pub use clock::{Clock, SystemClock};
 pub use problem::Problem;
 pub use server::{serve, serve_connection, Accept, ConnectionControl, TcpAcceptor};
 #[cfg(feature = "turmoil")]

@@ -85,7 +85,8 @@ fn ticket(subject: &str) -> Value {
 }
 
 fn create(key: Option<&str>, body: &Value) -> HttpRequest {
-    let request = HttpRequest::json(http::Method::POST, "/v1/tickets", body);
+    let request = HttpRequest::json(http::Method::POST, "/v1/tickets", body)
+        .header("X-Replaylab-Origin", "acme/prod/wf-1/step-1");
     match key {
         Some(key) => request.header("Idempotency-Key", key),
         None => request,
@@ -134,6 +135,7 @@ fn honoured_keys_replay_the_first_answer_and_refuse_a_changed_request() {
     assert_eq!(ledger.len(), 1, "{ledger:?}");
     assert_eq!(ledger[0].kind, EffectKind::TicketCreated);
     assert_eq!(ledger[0].idempotency_key.as_deref(), Some("k1"));
+    assert_eq!(ledger[0].origin.as_deref(), Some("acme/prod/wf-1/step-1"), "the harness's tag is kept");
     let dispositions: Vec<_> = downstream.requests().iter().map(|r| r.disposition).collect();
     assert_eq!(
         dispositions,
