@@ -1,0 +1,148 @@
+//! The executor plug-in interface: the [`Executor`] trait, its [`ExecutorFactory`], and the
+//! [`WorkerEnv`] through which it does all its I/O.
+//!
+//! Futures are not `Send`: a simulated worker runs on one thread, and an executor is started
+//! afresh on each worker (re)start, so it may keep `RefCell`s and non-`Sync` connections.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use wire::{Clock, HttpRequest, HttpResponse, TransportError};
+
+use crate::call::{Consumed, Envelope, OperationRef, Outcome, ToolCall, WebhookAck, WebhookEvent};
+use crate::contract::ContractSet;
+
+/// A boxed future that need not be `Send`.
+pub type LocalBoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
+
+/// An executor under test. One instance serves one worker until the worker crashes; the
+/// harness then starts a new one with [`ExecutorFactory::start`]. Every method must return
+/// (the harness bounds every run, and a call that never returns is a liveness failure).
+pub trait Executor {
+    /// Handles one tool call.
+    fn call(&self, call: ToolCall) -> LocalBoxFuture<'_, Outcome>;
+    /// Answers the current state of an operation (the agent's status tool). May move an
+    /// operation on (e.g. see that a delayed job finished) but never starts a new effect.
+    fn poll(&self, operation: OperationRef) -> LocalBoxFuture<'_, Outcome>;
+    /// Settles an `unknown` (or abandoned `pending`) operation against the downstream's system
+    /// of record, and answers its state.
+    fn reconcile(&self, operation: OperationRef) -> LocalBoxFuture<'_, Outcome>;
+    /// Consumes one delivery of an envelope this or another worker wrote to the outbox.
+    fn consume(&self, envelope: Envelope) -> LocalBoxFuture<'_, Consumed>;
+    /// Receives one webhook delivery from the downstream.
+    fn webhook(&self, event: WebhookEvent) -> LocalBoxFuture<'_, WebhookAck>;
+}
+
+/// Starts executors. One factory lives for a whole run (a scenario and a seed) and is where
+/// state that must survive a worker crash lives (a database, for example): a worker crash
+/// drops the [`Executor`], never the factory.
+pub trait ExecutorFactory {
+    /// Starts the executor of one worker (at first start and after each restart).
+    fn start(&self, env: WorkerEnv) -> Box<dyn Executor>;
+}
+
+/// Sends HTTP requests to the downstream service. The harness's client tags each request with
+/// the operation being served and may pause or crash the worker around it; for real use,
+/// [`wire::HttpClient`] implements it directly.
+pub trait DownstreamClient {
+    /// Sends one request. An error after the request may have been sent is an unknown outcome.
+    fn send(&self, request: HttpRequest) -> LocalBoxFuture<'_, Result<HttpResponse, TransportError>>;
+}
+
+impl DownstreamClient for wire::HttpClient {
+    fn send(&self, request: HttpRequest) -> LocalBoxFuture<'_, Result<HttpResponse, TransportError>> {
+        Box::pin(wire::HttpClient::send(self, request))
+    }
+}
+
+/// What the executor asks its authorizer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthRequest {
+    /// Tenant.
+    pub tenant: String,
+    /// Who acts.
+    pub actor: String,
+    /// Tool name.
+    pub tool: String,
+}
+
+/// The authorizer's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthDecision {
+    /// Allowed now.
+    pub allowed: bool,
+    /// Why, for the trace.
+    pub reason: String,
+}
+
+/// Decides whether an actor may use a tool now. Ask it immediately before every effect and
+/// before every replay: an existing key is no bypass.
+pub trait Authorizer {
+    /// The current decision.
+    fn authorize(&self, request: AuthRequest) -> LocalBoxFuture<'_, AuthDecision>;
+}
+
+/// Why an envelope could not be written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("failed to write to the outbox: {0}")]
+pub struct OutboxError(pub String);
+
+/// The queue between an executor that accepts queued work and its consumers. Delivery is at
+/// least once: a consumer may see an envelope twice, and again after it crashed before it
+/// acknowledged.
+pub trait Outbox {
+    /// Writes an envelope; it is delivered later to some worker's [`Executor::consume`].
+    fn enqueue(&self, envelope: Envelope) -> LocalBoxFuture<'_, Result<(), OutboxError>>;
+}
+
+/// Marks the boundaries of an executor's durable-store calls. Inside the simulation, each
+/// boundary costs simulated time (so a read and a later insert can interleave with another
+/// worker) and is a point where the harness may pause or crash the worker. Call `enter`
+/// before and `leave` after each store call, naming it (`claim`, `complete`, ...).
+/// An executor that does not use the gate still runs, but store-level fault points then miss it.
+pub trait StoreGate {
+    /// Before a store call.
+    fn enter<'a>(&'a self, call: &'a str) -> LocalBoxFuture<'a, ()>;
+    /// After a store call returned (its effect is durable).
+    fn leave<'a>(&'a self, call: &'a str) -> LocalBoxFuture<'a, ()>;
+}
+
+/// Randomness (owner tokens, jitter). Seeded inside the simulation.
+pub trait Entropy {
+    /// The next 64 random bits.
+    fn next_u64(&self) -> u64;
+}
+
+/// Everything a worker's executor may use to reach the world.
+#[derive(Clone)]
+pub struct WorkerEnv {
+    /// The worker's name, e.g. `worker-1`.
+    pub worker_id: String,
+    /// 0 at first start, then one more at each restart.
+    pub incarnation: u32,
+    /// The downstream service.
+    pub downstream: Rc<dyn DownstreamClient>,
+    /// The clock (simulated inside the simulation).
+    pub clock: Arc<dyn Clock>,
+    /// The authorizer.
+    pub authorizer: Rc<dyn Authorizer>,
+    /// The outbox queue for queued tools.
+    pub outbox: Rc<dyn Outbox>,
+    /// Store-call boundaries.
+    pub store_gate: Rc<dyn StoreGate>,
+    /// Randomness.
+    pub entropy: Rc<dyn Entropy>,
+    /// The tool contracts, true to this world's downstream.
+    pub contracts: Arc<ContractSet>,
+}
+
+impl std::fmt::Debug for WorkerEnv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerEnv")
+            .field("worker_id", &self.worker_id)
+            .field("incarnation", &self.incarnation)
+            .finish_non_exhaustive()
+    }
+}
