@@ -13,7 +13,7 @@ use wire::{ConnectionControl, Problem, MAX_BODY_BYTES};
 
 use crate::config::{DownstreamConfig, Service};
 use crate::faults::FaultRule;
-use crate::ledger::{Disposition, EffectKind, VersionChange};
+use crate::ledger::{Disposition, EffectKind, RequestRecord, VersionChange};
 use crate::service::{
     digest_of, push_effect, split_url, Answer, Downstream, Exchange, Job, Processed, State, Ticket,
 };
@@ -287,15 +287,20 @@ impl Downstream {
     }
 
     fn refuse(&self, incoming: &Incoming, refusal: Refusal) -> Response {
-        self.record_refusal(
-            &incoming.method,
-            &incoming.path,
-            refusal.tenant,
-            refusal.idempotency_key,
-            origin(&incoming.headers),
-            refusal.disposition,
-            refusal.problem.status,
-        );
+        self.push_journal(RequestRecord {
+            seq: 0,
+            at_ms: 0,
+            method: incoming.method.clone(),
+            path: incoming.path.clone(),
+            tenant: refusal.tenant,
+            idempotency_key: refusal.idempotency_key,
+            origin: origin(&incoming.headers),
+            disposition: refusal.disposition,
+            effect_seq: None,
+            fault_rule: None,
+            fault_action: None,
+            status: Some(refusal.problem.status),
+        });
         refusal.problem.into_response()
     }
 }

@@ -307,35 +307,12 @@ impl Downstream {
         Ok(to)
     }
 
-    /// Records a request that was refused before it reached the pipeline (bad input, unknown
-    /// route).
-    pub(crate) fn record_refusal(
-        &self,
-        method: &str,
-        path: &str,
-        tenant: Option<String>,
-        idempotency_key: Option<String>,
-        origin: Option<String>,
-        disposition: Disposition,
-        status: u16,
-    ) {
-        let now = self.now_ms();
+    /// Appends `record` to the journal, numbering and timing it.
+    pub(crate) fn push_journal(&self, mut record: RequestRecord) {
+        record.at_ms = self.now_ms();
         let mut state = self.lock();
-        let seq = state.journal.len() as u64 + 1;
-        state.journal.push(RequestRecord {
-            seq,
-            at_ms: now,
-            method: method.to_owned(),
-            path: path.to_owned(),
-            tenant,
-            idempotency_key,
-            origin,
-            disposition,
-            effect_seq: None,
-            fault_rule: None,
-            fault_action: None,
-            status: Some(status),
-        });
+        record.seq = state.journal.len() as u64 + 1;
+        state.journal.push(record);
     }
 
     /// Runs one request through fault rules, idempotency and `process`, and says what to
@@ -455,12 +432,9 @@ impl Downstream {
         fault: Option<(FaultRuleId, FaultAction)>,
         status: Option<u16>,
     ) {
-        let now = self.now_ms();
-        let mut state = self.lock();
-        let seq = state.journal.len() as u64 + 1;
-        state.journal.push(RequestRecord {
-            seq,
-            at_ms: now,
+        self.push_journal(RequestRecord {
+            seq: 0,
+            at_ms: 0,
             method: exchange.method.clone(),
             path: exchange.path.clone(),
             tenant: Some(exchange.tenant.clone()),
