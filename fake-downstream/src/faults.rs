@@ -79,8 +79,10 @@ pub struct RuleMatch {
     pub nth: Option<u32>,
 }
 
-/// A fault rule.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A fault rule. Its file form (JSON, TOML) is
+/// `{"match": {...}, "action": "commit_then_delay", "delay": "3s", "times": 1}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "RuleSpec", into = "RuleSpec")]
 pub struct FaultRule {
     /// Which requests it looks at.
     pub matches: RuleMatch,
@@ -262,6 +264,12 @@ impl TryFrom<RuleSpec> for FaultRule {
             return Err("`nth` counts from 1".into());
         }
         Ok(FaultRule { matches: spec.matches, action, times })
+    }
+}
+
+impl From<FaultRule> for RuleSpec {
+    fn from(rule: FaultRule) -> Self {
+        RuleSpec::from(&rule)
     }
 }
 

@@ -21,5 +21,5 @@ mod service;
 pub use config::{DownstreamConfig, IdempotencyMode, Service, ServiceConfig, WebhookConfig};
 pub use faults::{FaultAction, FaultRule, FaultRuleId, InstalledRule, RuleMatch, Times};
 pub use ledger::{Disposition, Effect, EffectKind, RequestRecord, VersionChange, WebhookDelivery};
-pub use service::{digest_of, Downstream, DownstreamError, Job, Ticket};
+pub use service::{digest_of, Downstream, DownstreamError, Job, Observer, Ticket};
 pub use wire::{Clock, SystemClock};

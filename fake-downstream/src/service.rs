@@ -71,9 +71,20 @@ enum KeyRecord {
     Done { digest: String, status: u16, body: Value },
 }
 
-#[derive(Debug, Default)]
+/// Sees every effect and every journaled request as it happens (the harness keeps one
+/// ordered history of a run with it). Called under the service's lock: it must not call back
+/// into the [`Downstream`].
+pub trait Observer: Send + Sync + 'static {
+    /// An effect was appended to the ledger.
+    fn effect(&self, effect: &Effect);
+    /// A request was journaled.
+    fn request(&self, record: &RequestRecord);
+}
+
+#[derive(Default)]
 pub(crate) struct State {
     pub(crate) config: DownstreamConfig,
+    observer: Option<Arc<dyn Observer>>,
     ledger: Vec<Effect>,
     journal: Vec<RequestRecord>,
     deliveries: Vec<WebhookDelivery>,
@@ -86,6 +97,12 @@ pub(crate) struct State {
     counters: BTreeMap<&'static str, u64>,
     /// Bumped by `reset`, so that work started before it (job completions) does nothing.
     generation: u64,
+}
+
+impl std::fmt::Debug for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("State").field("effects", &self.ledger.len()).finish_non_exhaustive()
+    }
 }
 
 impl State {
@@ -198,6 +215,11 @@ impl Downstream {
         self.lock().config.clone()
     }
 
+    /// Installs the observer that sees every effect and journaled request from now on.
+    pub fn set_observer(&self, observer: Arc<dyn Observer>) {
+        self.lock().observer = Some(observer);
+    }
+
     /// Replaces the configuration (effects, tickets and keys stay).
     pub fn set_config(&self, config: DownstreamConfig) {
         self.lock().config = config;
@@ -273,8 +295,9 @@ impl Downstream {
         {
             let mut state = self.lock();
             let config = std::mem::take(&mut state.config);
+            let observer = state.observer.take();
             let generation = state.generation + 1;
-            *state = State { config, next_rule_id: 1, generation, ..State::default() };
+            *state = State { config, observer, next_rule_id: 1, generation, ..State::default() };
         }
         self.inner.released.notify_waiters();
     }
@@ -312,6 +335,9 @@ impl Downstream {
         record.at_ms = self.now_ms();
         let mut state = self.lock();
         record.seq = state.journal.len() as u64 + 1;
+        if let Some(observer) = &state.observer {
+            observer.request(&record);
+        }
         state.journal.push(record);
     }
 
@@ -690,7 +716,7 @@ pub(crate) fn push_effect(
     at_ms: u64,
 ) -> u64 {
     let seq = state.ledger.len() as u64 + 1;
-    state.ledger.push(Effect {
+    let effect = Effect {
         seq,
         service,
         kind,
@@ -701,6 +727,10 @@ pub(crate) fn push_effect(
         request_digest,
         versions,
         at_ms,
-    });
+    };
+    if let Some(observer) = &state.observer {
+        observer.effect(&effect);
+    }
+    state.ledger.push(effect);
     seq
 }

@@ -1,0 +1,41 @@
+//! replaylab scenarios: declarative TOML files, one per matrix scenario, and their parser.
+//!
+//! A scenario names the matrix rows it covers (`C1`..`C10`, `F1`..`F9`, or `prose`), sets up
+//! the world (workers, downstream capabilities, queue and webhook behaviour, lease and
+//! retention), and lists steps: calls, faults, pauses, crashes, clock advances, revocations,
+//! human edits, polls and expectations. Expectations add to the oracles the harness always
+//! checks; they never replace them.
+//!
+//! The 19 scenarios of the matrix ship with the crate ([`builtin`]); users add their own files
+//! ([`Scenario::from_file`]). Errors name the file, the line and the field.
+//! This crate knows nothing of the simulator.
+#![deny(missing_docs)]
+#![warn(clippy::unwrap_used)]
+
+mod model;
+mod parse;
+
+pub use model::{
+    CallStep, DownstreamSpec, ExpectOutcome, OperationSpec, PausePoint, QueueSpec, Row, Scenario,
+    ServiceSpec, Step, StepKind, TimingSpec, WebhookSpec, DEFAULT_SETTLE, DEFAULT_TOOL_VERSION,
+};
+pub use parse::ScenarioError;
+
+/// The scenarios of the matrix (S01..S19), in order.
+pub fn builtin() -> Vec<Scenario> {
+    BUILTIN
+        .iter()
+        .map(|(name, text)| {
+            Scenario::from_toml(text, &format!("scenarios/matrix/{name}"))
+                .unwrap_or_else(|error| panic!("built-in scenario {name} is invalid: {error}"))
+        })
+        .collect()
+}
+
+macro_rules! builtin_files {
+    ($($name:literal),* $(,)?) => {
+        const BUILTIN: &[(&str, &str)] = &[$(($name, include_str!(concat!("../matrix/", $name)))),*];
+    };
+}
+
+builtin_files!("S01_duplicate_same_key.toml", "S02_lost_response_after_commit.toml",);

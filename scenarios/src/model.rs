@@ -1,0 +1,369 @@
+//! The domain types of a scenario (validated; the file form lives in `parse`).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use fake_downstream::{FaultRule, IdempotencyMode};
+use protocol::{OutcomeStatus, ReasonCode};
+
+/// The tool version a call uses when its step names none.
+pub const DEFAULT_TOOL_VERSION: &str = "2026-08-18";
+/// How long the world runs after the last step, with every fault healed, before the final
+/// polls and the oracles: longer than any lease, so that recovery can happen.
+pub const DEFAULT_SETTLE: Duration = Duration::from_secs(20);
+
+/// A row of the source document's tables that a scenario covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Row {
+    /// The release checklist, `C1`..`C10`.
+    Checklist(u8),
+    /// The fault/race matrix, `F1`..`F9`.
+    FaultMatrix(u8),
+    /// The document's prose (queues, webhooks, tenants, versions, ...).
+    Prose,
+}
+
+impl Row {
+    /// Every row of the two tables, in the document's order: C1..C10 then F1..F9.
+    pub fn all() -> Vec<Row> {
+        (1..=10).map(Row::Checklist).chain((1..=9).map(Row::FaultMatrix)).collect()
+    }
+
+    /// Parses `C3`, `F4` or `prose`.
+    pub fn parse(text: &str) -> Option<Row> {
+        if text == "prose" {
+            return Some(Row::Prose);
+        }
+        let (table, number) = text.split_at_checked(1)?;
+        let number: u8 = number.parse().ok()?;
+        match table {
+            "C" if (1..=10).contains(&number) => Some(Row::Checklist(number)),
+            "F" if (1..=9).contains(&number) => Some(Row::FaultMatrix(number)),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Row {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Row::Checklist(n) => write!(f, "C{n}"),
+            Row::FaultMatrix(n) => write!(f, "F{n}"),
+            Row::Prose => f.write_str("prose"),
+        }
+    }
+}
+
+/// A logical operation the agent works on: a workflow step of a tenant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OperationSpec {
+    /// Tenant.
+    pub tenant: String,
+    /// Environment.
+    pub environment: String,
+    /// Workflow run id.
+    pub workflow_id: String,
+    /// Step id.
+    pub step_id: String,
+    /// The actor that calls.
+    pub actor: String,
+}
+
+/// One downstream service's capabilities in this scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServiceSpec {
+    /// Whether idempotency keys are honoured.
+    pub idempotency: IdempotencyMode,
+    /// Whether receipt lookup answers.
+    pub receipts: bool,
+}
+
+/// Completion webhooks to the workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WebhookSpec {
+    /// Extra deliveries under the same event id.
+    pub repeat_same_event: u32,
+    /// Extra deliveries under new event ids.
+    pub extra_event_ids: u32,
+}
+
+/// The downstream's setup.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DownstreamSpec {
+    /// Per service (`tickets`, `charges`, `messages`, `jobs`); absent ones keep the defaults
+    /// (keys honoured, receipts on).
+    pub services: BTreeMap<String, ServiceSpec>,
+    /// How long a job runs.
+    pub job_duration: Option<Duration>,
+    /// Webhooks, if any.
+    pub webhook: Option<WebhookSpec>,
+}
+
+/// The simulated queue's behaviour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QueueSpec {
+    /// Every envelope is delivered twice.
+    pub duplicate_deliveries: bool,
+}
+
+/// Contract timing overrides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TimingSpec {
+    /// Claim lease.
+    pub lease: Option<Duration>,
+    /// Record retention.
+    pub retention: Option<Duration>,
+}
+
+/// Where a worker can be paused: boundaries the harness owns.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum PausePoint {
+    /// Before a downstream request leaves the worker.
+    BeforeDownstream,
+    /// After the downstream answered, before the executor sees the answer.
+    AfterDownstream,
+    /// Before the named store call (executors that use the store gate).
+    BeforeStore(String),
+    /// After the named store call committed.
+    AfterStore(String),
+    /// After a queue consumer finished an envelope, before the queue hears the ack.
+    BeforeQueueAck,
+}
+
+impl PausePoint {
+    /// Parses `downstream:before`, `downstream:after`, `store:before:NAME`,
+    /// `store:after:NAME` or `queue:before_ack`.
+    pub fn parse(text: &str) -> Option<PausePoint> {
+        match text {
+            "downstream:before" => Some(PausePoint::BeforeDownstream),
+            "downstream:after" => Some(PausePoint::AfterDownstream),
+            "queue:before_ack" => Some(PausePoint::BeforeQueueAck),
+            _ => {
+                if let Some(name) = text.strip_prefix("store:before:") {
+                    (!name.is_empty()).then(|| PausePoint::BeforeStore(name.to_owned()))
+                } else if let Some(name) = text.strip_prefix("store:after:") {
+                    (!name.is_empty()).then(|| PausePoint::AfterStore(name.to_owned()))
+                } else {
+                    None
+                }
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for PausePoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PausePoint::BeforeDownstream => f.write_str("downstream:before"),
+            PausePoint::AfterDownstream => f.write_str("downstream:after"),
+            PausePoint::BeforeStore(name) => write!(f, "store:before:{name}"),
+            PausePoint::AfterStore(name) => write!(f, "store:after:{name}"),
+            PausePoint::BeforeQueueAck => f.write_str("queue:before_ack"),
+        }
+    }
+}
+
+/// One tool call the agent makes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallStep {
+    /// Names the call for later steps (`expect`, `await`).
+    pub id: String,
+    /// The worker it goes to.
+    pub worker: String,
+    /// The operation (a key of the scenario's `[operations]`).
+    pub operation: String,
+    /// Tool name.
+    pub tool: String,
+    /// Tool version.
+    pub version: String,
+    /// The arguments, as the exact JSON text to send.
+    pub arguments: String,
+    /// Overrides the operation's actor.
+    pub actor: Option<String>,
+    /// The worker's answer is lost on the way back: the agent never sees it.
+    pub lose_answer: bool,
+    /// Whether the runner waits for the answer before the next step.
+    pub wait: bool,
+}
+
+/// An expectation on what the agent saw for one call, poll or reconciliation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExpectOutcome {
+    /// The call, poll or reconcile id.
+    pub call: String,
+    /// The acceptable statuses.
+    pub status: Vec<OutcomeStatus>,
+    /// The reason code, when rejected.
+    pub reason: Option<ReasonCode>,
+    /// The effect reference must equal that of this other call's outcome.
+    pub same_reference_as: Option<String>,
+}
+
+/// What a step does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StepKind {
+    /// One tool call.
+    Call(CallStep),
+    /// Several tool calls sent at once.
+    Concurrent(Vec<CallStep>),
+    /// Wait for a call sent with `wait = false` to be answered (or given up).
+    Await {
+        /// The call id.
+        call: String,
+    },
+    /// The agent polls an operation.
+    Poll {
+        /// Names the poll for `expect`.
+        id: String,
+        /// The operation.
+        operation: String,
+        /// The worker asked.
+        worker: String,
+    },
+    /// The agent asks for reconciliation of an operation.
+    Reconcile {
+        /// Names it for `expect`.
+        id: String,
+        /// The operation.
+        operation: String,
+        /// The worker asked.
+        worker: String,
+    },
+    /// Install a fault rule in the downstream.
+    Fault {
+        /// A name for `release_hold`.
+        name: Option<String>,
+        /// The rule.
+        rule: FaultRule,
+    },
+    /// Let the requests held by a `hold` rule go on.
+    ReleaseHold {
+        /// The fault's name.
+        name: String,
+    },
+    /// Pause `worker` the next time it reaches `point`.
+    Pause {
+        /// Names the pause for `wait_paused` and `release`.
+        name: String,
+        /// The worker.
+        worker: String,
+        /// Where.
+        point: PausePoint,
+    },
+    /// Run until the named pause is reached.
+    WaitPaused {
+        /// The pause.
+        name: String,
+    },
+    /// Let a paused worker go on.
+    Release {
+        /// The pause.
+        name: String,
+    },
+    /// Kill a worker (its process state is lost; its store is not).
+    Crash {
+        /// The worker.
+        worker: String,
+    },
+    /// Start a crashed worker again.
+    Restart {
+        /// The worker.
+        worker: String,
+    },
+    /// Let simulated time pass.
+    Advance {
+        /// How long.
+        by: Duration,
+    },
+    /// Revoke an actor's permission (for one tool, or all).
+    Revoke {
+        /// The actor.
+        actor: String,
+        /// The tool, or every tool.
+        tool: Option<String>,
+    },
+    /// A person edits the ticket an operation created (its version goes up).
+    HumanEdit {
+        /// The operation whose ticket is edited.
+        ticket_of: String,
+    },
+    /// Check what the agent saw.
+    Expect(ExpectOutcome),
+    /// Check the ledger: how many effects an operation (or the whole run) made.
+    ExpectEffects {
+        /// The operation, or every operation.
+        operation: Option<String>,
+        /// Only effects of this kind (`ticket_created`, `message_sent`, ...).
+        kind: Option<String>,
+        /// The exact count.
+        count: u32,
+    },
+}
+
+/// A step and where it is written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    /// 1-based line in the file.
+    pub line: usize,
+    /// What it does.
+    pub kind: StepKind,
+}
+
+/// A validated scenario.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scenario {
+    /// `S01`.
+    pub id: String,
+    /// `duplicate_same_key`.
+    pub name: String,
+    /// The rows it covers.
+    pub rows: Vec<Row>,
+    /// One sentence: what it does.
+    pub summary: String,
+    /// The contract it checks, in one sentence.
+    pub expected: String,
+    /// How many workers (`worker-1`..).
+    pub workers: u32,
+    /// The operations, by name.
+    pub operations: BTreeMap<String, OperationSpec>,
+    /// The downstream's setup.
+    pub downstream: DownstreamSpec,
+    /// The queue's behaviour.
+    pub queue: QueueSpec,
+    /// Lease and retention overrides.
+    pub timing: TimingSpec,
+    /// How long the healed world runs after the steps.
+    pub settle: Duration,
+    /// The steps, in order.
+    pub steps: Vec<Step>,
+    /// Where it was read from.
+    pub source: String,
+}
+
+impl Scenario {
+    /// `S01_duplicate_same_key`.
+    pub fn full_name(&self) -> String {
+        format!("{}_{}", self.id, self.name)
+    }
+
+    /// The names of the workers, `worker-1`..`worker-N`.
+    pub fn worker_names(&self) -> Vec<String> {
+        (1..=self.workers).map(|n| format!("worker-{n}")).collect()
+    }
+
+    /// The line of the step that names `call` as a call, poll or reconcile id.
+    pub fn call_ids(&self) -> Vec<(String, usize)> {
+        let mut ids = Vec::new();
+        for step in &self.steps {
+            match &step.kind {
+                StepKind::Call(call) => ids.push((call.id.clone(), step.line)),
+                StepKind::Concurrent(calls) => ids.extend(calls.iter().map(|c| (c.id.clone(), step.line))),
+                StepKind::Poll { id, .. } | StepKind::Reconcile { id, .. } => {
+                    ids.push((id.clone(), step.line))
+                }
+                _ => {}
+            }
+        }
+        ids
+    }
+}

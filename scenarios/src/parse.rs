@@ -1,0 +1,740 @@
+//! The file form of a scenario and its validation into [`Scenario`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::Duration;
+
+use fake_downstream::{EffectKind, FaultAction, FaultRule, IdempotencyMode, Service};
+use protocol::{OutcomeStatus, ReasonCode};
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::model::{
+    CallStep, DownstreamSpec, ExpectOutcome, OperationSpec, PausePoint, QueueSpec, Row, Scenario,
+    ServiceSpec, Step, StepKind, TimingSpec, WebhookSpec, DEFAULT_SETTLE, DEFAULT_TOOL_VERSION,
+};
+
+/// The most workers a scenario may ask for (each is a simulated host).
+const MAX_WORKERS: u32 = 8;
+
+/// Why a scenario file was refused: the file, the line and column, and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{source_name}:{line}:{column}: {message}")]
+pub struct ScenarioError {
+    /// The file.
+    pub source_name: String,
+    /// 1-based line.
+    pub line: usize,
+    /// 1-based column.
+    pub column: usize,
+    /// What is wrong, naming the field.
+    pub message: String,
+}
+
+// ----------------------------------------------------------------------- file form
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileForm {
+    id: String,
+    name: String,
+    rows: Vec<String>,
+    summary: String,
+    expected: String,
+    #[serde(default = "one")]
+    workers: u32,
+    operations: BTreeMap<String, OperationForm>,
+    #[serde(default)]
+    downstream: DownstreamForm,
+    #[serde(default)]
+    queue: QueueForm,
+    #[serde(default)]
+    timing: TimingForm,
+    #[serde(default)]
+    settle: Option<String>,
+    #[serde(rename = "step")]
+    steps: Vec<Spanned<StepForm>>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OperationForm {
+    tenant: String,
+    #[serde(default = "production")]
+    environment: String,
+    workflow: String,
+    step: String,
+    #[serde(default = "default_actor")]
+    actor: String,
+}
+
+fn production() -> String {
+    "production".into()
+}
+
+fn default_actor() -> String {
+    "agent".into()
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DownstreamForm {
+    #[serde(default)]
+    tickets: Option<ServiceForm>,
+    #[serde(default)]
+    charges: Option<ServiceForm>,
+    #[serde(default)]
+    messages: Option<ServiceForm>,
+    #[serde(default)]
+    jobs: Option<ServiceForm>,
+    #[serde(default)]
+    job_duration: Option<String>,
+    #[serde(default)]
+    webhook: Option<WebhookForm>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ServiceForm {
+    idempotency: IdempotencyMode,
+    receipts: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WebhookForm {
+    #[serde(default)]
+    repeat_same_event: u32,
+    #[serde(default)]
+    extra_event_ids: u32,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct QueueForm {
+    #[serde(default)]
+    duplicate_deliveries: bool,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TimingForm {
+    #[serde(default)]
+    lease: Option<String>,
+    #[serde(default)]
+    retention: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CallForm {
+    id: String,
+    worker: String,
+    operation: String,
+    tool: String,
+    #[serde(default)]
+    version: Option<String>,
+    arguments: ArgumentsForm,
+    #[serde(default)]
+    actor: Option<String>,
+    #[serde(default)]
+    lose_answer: bool,
+    #[serde(default = "yes")]
+    wait: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum ArgumentsForm {
+    Text(String),
+    Table(BTreeMap<String, serde_json::Value>),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "action", rename_all = "snake_case", deny_unknown_fields)]
+enum StepForm {
+    Call {
+        #[serde(flatten)]
+        call: CallForm,
+    },
+    Concurrent {
+        calls: Vec<CallForm>,
+    },
+    Await {
+        call: String,
+    },
+    Poll {
+        id: String,
+        operation: String,
+        worker: String,
+    },
+    Reconcile {
+        id: String,
+        operation: String,
+        worker: String,
+    },
+    Fault {
+        #[serde(default)]
+        name: Option<String>,
+        rule: FaultRule,
+    },
+    ReleaseHold {
+        name: String,
+    },
+    Pause {
+        name: String,
+        worker: String,
+        point: String,
+    },
+    WaitPaused {
+        name: String,
+    },
+    Release {
+        name: String,
+    },
+    Crash {
+        worker: String,
+    },
+    Restart {
+        worker: String,
+    },
+    Advance {
+        by: String,
+    },
+    Revoke {
+        actor: String,
+        #[serde(default)]
+        tool: Option<String>,
+    },
+    HumanEdit {
+        ticket_of: String,
+    },
+    Expect {
+        call: String,
+        status: OneOrMany,
+        #[serde(default)]
+        reason: Option<String>,
+        #[serde(default)]
+        same_reference_as: Option<String>,
+    },
+    ExpectEffects {
+        #[serde(default)]
+        operation: Option<String>,
+        #[serde(default)]
+        kind: Option<String>,
+        count: u32,
+    },
+}
+
+// ----------------------------------------------------------------------- validation
+
+impl Scenario {
+    /// Reads and validates a scenario file.
+    pub fn from_file(path: &Path) -> Result<Scenario, ScenarioError> {
+        let name = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|error| ScenarioError {
+            source_name: name.clone(),
+            line: 1,
+            column: 1,
+            message: format!("failed to read the file: {error}"),
+        })?;
+        Scenario::from_toml(&text, &name)
+    }
+
+    /// Parses and validates a scenario from TOML text; `source_name` names it in errors.
+    pub fn from_toml(text: &str, source_name: &str) -> Result<Scenario, ScenarioError> {
+        let at = |offset: usize, message: String| {
+            let (line, column) = line_and_column(text, offset);
+            ScenarioError { source_name: source_name.to_owned(), line, column, message }
+        };
+        let form: FileForm = toml::from_str(text).map_err(|error| {
+            let offset = error.span().map_or(0, |span| span.start);
+            at(offset, error.message().trim().to_owned())
+        })?;
+        let key = |name: &str| offset_of_key(text, name);
+        Validator { text, source_name, at: &at, key: &key }.scenario(form)
+    }
+}
+
+struct Validator<'a> {
+    text: &'a str,
+    source_name: &'a str,
+    at: &'a dyn Fn(usize, String) -> ScenarioError,
+    key: &'a dyn Fn(&str) -> usize,
+}
+
+impl Validator<'_> {
+    fn scenario(&self, form: FileForm) -> Result<Scenario, ScenarioError> {
+        let err = |key: &str, message: String| Err((self.at)((self.key)(key), message));
+        if !is_scenario_id(&form.id) {
+            return err("id", format!("`id` must look like S01, not {:?}", form.id));
+        }
+        if form.name.is_empty()
+            || !form.name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        {
+            return err("name", format!("`name` must be snake_case, not {:?}", form.name));
+        }
+        let mut rows = Vec::new();
+        for row in &form.rows {
+            match Row::parse(row) {
+                Some(parsed) if !rows.contains(&parsed) => rows.push(parsed),
+                Some(_) => return err("rows", format!("`rows` names {row} twice")),
+                None => return err("rows", format!("`rows` has {row:?}: use C1..C10, F1..F9 or \"prose\"")),
+            }
+        }
+        if rows.is_empty() {
+            return err("rows", "`rows` must name at least one row".into());
+        }
+        if form.workers == 0 || form.workers > MAX_WORKERS {
+            return err("workers", format!("`workers` must be 1..={MAX_WORKERS}, not {}", form.workers));
+        }
+        if form.operations.is_empty() {
+            return err("operations", "`[operations]` must define at least one operation".into());
+        }
+        let mut operations = BTreeMap::new();
+        for (name, op) in form.operations {
+            for (field, value) in [
+                ("tenant", &op.tenant),
+                ("environment", &op.environment),
+                ("workflow", &op.workflow),
+                ("step", &op.step),
+                ("actor", &op.actor),
+            ] {
+                if value.is_empty() {
+                    return err(&name, format!("operation `{name}`: `{field}` must not be empty"));
+                }
+            }
+            let spec = OperationSpec {
+                tenant: op.tenant,
+                environment: op.environment,
+                workflow_id: op.workflow,
+                step_id: op.step,
+                actor: op.actor,
+            };
+            operations.insert(name, spec);
+        }
+        let downstream = self.downstream(form.downstream)?;
+        let timing = TimingSpec {
+            lease: form.timing.lease.as_deref().map(|t| self.duration("lease", t)).transpose()?,
+            retention: form.timing.retention.as_deref().map(|t| self.duration("retention", t)).transpose()?,
+        };
+        let settle =
+            form.settle.as_deref().map(|t| self.duration("settle", t)).transpose()?.unwrap_or(DEFAULT_SETTLE);
+        let workers: Vec<String> = (1..=form.workers).map(|n| format!("worker-{n}")).collect();
+        let mut context = StepContext::default();
+        let mut steps = Vec::new();
+        for spanned in form.steps {
+            let offset = spanned.span().start;
+            let line = line_and_column(self.text, offset).0;
+            let kind = self
+                .step(spanned.into_inner(), &operations, &workers, &mut context)
+                .map_err(|message| (self.at)(offset, message))?;
+            steps.push(Step { line, kind });
+        }
+        if steps.is_empty() {
+            return err("step", "a scenario needs at least one `[[step]]`".into());
+        }
+        Ok(Scenario {
+            id: form.id,
+            name: form.name,
+            rows,
+            summary: form.summary,
+            expected: form.expected,
+            workers: form.workers,
+            operations,
+            downstream,
+            queue: QueueSpec { duplicate_deliveries: form.queue.duplicate_deliveries },
+            timing,
+            settle,
+            steps,
+            source: self.source_name.to_owned(),
+        })
+    }
+
+    fn duration(&self, key: &str, text: &str) -> Result<Duration, ScenarioError> {
+        humantime::parse_duration(text).map_err(|error| {
+            (self.at)((self.key)(key), format!("`{key}` = {text:?} is not a duration like \"5s\": {error}"))
+        })
+    }
+
+    fn downstream(&self, form: DownstreamForm) -> Result<DownstreamSpec, ScenarioError> {
+        let mut services = BTreeMap::new();
+        for (service, spec) in [
+            (Service::Tickets, form.tickets),
+            (Service::Charges, form.charges),
+            (Service::Messages, form.messages),
+            (Service::Jobs, form.jobs),
+        ] {
+            if let Some(spec) = spec {
+                services.insert(
+                    service.as_str().to_owned(),
+                    ServiceSpec { idempotency: spec.idempotency, receipts: spec.receipts },
+                );
+            }
+        }
+        Ok(DownstreamSpec {
+            services,
+            job_duration: form
+                .job_duration
+                .as_deref()
+                .map(|t| self.duration("job_duration", t))
+                .transpose()?,
+            webhook: form.webhook.map(|w| WebhookSpec {
+                repeat_same_event: w.repeat_same_event,
+                extra_event_ids: w.extra_event_ids,
+            }),
+        })
+    }
+
+    fn step(
+        &self,
+        form: StepForm,
+        operations: &BTreeMap<String, OperationSpec>,
+        workers: &[String],
+        context: &mut StepContext,
+    ) -> Result<StepKind, String> {
+        let worker = |name: &str| -> Result<String, String> {
+            if workers.iter().any(|w| w == name) {
+                Ok(name.to_owned())
+            } else {
+                Err(format!("`worker` = {name:?} is not one of {workers:?}"))
+            }
+        };
+        let operation = |name: &str| -> Result<String, String> {
+            if operations.contains_key(name) {
+                Ok(name.to_owned())
+            } else {
+                Err(format!("`operation` = {name:?} is not defined in [operations]"))
+            }
+        };
+        Ok(match form {
+            StepForm::Call { call } => StepKind::Call(self.call(call, &worker, &operation, context)?),
+            StepForm::Concurrent { calls } => {
+                if calls.len() < 2 {
+                    return Err("`concurrent` needs at least two calls".into());
+                }
+                let mut checked = Vec::new();
+                for call in calls {
+                    let call = self.call(call, &worker, &operation, context)?;
+                    if !call.wait {
+                        return Err(format!(
+                            "call {:?}: calls in `concurrent` are always awaited; drop `wait`",
+                            call.id
+                        ));
+                    }
+                    checked.push(call);
+                }
+                StepKind::Concurrent(checked)
+            }
+            StepForm::Await { call } => {
+                if !context.unawaited.remove(&call) {
+                    return Err(format!(
+                        "`await` names {call:?}, which is not an earlier call with wait = false"
+                    ));
+                }
+                StepKind::Await { call }
+            }
+            StepForm::Poll { id, operation: op, worker: w } => {
+                context.new_id(&id)?;
+                StepKind::Poll { id, operation: operation(&op)?, worker: worker(&w)? }
+            }
+            StepForm::Reconcile { id, operation: op, worker: w } => {
+                context.new_id(&id)?;
+                StepKind::Reconcile { id, operation: operation(&op)?, worker: worker(&w)? }
+            }
+            StepForm::Fault { name, rule } => {
+                if let Some(name) = &name {
+                    if context.faults.insert(name.clone(), rule.action == FaultAction::Hold).is_some() {
+                        return Err(format!("fault name {name:?} is used twice"));
+                    }
+                }
+                StepKind::Fault { name, rule }
+            }
+            StepForm::ReleaseHold { name } => match context.faults.get(&name) {
+                Some(true) => StepKind::ReleaseHold { name },
+                Some(false) => return Err(format!("fault {name:?} is not a `hold` rule")),
+                None => {
+                    return Err(format!("`release_hold` names {name:?}, which is not an earlier named fault"))
+                }
+            },
+            StepForm::Pause { name, worker: w, point } => {
+                let point = PausePoint::parse(&point).ok_or_else(|| {
+                    format!(
+                        "`point` = {point:?}: use downstream:before, downstream:after, store:before:NAME, store:after:NAME or queue:before_ack"
+                    )
+                })?;
+                if !context.pauses.insert(name.clone()) {
+                    return Err(format!("pause name {name:?} is used twice"));
+                }
+                StepKind::Pause { name, worker: worker(&w)?, point }
+            }
+            StepForm::WaitPaused { name } => StepKind::WaitPaused { name: context.known_pause(name)? },
+            StepForm::Release { name } => StepKind::Release { name: context.known_pause(name)? },
+            StepForm::Crash { worker: w } => StepKind::Crash { worker: worker(&w)? },
+            StepForm::Restart { worker: w } => StepKind::Restart { worker: worker(&w)? },
+            StepForm::Advance { by } => StepKind::Advance {
+                by: humantime::parse_duration(&by)
+                    .map_err(|error| format!("`by` = {by:?} is not a duration like \"5s\": {error}"))?,
+            },
+            StepForm::Revoke { actor, tool } => StepKind::Revoke { actor, tool },
+            StepForm::HumanEdit { ticket_of } => StepKind::HumanEdit { ticket_of: operation(&ticket_of)? },
+            StepForm::Expect { call, status, reason, same_reference_as } => {
+                context.known_id(&call)?;
+                if let Some(other) = &same_reference_as {
+                    context.known_id(other)?;
+                }
+                let names = match status {
+                    OneOrMany::One(one) => vec![one],
+                    OneOrMany::Many(many) => many,
+                };
+                if names.is_empty() {
+                    return Err("`status` must name at least one status".into());
+                }
+                let status = names
+                    .iter()
+                    .map(|name| {
+                        serde_json::from_value::<OutcomeStatus>(serde_json::Value::String(name.clone())).map_err(|_| {
+                            format!("`status` = {name:?}: use applied, replayed, in_flight, rejected, unknown or expired")
+                        })
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                let reason = reason
+                    .map(|name| {
+                        serde_json::from_value::<ReasonCode>(serde_json::Value::String(name.clone()))
+                            .map_err(|_| format!("`reason` = {name:?} is not a reason code"))
+                    })
+                    .transpose()?;
+                StepKind::Expect(ExpectOutcome { call, status, reason, same_reference_as })
+            }
+            StepForm::ExpectEffects { operation: op, kind, count } => {
+                if let Some(kind) = &kind {
+                    serde_json::from_value::<EffectKind>(serde_json::Value::String(kind.clone())).map_err(
+                        |_| {
+                            format!(
+                                "`kind` = {kind:?} is not an effect kind (ticket_created, message_sent, ...)"
+                            )
+                        },
+                    )?;
+                }
+                StepKind::ExpectEffects { operation: op.as_deref().map(operation).transpose()?, kind, count }
+            }
+        })
+    }
+
+    fn call(
+        &self,
+        form: CallForm,
+        worker: &dyn Fn(&str) -> Result<String, String>,
+        operation: &dyn Fn(&str) -> Result<String, String>,
+        context: &mut StepContext,
+    ) -> Result<CallStep, String> {
+        context.new_id(&form.id)?;
+        if form.tool.is_empty() {
+            return Err(format!("call {:?}: `tool` must not be empty", form.id));
+        }
+        let arguments = match form.arguments {
+            ArgumentsForm::Text(text) => {
+                serde_json::from_str::<serde_json::Value>(&text)
+                    .map_err(|error| format!("call {:?}: `arguments` is not JSON: {error}", form.id))?;
+                text
+            }
+            ArgumentsForm::Table(table) => {
+                serde_json::to_string(&table).map_err(|error| error.to_string())?
+            }
+        };
+        if !form.wait {
+            context.unawaited.insert(form.id.clone());
+        }
+        Ok(CallStep {
+            worker: worker(&form.worker)?,
+            operation: operation(&form.operation)?,
+            tool: form.tool,
+            version: form.version.unwrap_or_else(|| DEFAULT_TOOL_VERSION.to_owned()),
+            arguments,
+            actor: form.actor,
+            lose_answer: form.lose_answer,
+            wait: form.wait,
+            id: form.id,
+        })
+    }
+}
+
+#[derive(Debug, Default)]
+struct StepContext {
+    ids: BTreeSet<String>,
+    unawaited: BTreeSet<String>,
+    faults: BTreeMap<String, bool>,
+    pauses: BTreeSet<String>,
+}
+
+impl StepContext {
+    fn new_id(&mut self, id: &str) -> Result<(), String> {
+        if id.is_empty() {
+            return Err("`id` must not be empty".into());
+        }
+        if !self.ids.insert(id.to_owned()) {
+            return Err(format!("`id` = {id:?} is used twice"));
+        }
+        Ok(())
+    }
+
+    fn known_pause(&self, name: String) -> Result<String, String> {
+        if self.pauses.contains(&name) {
+            Ok(name)
+        } else {
+            Err(format!("no earlier `pause` is named {name:?}"))
+        }
+    }
+
+    fn known_id(&self, id: &str) -> Result<(), String> {
+        if self.ids.contains(id) {
+            Ok(())
+        } else {
+            Err(format!("{id:?} is not an earlier call, poll or reconcile id"))
+        }
+    }
+}
+
+fn is_scenario_id(id: &str) -> bool {
+    id.len() >= 2 && id.starts_with('S') && id[1..].chars().all(|c| c.is_ascii_digit())
+}
+
+fn line_and_column(text: &str, offset: usize) -> (usize, usize) {
+    let offset = offset.min(text.len());
+    let before = &text[..offset];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |tail| tail.chars().count()) + 1;
+    (line, column)
+}
+
+/// Where `key` is first written at the start of a line (for errors about top-level fields).
+fn offset_of_key(text: &str, key: &str) -> usize {
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        let trimmed = line.trim_start();
+        if let Some(rest) = trimmed.strip_prefix(key) {
+            if rest.trim_start().starts_with('=') || rest.starts_with(']') || rest.starts_with('.') {
+                return offset + (line.len() - trimmed.len());
+            }
+        }
+        offset += line.len();
+    }
+    0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+id = "S90"
+name = "minimal"
+rows = ["C1"]
+summary = "s"
+expected = "e"
+
+[operations.op1]
+tenant = "acme"
+workflow = "run_1"
+step = "step_1"
+
+[[step]]
+action = "call"
+id = "first"
+worker = "worker-1"
+operation = "op1"
+tool = "tickets.create"
+arguments = '{"subject": "s", "body": "b"}'
+
+[[step]]
+action = "expect"
+call = "first"
+status = "applied"
+"#;
+
+    fn error_of(text: &str) -> ScenarioError {
+        Scenario::from_toml(text, "test.toml").expect_err("should be refused")
+    }
+
+    #[test]
+    fn a_minimal_scenario_parses_with_defaults() {
+        let scenario = Scenario::from_toml(MINIMAL, "test.toml").unwrap();
+        assert_eq!(scenario.rows, [Row::Checklist(1)]);
+        assert_eq!(scenario.workers, 1);
+        assert_eq!(scenario.operations["op1"].environment, "production");
+        assert_eq!(scenario.steps.len(), 2);
+        assert_eq!(scenario.steps[0].line, 13);
+        let StepKind::Call(call) = &scenario.steps[0].kind else { panic!("not a call") };
+        assert_eq!(call.version, DEFAULT_TOOL_VERSION);
+        assert!(call.wait);
+        assert_eq!(scenario.settle, DEFAULT_SETTLE);
+    }
+
+    #[test]
+    fn an_unknown_field_names_the_line_and_the_field() {
+        let error = error_of(
+            &MINIMAL.replace("tool = \"tickets.create\"", "tool = \"tickets.create\"\ncolour = \"red\""),
+        );
+        assert_eq!(error.source_name, "test.toml");
+        assert!(error.message.contains("colour"), "{error}");
+        assert!((13..=20).contains(&error.line), "{error}");
+    }
+
+    #[test]
+    fn a_wrong_type_names_the_line() {
+        let error = error_of(&MINIMAL.replace("rows = [\"C1\"]", "rows = 7"));
+        assert_eq!(error.line, 4, "{error}");
+        assert!(error.message.contains("invalid type"), "{error}");
+    }
+
+    #[test]
+    fn an_unknown_step_names_its_line() {
+        let error = error_of(&MINIMAL.replace("action = \"expect\"", "action = \"explode\""));
+        assert!(error.message.contains("explode"), "{error}");
+        assert!(error.line >= 20, "{error}");
+    }
+
+    #[test]
+    fn semantic_errors_name_the_step_line() {
+        let check = |from: &str, to: &str, expected: &str| {
+            let error = error_of(&MINIMAL.replace(from, to));
+            assert!(error.message.contains(expected), "{to}: {error}");
+            assert!(error.line > 1, "{to}: {error}");
+        };
+        check("worker = \"worker-1\"", "worker = \"worker-9\"", "is not one of");
+        check("operation = \"op1\"", "operation = \"op9\"", "not defined in [operations]");
+        check("status = \"applied\"", "status = \"great\"", "`status` = \"great\"");
+        check("call = \"first\"", "call = \"second\"", "not an earlier call");
+        check("arguments = '{\"subject\": \"s\", \"body\": \"b\"}'", "arguments = '{nope'", "not JSON");
+        check("rows = [\"C1\"]", "rows = [\"C11\"]", "use C1..C10");
+        check("id = \"S90\"", "id = \"scenario\"", "must look like S01");
+    }
+
+    #[test]
+    fn every_builtin_scenario_is_valid() {
+        let scenarios = crate::builtin();
+        assert!(!scenarios.is_empty());
+        for scenario in &scenarios {
+            assert!(
+                scenario.source.ends_with(&format!("{}.toml", scenario.full_name())),
+                "{}",
+                scenario.source
+            );
+        }
+    }
+}
