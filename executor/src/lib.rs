@@ -1,3 +1,77 @@
-//! The reference executor (work in progress).
+//! The reference executor: the REPLAY state machine over a real SQLite claim store.
+//!
+//! An executor sits between an agent and a side-effecting tool and turns duplicate delivery
+//! into one business effect, or stops and says `unknown`. This crate is the one replaylab
+//! ships to pass every row of the matrix, to read and to copy. It is written only against
+//! the public plug-in interface ([`protocol::Executor`], [`protocol::WorkerEnv`]): all time
+//! comes from the environment's clock, all randomness from its entropy, all I/O through its
+//! downstream client, authorizer, outbox and store gate, so it runs unchanged inside the
+//! deterministic simulation and for real.
+//!
+//! # Using it
+//!
+//! ```no_run
+//! use executor::{ReferenceConfig, ReferenceFactory, StoreLocation};
+//!
+//! // One factory per run; the shared-memory name must be unique within the process.
+//! let factory = ReferenceFactory::new(
+//!     StoreLocation::SharedMemory("run-S01-seed-7".into()),
+//!     ReferenceConfig::default(),
+//! )?;
+//! // The harness calls `factory.start(env)` (protocol::ExecutorFactory) at each worker
+//! // (re)start, and can inspect the store afterwards:
+//! let records = factory.with_store(|store| store.records())?;
+//! # Ok::<(), executor::StoreError>(())
+//! ```
+//!
+//! # The state machine
+//!
+//! A call is validated (contract, identifiers, arguments, fingerprint), its operation key is
+//! derived from tenant + environment + workflow id + step id, the actor is authorized, and
+//! the operation is claimed or loaded in one atomic statement. Then:
+//!
+//! | record found | answer |
+//! |---|---|
+//! | none (we claimed it) | recheck authorization, then the effect: `applied` with a receipt; `rejected` for 412/4xx (`failed_permanent`); `in_flight` for a 409; `unknown` + a reconciliation row for a timeout, a closed connection, a 5xx or a garbled body |
+//! | fingerprint differs | `rejected`: `tool_version_changed` if the version differs (or `replayed` when the old contract allows it and the record is applied), else `idempotency_key_reused_with_different_request`; the stored request is never replaced |
+//! | `applied` | `replayed` with the stored effect reference and safe result |
+//! | `pending` with a job id | `in_flight`, poll (the job is never resubmitted) |
+//! | `pending`, no owner (queued) | `in_flight`, poll (a consumer will claim it) |
+//! | `pending`, live lease | `in_flight`, retry after the rest of the lease |
+//! | `pending`, lease run out, or `unknown` | recovery: take over by compare-and-set, look the receipt up (`replayed`), resend only with an honoured key, else `unknown` + a reconciliation row |
+//! | `failed_permanent` | `rejected` with the stored reason |
+//! | terminal and past retention, or `tombstone` | `expired` (tombstone keeps key, fingerprint, effect reference); `reconcile_first` contracts look the receipt up first and note it |
+//!
+//! Queued tools (`messages.send`) write an envelope to the outbox and release the record; the
+//! consumer ([`protocol::Executor::consume`]) claims it by compare-and-set before it sends.
+//! Delayed jobs (`jobs.submit`) store the downstream job id; polling or the completion webhook
+//! settles the job exactly once (only the winner of that transition sends the completion
+//! notice). Webhook deliveries are deduplicated by event id, then matched to the operation by
+//! its downstream key.
+//!
+//! Each REPLAY decision (key derivation, fingerprinting, claim, lease recovery,
+//! authorization recheck, retention, downstream key) is one small function in
+//! [`Strategies`]; a mutant replaces one of them through
+//! [`ReferenceFactory::with_strategies`].
+//!
+//! [`bench::store_bench`] measures the claim path against hand-written SQL.
 #![deny(missing_docs)]
 #![warn(clippy::unwrap_used)]
+
+pub mod bench;
+mod downstream;
+mod machine;
+mod store;
+mod strategy;
+
+pub use machine::{ReferenceConfig, ReferenceExecutor, ReferenceFactory, DEFAULT_DOWNSTREAM_TIMEOUT};
+pub use store::{
+    ClaimStore, Claimed, GatedStore, NewClaim, OperationRecord, OwnedClaim, Reconciliation, RecordStatus,
+    StoreError, StoreLocation, TakeOver,
+};
+pub use strategy::{
+    downstream_key_for, reference_authorize_at, reference_claim, reference_downstream_key,
+    reference_fingerprint, reference_operation_key, reference_recovery, reference_retention, AuthPoint,
+    AuthorizeAtFn, ClaimFn, DownstreamKeyFn, FingerprintFn, KeyInput, OperationKeyFn, RecoveryFn,
+    RecoveryPlan, RetentionFn, RetentionVerdict, Strategies, MAX_DOWNSTREAM_KEY_CHARS,
+};

@@ -1,0 +1,203 @@
+//! How much the claim store's safety costs: its claim-and-complete path against the plain
+//! hand-written statements that do the same writes, on the same kind of database file.
+//!
+//! Benchmarks never run inside a simulation, so wall-clock time ([`std::time::Instant`]) is
+//! fine here.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use rusqlite::params;
+
+use crate::store::{ClaimStore, Claimed, NewClaim, OwnedClaim, StoreError, StoreLocation};
+
+/// The two paths run in this many alternating rounds, so that neither gets all the warm
+/// caches or all the disk noise.
+const ROUNDS: u64 = 4;
+
+/// Operations run on each path before measuring (statement caches, page cache, WAL file).
+const WARM_UP_OPERATIONS: u64 = 200;
+
+/// What [`store_bench`] measured.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StoreBench {
+    /// Operations per path.
+    pub operations: u64,
+    /// Claim + complete through [`ClaimStore`], per second.
+    pub claims_per_second: f64,
+    /// Hand-written `INSERT .. ON CONFLICT DO NOTHING` + `UPDATE` of the same rows, per second.
+    pub raw_inserts_per_second: f64,
+    /// `claims_per_second / raw_inserts_per_second` (the target is at least 0.8).
+    pub ratio: f64,
+}
+
+/// Runs `operations` claim-and-complete operations through the store and the same number of
+/// hand-written insert-and-update pairs, each on its own temporary database file with the
+/// same settings (WAL, `synchronous=NORMAL`), and compares their rates.
+pub fn store_bench(operations: u64) -> Result<StoreBench, StoreError> {
+    let operations = operations.max(ROUNDS);
+    let directory = BenchDirectory::create()?;
+    let store = ClaimStore::open(&StoreLocation::File(directory.file("store.db")))?;
+    let raw = ClaimStore::open(&StoreLocation::File(directory.file("raw.db")))?;
+
+    store_path(&store, &claims("warm", WARM_UP_OPERATIONS))?;
+    raw_path(&raw, &claims("warm", WARM_UP_OPERATIONS))?;
+    let per_round = operations / ROUNDS;
+    let (mut store_time, mut raw_time) = (Duration::ZERO, Duration::ZERO);
+    for round in 0..ROUNDS {
+        let prefix = format!("round{round}");
+        raw_time += raw_path(&raw, &claims(&prefix, per_round))?;
+        store_time += store_path(&store, &claims(&prefix, per_round))?;
+    }
+    let measured = (per_round * ROUNDS) as f64;
+    let claims_per_second = measured / store_time.as_secs_f64().max(f64::EPSILON);
+    let raw_inserts_per_second = measured / raw_time.as_secs_f64().max(f64::EPSILON);
+    Ok(StoreBench {
+        operations: per_round * ROUNDS,
+        claims_per_second,
+        raw_inserts_per_second,
+        ratio: claims_per_second / raw_inserts_per_second,
+    })
+}
+
+fn claims(prefix: &str, count: u64) -> Vec<NewClaim> {
+    (0..count)
+        .map(|index| NewClaim {
+            tenant: "bench".into(),
+            operation_key: format!("bench:production:{prefix}:step_{index}"),
+            tool_name: "tickets.create".into(),
+            tool_version: "2026-08-18".into(),
+            request_fingerprint:
+                "jcs-v1:sha256:0000000000000000000000000000000000000000000000000000000000000000".into(),
+            downstream_key: Some(format!("bench:production:{prefix}:step_{index}")),
+            owner_token: format!("bench-0-{index:016x}"),
+            now_ms: index,
+            lease_until_ms: index + 5_000,
+            expires_at_ms: index + 60_000,
+        })
+        .collect()
+}
+
+fn response(claim: &NewClaim) -> String {
+    format!(r#"{{"ticket_id":"ticket_{}","version":1,"status":"open"}}"#, claim.now_ms)
+}
+
+fn store_path(store: &ClaimStore, claims: &[NewClaim]) -> Result<Duration, StoreError> {
+    let started = Instant::now();
+    for claim in claims {
+        let Claimed::New(record) = store.claim(claim)? else {
+            panic!("benchmark keys are fresh, yet {} was already claimed", claim.operation_key)
+        };
+        let owned = OwnedClaim {
+            tenant: record.tenant,
+            operation_key: record.operation_key,
+            owner_token: claim.owner_token.clone(),
+            lease_until_ms: claim.lease_until_ms,
+        };
+        let reference = format!("ticket_{}", claim.now_ms);
+        assert!(
+            store.complete(&owned, &reference, &response(claim), claim.now_ms + 1)?,
+            "the owner completes"
+        );
+    }
+    Ok(started.elapsed())
+}
+
+fn raw_path(raw: &ClaimStore, claims: &[NewClaim]) -> Result<Duration, StoreError> {
+    let failed =
+        |source| StoreError::Query { operation: "run the hand-written benchmark statements", source };
+    let connection = &raw.connection;
+    let started = Instant::now();
+    for claim in claims {
+        connection
+            .prepare_cached(
+                "INSERT INTO tool_operations (tenant, operation_key, tool_name, tool_version, \
+                 request_fingerprint, status, owner_token, lease_until_ms, downstream_key, \
+                 created_at_ms, updated_at_ms, expires_at_ms) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, 'pending', ?6, ?7, ?8, ?9, ?9, ?10) \
+                 ON CONFLICT (tenant, operation_key) DO NOTHING",
+            )
+            .and_then(|mut insert| {
+                insert.execute(params![
+                    claim.tenant,
+                    claim.operation_key,
+                    claim.tool_name,
+                    claim.tool_version,
+                    claim.request_fingerprint,
+                    claim.owner_token,
+                    claim.lease_until_ms as i64,
+                    claim.downstream_key,
+                    claim.now_ms as i64,
+                    claim.expires_at_ms as i64,
+                ])
+            })
+            .map_err(failed)?;
+        connection
+            .prepare_cached(
+                "UPDATE tool_operations SET status = 'applied', effect_reference = ?4, response_json = ?5, \
+                 owner_token = NULL, lease_until_ms = 0, updated_at_ms = ?6 \
+                 WHERE tenant = ?1 AND operation_key = ?2 AND owner_token = ?3",
+            )
+            .and_then(|mut update| {
+                update.execute(params![
+                    claim.tenant,
+                    claim.operation_key,
+                    claim.owner_token,
+                    format!("ticket_{}", claim.now_ms),
+                    response(claim),
+                    (claim.now_ms + 1) as i64,
+                ])
+            })
+            .map_err(failed)?;
+    }
+    Ok(started.elapsed())
+}
+
+/// A fresh directory under the system's temporary directory, removed on drop.
+struct BenchDirectory {
+    path: PathBuf,
+}
+
+impl BenchDirectory {
+    fn create() -> Result<Self, StoreError> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let name =
+            format!("replaylab-store-bench-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
+        let path = std::env::temp_dir().join(name);
+        let failed = |source| StoreError::BenchFile { path: path.display().to_string(), source };
+        if path.exists() {
+            std::fs::remove_dir_all(&path).map_err(failed)?;
+        }
+        std::fs::create_dir_all(&path).map_err(failed)?;
+        Ok(Self { path })
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+
+    fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for BenchDirectory {
+    fn drop(&mut self) {
+        // Leftover temporary files are harmless; failing to remove them is not an error.
+        let _ = std::fs::remove_dir_all(self.path());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bench_measures_both_paths_and_cleans_up() {
+        let bench = store_bench(400).unwrap();
+        assert_eq!(bench.operations, 400);
+        assert!(bench.claims_per_second > 0.0 && bench.raw_inserts_per_second > 0.0, "{bench:?}");
+        assert!((bench.ratio - bench.claims_per_second / bench.raw_inserts_per_second).abs() < 1e-9);
+    }
+}

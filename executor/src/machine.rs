@@ -1,0 +1,1121 @@
+//! The REPLAY state machine: [`ReferenceExecutor`] and its [`ReferenceFactory`].
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use protocol::{
+    AuthRequest, Consumed, Envelope, Execution, ExecutorFactory, LateArrivalPolicy, LocalBoxFuture,
+    OperationRef, Outcome, OutcomeStatus, ReasonCode, ToolCall, ToolContract, WebhookAck, WebhookEvent,
+    WorkerEnv, MAX_ID_CHARS,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+
+use crate::downstream::{
+    classify, job_request, notice_request, read_job, read_receipt, receipt_request, receipt_result, Answer,
+    DownstreamPlan, JobState, ReceiptLookup, Sent, ToolKind,
+};
+use crate::store::{
+    ClaimStore, Claimed, GatedStore, NewClaim, OperationRecord, OwnedClaim, RecordStatus, StoreError,
+    StoreLocation, TakeOver,
+};
+use crate::strategy::{AuthPoint, KeyInput, RetentionVerdict, Strategies};
+
+/// How long the executor waits for the downstream by default: longer than a healthy answer
+/// takes in the simulation (tens of milliseconds), shorter than a lease (seconds), so that a
+/// timed-out owner still holds its claim when it records the ambiguity.
+pub const DEFAULT_DOWNSTREAM_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// When to poll a delayed job again: the fake's jobs take about two seconds, so polling every
+/// second converges quickly without hammering the service.
+const JOB_POLL_AFTER_SECONDS: u32 = 1;
+
+/// When to poll a queued operation again: a consumer usually picks an envelope up within a
+/// second of it being written.
+const QUEUE_POLL_AFTER_SECONDS: u32 = 1;
+
+/// The executor's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReferenceConfig {
+    /// How long one downstream request may take before its outcome counts as unknown.
+    pub downstream_timeout: Duration,
+}
+
+impl Default for ReferenceConfig {
+    fn default() -> Self {
+        Self { downstream_timeout: DEFAULT_DOWNSTREAM_TIMEOUT }
+    }
+}
+
+impl ReferenceConfig {
+    /// The settings with another downstream timeout.
+    #[must_use]
+    pub fn with_downstream_timeout(mut self, downstream_timeout: Duration) -> Self {
+        self.downstream_timeout = downstream_timeout;
+        self
+    }
+}
+
+/// Starts [`ReferenceExecutor`]s over one claim store. Keep one factory per run: for a
+/// [`StoreLocation::SharedMemory`] store it holds the connection that keeps the database
+/// alive while workers crash and restart.
+pub struct ReferenceFactory {
+    location: StoreLocation,
+    config: ReferenceConfig,
+    strategies: Strategies,
+    keeper: Mutex<ClaimStore>,
+}
+
+impl std::fmt::Debug for ReferenceFactory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReferenceFactory")
+            .field("location", &self.location)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ReferenceFactory {
+    /// A factory for the reference executor; opens (and creates) the store now.
+    pub fn new(location: StoreLocation, config: ReferenceConfig) -> Result<Self, StoreError> {
+        Self::with_strategies(location, config, Strategies::reference())
+    }
+
+    /// A factory whose executors use `strategies` (see [`Strategies`]; mutants).
+    pub fn with_strategies(
+        location: StoreLocation,
+        config: ReferenceConfig,
+        strategies: Strategies,
+    ) -> Result<Self, StoreError> {
+        let keeper = Mutex::new(ClaimStore::open(&location)?);
+        Ok(Self { location, config, strategies, keeper })
+    }
+
+    /// Where the store lives.
+    pub fn location(&self) -> &StoreLocation {
+        &self.location
+    }
+
+    /// A new connection to the store, to inspect records and reconciliation findings.
+    pub fn open_store(&self) -> Result<ClaimStore, StoreError> {
+        ClaimStore::open(&self.location)
+    }
+
+    /// Runs `inspect` on the factory's own connection (no new connection needed).
+    pub fn with_store<T>(&self, inspect: impl FnOnce(&ClaimStore) -> T) -> T {
+        let store = self.keeper.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        inspect(&store)
+    }
+}
+
+impl ExecutorFactory for ReferenceFactory {
+    fn start(&self, env: WorkerEnv) -> Box<dyn protocol::Executor> {
+        // The factory opened this store when it was made; failing to open it again is a
+        // broken environment, not an outcome.
+        let store = ClaimStore::open(&self.location)
+            .unwrap_or_else(|error| panic!("worker {} cannot reach the claim store: {error}", env.worker_id));
+        Box::new(ReferenceExecutor { env, store, config: self.config.clone(), strategies: self.strategies })
+    }
+}
+
+/// The reference executor of one worker: the REPLAY state machine (see the crate docs).
+pub struct ReferenceExecutor {
+    env: WorkerEnv,
+    store: ClaimStore,
+    config: ReferenceConfig,
+    strategies: Strategies,
+}
+
+impl std::fmt::Debug for ReferenceExecutor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReferenceExecutor").field("env", &self.env).finish_non_exhaustive()
+    }
+}
+
+impl protocol::Executor for ReferenceExecutor {
+    fn call(&self, call: ToolCall) -> LocalBoxFuture<'_, Outcome> {
+        Box::pin(self.handle_call(call))
+    }
+
+    fn poll(&self, operation: OperationRef) -> LocalBoxFuture<'_, Outcome> {
+        Box::pin(self.handle_lookup(operation, Lookup::Poll))
+    }
+
+    fn reconcile(&self, operation: OperationRef) -> LocalBoxFuture<'_, Outcome> {
+        Box::pin(self.handle_lookup(operation, Lookup::Reconcile))
+    }
+
+    fn consume(&self, envelope: Envelope) -> LocalBoxFuture<'_, Consumed> {
+        Box::pin(self.handle_envelope(envelope))
+    }
+
+    fn webhook(&self, event: WebhookEvent) -> LocalBoxFuture<'_, WebhookAck> {
+        Box::pin(self.handle_webhook(event))
+    }
+}
+
+/// A call, ready to be carried out: what an owner needs to perform or resend the effect.
+struct Request {
+    plan: DownstreamPlan,
+    actor: String,
+    fingerprint: String,
+    tool_version: String,
+    arguments: Map<String, Value>,
+}
+
+/// What a queued envelope carries (in [`Envelope::payload`]).
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct QueuedPayload {
+    tool_version: String,
+    actor: String,
+    fingerprint: String,
+    arguments: Map<String, Value>,
+}
+
+/// A job-completion webhook body.
+#[derive(Debug, Deserialize)]
+struct JobEvent {
+    event_id: String,
+    #[serde(rename = "type")]
+    kind: String,
+    tenant: String,
+    job_id: String,
+    #[serde(default)]
+    idempotency_key: Option<String>,
+    #[serde(default)]
+    result: Value,
+}
+
+/// Poll answers without acting on the downstream; reconcile may take over and settle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lookup {
+    Poll,
+    Reconcile,
+}
+
+// ------------------------------------------------------------------ outcomes
+
+fn with_key(mut outcome: Outcome, operation_key: &str) -> Outcome {
+    outcome.operation_key = Some(operation_key.to_owned());
+    outcome
+}
+
+fn invalid(operation_key: Option<&str>, message: impl Into<String>) -> Outcome {
+    let mut outcome = Outcome::rejected(ReasonCode::InvalidRequest, message);
+    outcome.operation_key = operation_key.map(str::to_owned);
+    outcome
+}
+
+fn rejected(operation_key: &str, reason: ReasonCode, message: impl Into<String>) -> Outcome {
+    with_key(Outcome::rejected(reason, message), operation_key)
+}
+
+fn unauthorized(operation_key: &str) -> Outcome {
+    rejected(operation_key, ReasonCode::Unauthorized, "the actor may not use this tool now")
+}
+
+fn in_flight(operation_key: &str, retry_after_seconds: u32, message: &str) -> Outcome {
+    let mut outcome = with_key(Outcome::new(OutcomeStatus::InFlight), operation_key);
+    outcome.retry_after_seconds = Some(retry_after_seconds.max(1));
+    outcome.message = Some(message.to_owned());
+    outcome
+}
+
+fn unknown(operation_key: &str, message: impl Into<String>) -> Outcome {
+    let mut outcome = with_key(Outcome::new(OutcomeStatus::Unknown), operation_key);
+    outcome.message = Some(message.into());
+    outcome
+}
+
+fn store_failure(operation_key: Option<&str>, error: &StoreError) -> Outcome {
+    let mut outcome = Outcome::new(OutcomeStatus::Unknown);
+    outcome.operation_key = operation_key.map(str::to_owned);
+    outcome.message = Some(format!("the claim store failed, so the outcome is not known: {error}"));
+    outcome
+}
+
+fn stored_result(record: &OperationRecord) -> Option<Value> {
+    record.response_json.as_deref().and_then(|text| serde_json::from_str(text).ok())
+}
+
+fn succeeded(status: OutcomeStatus, record_key: &str, reference: &str, result: Option<Value>) -> Outcome {
+    let mut outcome = with_key(Outcome::new(status), record_key);
+    outcome.effect_reference = Some(reference.to_owned());
+    outcome.result = result;
+    outcome
+}
+
+fn replayed(record: &OperationRecord) -> Outcome {
+    let mut outcome = with_key(Outcome::new(OutcomeStatus::Replayed), &record.operation_key);
+    outcome.effect_reference = record.effect_reference.clone();
+    outcome.result = stored_result(record);
+    outcome
+}
+
+fn expired(record: &OperationRecord) -> Outcome {
+    let mut outcome = with_key(Outcome::new(OutcomeStatus::Expired), &record.operation_key);
+    outcome.effect_reference = record.effect_reference.clone();
+    outcome.message =
+        Some("the operation is past its retention; a new action needs a new, reviewed operation".into());
+    outcome
+}
+
+fn stored_reason(record: &OperationRecord) -> ReasonCode {
+    record
+        .reason
+        .as_deref()
+        .and_then(|reason| serde_json::from_value(Value::String(reason.to_owned())).ok())
+        .unwrap_or(ReasonCode::DownstreamRejected)
+}
+
+fn reason_text(reason: ReasonCode) -> String {
+    match serde_json::to_value(reason) {
+        Ok(Value::String(text)) => text,
+        _ => unreachable!("a reason code serialises to its snake_case name"),
+    }
+}
+
+fn seconds_until(now_ms: u64, until_ms: u64) -> u32 {
+    let remaining_ms = until_ms.saturating_sub(now_ms);
+    u32::try_from(remaining_ms.div_ceil(1_000)).unwrap_or(u32::MAX).max(1)
+}
+
+fn duration_ms(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// An identifier of an [`OperationRef`]: non-empty, at most [`MAX_ID_CHARS`], no control
+/// characters (the same rules a [`ToolCall`] is checked with).
+fn check_identifier(field: &str, value: &str) -> Result<(), String> {
+    if value.is_empty() {
+        return Err(format!("`{field}` must not be empty"));
+    }
+    if value.chars().count() > MAX_ID_CHARS {
+        return Err(format!("`{field}` is longer than {MAX_ID_CHARS} characters"));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(format!("`{field}` contains control characters"));
+    }
+    Ok(())
+}
+
+fn check_operation(operation: &OperationRef) -> Result<(), String> {
+    check_identifier("tenant", &operation.tenant)?;
+    check_identifier("environment", &operation.environment)?;
+    check_identifier("workflow_id", &operation.workflow_id)?;
+    check_identifier("step_id", &operation.step_id)?;
+    check_identifier("actor", &operation.actor)
+}
+
+impl ReferenceExecutor {
+    // -------------------------------------------------------------- environment
+
+    fn now_ms(&self) -> u64 {
+        self.env.clock.now_ms()
+    }
+
+    fn gated(&self) -> GatedStore<'_> {
+        GatedStore::new(&self.store, self.env.store_gate.as_ref())
+    }
+
+    async fn authorized(&self, tenant: &str, actor: &str, tool: &str) -> bool {
+        let request =
+            AuthRequest { tenant: tenant.to_owned(), actor: actor.to_owned(), tool: tool.to_owned() };
+        self.env.authorizer.authorize(request).await.allowed
+    }
+
+    /// Asks the authorizer at `point` if the strategy says so; true when allowed or not asked.
+    async fn allowed_at(&self, point: AuthPoint, tenant: &str, actor: &str, tool: &str) -> bool {
+        !(self.strategies.authorize_at)(point) || self.authorized(tenant, actor, tool).await
+    }
+
+    fn owner_token(&self) -> String {
+        format!("{}-{}-{:016x}", self.env.worker_id, self.env.incarnation, self.env.entropy.next_u64())
+    }
+
+    async fn send(&self, request: wire::HttpRequest) -> Sent {
+        match tokio::time::timeout(self.config.downstream_timeout, self.env.downstream.send(request)).await {
+            Ok(Ok(response)) => Sent::Response(response),
+            Ok(Err(error)) => Sent::Transport(error.to_string()),
+            Err(_elapsed) => Sent::TimedOut,
+        }
+    }
+
+    async fn load(&self, tenant: &str, operation_key: &str) -> Result<Option<OperationRecord>, StoreError> {
+        self.gated().call("load", |store| store.load(tenant, operation_key)).await
+    }
+
+    /// The current record, described (after a lost compare-and-set, and for poll).
+    async fn reload_and_describe(&self, tenant: &str, operation_key: &str) -> Outcome {
+        match self.load(tenant, operation_key).await {
+            Ok(Some(record)) => self.describe(&record),
+            Ok(None) => invalid(Some(operation_key), "no operation with this key"),
+            Err(error) => store_failure(Some(operation_key), &error),
+        }
+    }
+
+    /// A record's state as an outcome, without acting.
+    fn describe(&self, record: &OperationRecord) -> Outcome {
+        let key = &record.operation_key;
+        match record.status {
+            RecordStatus::Applied => replayed(record),
+            RecordStatus::Tombstone => expired(record),
+            RecordStatus::FailedPermanent => {
+                rejected(key, stored_reason(record), "the operation failed for good; nothing was done")
+            }
+            RecordStatus::Unknown => {
+                unknown(key, "the effect may have happened; reconcile before doing anything else")
+            }
+            RecordStatus::Pending if record.job_id.is_some() => {
+                in_flight(key, JOB_POLL_AFTER_SECONDS, "the downstream job is still running; poll")
+            }
+            RecordStatus::Pending if record.owner_token.is_none() => {
+                in_flight(key, QUEUE_POLL_AFTER_SECONDS, "queued; a consumer will carry it out; poll")
+            }
+            RecordStatus::Pending if record.lease_is_live(self.now_ms()) => in_flight(
+                key,
+                seconds_until(self.now_ms(), record.lease_until_ms),
+                "another worker owns the operation; poll",
+            ),
+            RecordStatus::Pending => {
+                unknown(key, "the owner's lease ran out before it recorded an outcome; reconcile")
+            }
+        }
+    }
+
+    /// Applies retention to a loaded record: tombstones are written here. `None` when the
+    /// record was forgotten (mutants only).
+    async fn retire(&self, record: OperationRecord) -> Result<Option<OperationRecord>, StoreError> {
+        match (self.strategies.retention)(&record, self.now_ms()) {
+            RetentionVerdict::Keep => Ok(Some(record)),
+            RetentionVerdict::Tombstone => {
+                let (tenant, key, now) = (&record.tenant, &record.operation_key, self.now_ms());
+                self.gated().call("tombstone", |store| store.tombstone(tenant, key, now)).await?;
+                self.load(tenant, key).await
+            }
+            RetentionVerdict::Forget => {
+                let (tenant, key) = (&record.tenant, &record.operation_key);
+                self.gated().call("forget", |store| store.forget(tenant, key)).await?;
+                Ok(None)
+            }
+        }
+    }
+
+    async fn note(&self, tenant: &str, operation_key: &str, finding: &str) {
+        let now = self.now_ms();
+        // A finding that cannot be written is not worth failing an answer for: the record's
+        // status already says what matters.
+        let _ = self
+            .gated()
+            .call("record_reconciliation", |store| {
+                store.record_reconciliation(tenant, operation_key, now, finding)
+            })
+            .await;
+    }
+
+    // -------------------------------------------------------------- call
+
+    async fn handle_call(&self, call: ToolCall) -> Outcome {
+        if let Err(error) = call.check_identifiers() {
+            return invalid(None, error.to_string());
+        }
+        let Some(contract) = self.env.contracts.get(&call.tool, &call.tool_version) else {
+            return invalid(None, format!("unknown tool {} at version {}", call.tool, call.tool_version));
+        };
+        let fingerprint = match (self.strategies.fingerprint)(contract, &call) {
+            Ok(fingerprint) => fingerprint.to_string(),
+            Err(error) => return invalid(None, error.to_string()),
+        };
+        let arguments = match contract.validated_arguments(&call) {
+            Ok(arguments) => arguments,
+            Err(error) => return invalid(None, error.to_string()),
+        };
+        let key = (self.strategies.operation_key)(&KeyInput {
+            tenant: &call.tenant,
+            environment: &call.environment,
+            workflow_id: &call.workflow_id,
+            step_id: &call.step_id,
+            call_id: Some(&call.call_id),
+            arguments: Some(&arguments),
+        });
+        if contract.approval_required && !arguments.contains_key("approval_id") {
+            return rejected(&key, ReasonCode::ApprovalRequired, "this tool needs an `approval_id`");
+        }
+        let plan = match DownstreamPlan::build(contract, &call.tenant, &arguments) {
+            Ok(plan) => plan,
+            Err(message) => return invalid(Some(&key), message),
+        };
+        if !self.allowed_at(AuthPoint::BeforeClaim, &call.tenant, &call.actor, &call.tool).await {
+            return unauthorized(&key);
+        }
+        let request = Request {
+            plan,
+            actor: call.actor.clone(),
+            fingerprint,
+            tool_version: call.tool_version.clone(),
+            arguments,
+        };
+        self.claim_and_answer(&call, contract, &key, &request).await
+    }
+
+    fn new_claim(&self, call: &ToolCall, contract: &ToolContract, key: &str, request: &Request) -> NewClaim {
+        let now = self.now_ms();
+        NewClaim {
+            tenant: call.tenant.clone(),
+            operation_key: key.to_owned(),
+            tool_name: call.tool.clone(),
+            tool_version: call.tool_version.clone(),
+            request_fingerprint: request.fingerprint.clone(),
+            downstream_key: (self.strategies.downstream_key)(contract, key),
+            owner_token: self.owner_token(),
+            now_ms: now,
+            lease_until_ms: now.saturating_add(duration_ms(contract.lease)),
+            expires_at_ms: now.saturating_add(duration_ms(contract.retention)),
+        }
+    }
+
+    async fn claim_and_answer(
+        &self,
+        call: &ToolCall,
+        contract: &ToolContract,
+        key: &str,
+        request: &Request,
+    ) -> Outcome {
+        let claim = self.new_claim(call, contract, key, request);
+        let claimed = match (self.strategies.claim)(self.gated(), &claim).await {
+            Ok(claimed) => claimed,
+            Err(error) => return store_failure(Some(key), &error),
+        };
+        let new_claim = matches!(claimed, Claimed::New(_));
+        if !self.allowed_at(AuthPoint::AfterClaim { new_claim }, &call.tenant, &call.actor, &call.tool).await
+        {
+            if let Claimed::New(record) = &claimed {
+                let owned = owned_claim(record);
+                return self
+                    .fail(&owned, ReasonCode::Unauthorized, "the actor may not use this tool now")
+                    .await;
+            }
+            return unauthorized(key);
+        }
+        match claimed {
+            Claimed::New(record) => self.perform(&owned_claim(&record), &record, contract, request).await,
+            Claimed::Existing(record) => match self.retire(record).await {
+                Ok(Some(record)) => self.answer_existing(record, call, contract, request).await,
+                // Only a mutant forgets records: the late duplicate is then claimed afresh.
+                Ok(None) => {
+                    let claim = self.new_claim(call, contract, key, request);
+                    match (self.strategies.claim)(self.gated(), &claim).await {
+                        Ok(Claimed::New(record)) => {
+                            self.perform(&owned_claim(&record), &record, contract, request).await
+                        }
+                        Ok(Claimed::Existing(record)) => self.describe(&record),
+                        Err(error) => store_failure(Some(key), &error),
+                    }
+                }
+                Err(error) => store_failure(Some(key), &error),
+            },
+        }
+    }
+
+    /// The existing-record branch of a call.
+    async fn answer_existing(
+        &self,
+        record: OperationRecord,
+        call: &ToolCall,
+        contract: &ToolContract,
+        request: &Request,
+    ) -> Outcome {
+        let key = record.operation_key.clone();
+        if record.status == RecordStatus::Tombstone {
+            return self.late_arrival(&record).await;
+        }
+        if record.request_fingerprint != request.fingerprint {
+            return self.mismatch(&record, call);
+        }
+        match record.status {
+            RecordStatus::Applied => replayed(&record),
+            RecordStatus::FailedPermanent | RecordStatus::Tombstone => self.describe(&record),
+            RecordStatus::Pending if record.job_id.is_some() || record.owner_token.is_none() => {
+                self.describe(&record)
+            }
+            RecordStatus::Pending if record.lease_is_live(self.now_ms()) => self.describe(&record),
+            RecordStatus::Pending | RecordStatus::Unknown => {
+                let Some(owned) = self.take_over(&record, contract).await else {
+                    return self.reload_and_describe(&record.tenant, &key).await;
+                };
+                self.recover(&owned, &record, contract, Some(request)).await
+            }
+        }
+    }
+
+    /// Same key, different request: never replaced, never executed.
+    fn mismatch(&self, record: &OperationRecord, call: &ToolCall) -> Outcome {
+        let key = &record.operation_key;
+        if record.tool_name == call.tool && record.tool_version != call.tool_version {
+            let replayable = self
+                .env
+                .contracts
+                .get(&record.tool_name, &record.tool_version)
+                .is_some_and(|stored| stored.replay_across_versions);
+            if replayable && record.status == RecordStatus::Applied {
+                return replayed(record);
+            }
+            return rejected(
+                key,
+                ReasonCode::ToolVersionChanged,
+                format!(
+                    "this operation was made by {} version {}; version {} may not re-run it",
+                    record.tool_name, record.tool_version, call.tool_version
+                ),
+            );
+        }
+        rejected(
+            key,
+            ReasonCode::IdempotencyKeyReusedWithDifferentRequest,
+            "this operation key was used with a different request; the original stands",
+        )
+    }
+
+    /// A key arriving after retention: the late-arrival policy of the contract that made it.
+    async fn late_arrival(&self, record: &OperationRecord) -> Outcome {
+        let contract = self.env.contracts.get(&record.tool_name, &record.tool_version);
+        if let Some(contract) = contract.filter(|c| c.late_arrival == LateArrivalPolicy::ReconcileFirst) {
+            let finding = match self.look_up_receipt(record, contract).await {
+                ReceiptLookup::Found(reference) => {
+                    format!("late arrival after retention: the downstream has receipt {reference}")
+                }
+                ReceiptLookup::NotFound => {
+                    "late arrival after retention: the downstream has no receipt".into()
+                }
+                ReceiptLookup::Failed(why) => {
+                    format!("late arrival after retention: receipt lookup failed: {why}")
+                }
+            };
+            self.note(&record.tenant, &record.operation_key, &finding).await;
+        }
+        expired(record)
+    }
+
+    // -------------------------------------------------------------- effect path (we own the claim)
+
+    /// We own a fresh claim: recheck authorization, then carry the effect out.
+    async fn perform(
+        &self,
+        owned: &OwnedClaim,
+        record: &OperationRecord,
+        contract: &ToolContract,
+        request: &Request,
+    ) -> Outcome {
+        match contract.execution {
+            Execution::Queued => {
+                if !self
+                    .allowed_at(AuthPoint::BeforeEffect, &owned.tenant, &request.actor, &contract.name)
+                    .await
+                {
+                    return self
+                        .fail(owned, ReasonCode::Unauthorized, "the actor may not use this tool now")
+                        .await;
+                }
+                self.enqueue(owned, contract, request).await
+            }
+            Execution::Direct | Execution::DelayedJob => self.execute(owned, record, contract, request).await,
+        }
+    }
+
+    /// Rechecks authorization, sends the request with the downstream key, records the answer.
+    async fn execute(
+        &self,
+        owned: &OwnedClaim,
+        record: &OperationRecord,
+        contract: &ToolContract,
+        request: &Request,
+    ) -> Outcome {
+        if !self.allowed_at(AuthPoint::BeforeEffect, &owned.tenant, &request.actor, &contract.name).await {
+            return self.fail(owned, ReasonCode::Unauthorized, "the actor may not use this tool now").await;
+        }
+        let sent = self.send(request.plan.request(record.downstream_key.as_deref())).await;
+        let answer = classify(request.plan.kind, sent);
+        self.record_answer(owned, contract, answer).await
+    }
+
+    /// Stores what the downstream answered, by compare-and-set on our claim.
+    async fn record_answer(&self, owned: &OwnedClaim, contract: &ToolContract, answer: Answer) -> Outcome {
+        match answer {
+            Answer::Receipt { reference, result, replayed } => {
+                self.record_receipt(owned, contract, &reference, result, replayed).await
+            }
+            Answer::PreconditionFailed => {
+                self.fail(
+                    owned,
+                    ReasonCode::PreconditionFailed,
+                    "the target changed since the caller read it",
+                )
+                .await
+            }
+            Answer::Refused { status } => {
+                let message = format!("the downstream refused the request ({status})");
+                self.fail(owned, ReasonCode::DownstreamRejected, &message).await
+            }
+            Answer::KeyInProgress => in_flight(
+                &owned.operation_key,
+                seconds_until(self.now_ms(), owned.lease_until_ms),
+                "the downstream is still processing this operation; poll",
+            ),
+            Answer::Ambiguous(why) => self.mark_unknown(owned, &why).await,
+        }
+    }
+
+    async fn record_receipt(
+        &self,
+        owned: &OwnedClaim,
+        contract: &ToolContract,
+        reference: &str,
+        result: Value,
+        replayed: bool,
+    ) -> Outcome {
+        let (now, key) = (self.now_ms(), &owned.operation_key);
+        if contract.execution == Execution::DelayedJob {
+            return match self.gated().call("set_job", |store| store.set_job(owned, reference, now)).await {
+                Ok(true) => in_flight(key, JOB_POLL_AFTER_SECONDS, "the downstream accepted the job; poll"),
+                Ok(false) => self.reload_and_describe(&owned.tenant, key).await,
+                Err(error) => store_failure(Some(key), &error),
+            };
+        }
+        let response_json = result.to_string();
+        match self
+            .gated()
+            .call("complete", |store| store.complete(owned, reference, &response_json, now))
+            .await
+        {
+            Ok(true) => {
+                let status = if replayed { OutcomeStatus::Replayed } else { OutcomeStatus::Applied };
+                succeeded(status, key, reference, Some(result))
+            }
+            Ok(false) => self.reload_and_describe(&owned.tenant, key).await,
+            Err(error) => store_failure(Some(key), &error),
+        }
+    }
+
+    async fn fail(&self, owned: &OwnedClaim, reason: ReasonCode, message: &str) -> Outcome {
+        let (now, key, reason_code) = (self.now_ms(), &owned.operation_key, reason_text(reason));
+        match self.gated().call("fail", |store| store.fail_permanent(owned, &reason_code, now)).await {
+            Ok(true) => rejected(key, reason, message),
+            Ok(false) => self.reload_and_describe(&owned.tenant, key).await,
+            Err(error) => store_failure(Some(key), &error),
+        }
+    }
+
+    async fn mark_unknown(&self, owned: &OwnedClaim, finding: &str) -> Outcome {
+        let (now, key) = (self.now_ms(), &owned.operation_key);
+        match self.gated().call("mark_unknown", |store| store.mark_unknown(owned, finding, now)).await {
+            Ok(true) => unknown(key, format!("the effect may have happened ({finding}); reconcile")),
+            Ok(false) => self.reload_and_describe(&owned.tenant, key).await,
+            Err(error) => store_failure(Some(key), &error),
+        }
+    }
+
+    /// Queued tools: write the envelope, then hand the record to the queue.
+    async fn enqueue(&self, owned: &OwnedClaim, contract: &ToolContract, request: &Request) -> Outcome {
+        let payload = QueuedPayload {
+            tool_version: request.tool_version.clone(),
+            actor: request.actor.clone(),
+            fingerprint: request.fingerprint.clone(),
+            arguments: request.arguments.clone(),
+        };
+        let envelope = Envelope {
+            envelope_id: format!("envelope-{:016x}", self.env.entropy.next_u64()),
+            tenant: owned.tenant.clone(),
+            operation_key: owned.operation_key.clone(),
+            tool: contract.name.clone(),
+            payload: serde_json::to_value(&payload).unwrap_or_else(|error| {
+                unreachable!("a queued payload is plain JSON and serialises: {error}")
+            }),
+        };
+        if let Err(error) = self.env.outbox.enqueue(envelope).await {
+            return self.mark_unknown(owned, &error.to_string()).await;
+        }
+        let (now, key) = (self.now_ms(), &owned.operation_key);
+        match self.gated().call("release", |store| store.release(owned, now)).await {
+            Ok(true) => {
+                in_flight(key, QUEUE_POLL_AFTER_SECONDS, "queued; a consumer will carry it out; poll")
+            }
+            Ok(false) => self.reload_and_describe(&owned.tenant, key).await,
+            Err(error) => store_failure(Some(key), &error),
+        }
+    }
+
+    // -------------------------------------------------------------- recovery
+
+    /// Takes over an abandoned (`pending`, lease run out), `unknown` or queued-and-unowned
+    /// record exactly as observed; `None` when someone else changed it first.
+    async fn take_over(&self, record: &OperationRecord, contract: &ToolContract) -> Option<OwnedClaim> {
+        let now = self.now_ms();
+        let take_over = TakeOver {
+            tenant: record.tenant.clone(),
+            operation_key: record.operation_key.clone(),
+            observed_owner: record.owner_token.clone(),
+            observed_lease_until_ms: record.lease_until_ms,
+            new_owner: self.owner_token(),
+            lease_until_ms: now.saturating_add(duration_ms(contract.lease)),
+            now_ms: now,
+        };
+        match self.gated().call("take_over", |store| store.take_over(&take_over)).await {
+            Ok(true) => Some(OwnedClaim {
+                tenant: take_over.tenant,
+                operation_key: take_over.operation_key,
+                owner_token: take_over.new_owner,
+                lease_until_ms: take_over.lease_until_ms,
+            }),
+            Ok(false) | Err(_) => None,
+        }
+    }
+
+    /// We took over a claim whose first owner may or may not have reached the downstream:
+    /// ask for a receipt, resend only with an honoured key, otherwise hand it to
+    /// reconciliation. `request` is `None` when the original request is not at hand
+    /// (reconcile by reference): then nothing is resent.
+    async fn recover(
+        &self,
+        owned: &OwnedClaim,
+        record: &OperationRecord,
+        contract: &ToolContract,
+        request: Option<&Request>,
+    ) -> Outcome {
+        let plan = (self.strategies.recovery)(contract);
+        let kind = ToolKind::of(&contract.name);
+        let lookup =
+            if plan.look_up_receipt { Some(self.look_up_receipt(record, contract).await) } else { None };
+        let finding = match lookup {
+            Some(ReceiptLookup::Found(reference)) => {
+                self.note(&owned.tenant, &owned.operation_key, &format!("receipt found: {reference}")).await;
+                let result = kind.map(|kind| receipt_result(kind, &reference)).unwrap_or(Value::Null);
+                return self.record_receipt(owned, contract, &reference, result, true).await;
+            }
+            Some(ReceiptLookup::Failed(why)) => {
+                return self.mark_unknown(owned, &format!("receipt lookup failed: {why}")).await
+            }
+            Some(ReceiptLookup::NotFound) => "no receipt for the key",
+            None => "no receipt lookup for this downstream",
+        };
+        match request {
+            Some(request) if plan.resend_with_same_key => {
+                let note = format!("{finding}; resending with the same key");
+                self.note(&owned.tenant, &owned.operation_key, &note).await;
+                self.execute(owned, record, contract, request).await
+            }
+            _ => {
+                self.mark_unknown(
+                    owned,
+                    &format!("{finding}; the effect cannot be proved or safely repeated"),
+                )
+                .await
+            }
+        }
+    }
+
+    async fn look_up_receipt(&self, record: &OperationRecord, contract: &ToolContract) -> ReceiptLookup {
+        let Some(key) = record.downstream_key.as_deref() else {
+            return ReceiptLookup::Failed(
+                "no downstream key was sent, so there is nothing to look up".into(),
+            );
+        };
+        let sent = self.send(receipt_request(key, &record.tenant, &contract.downstream.service)).await;
+        read_receipt(sent)
+    }
+
+    // -------------------------------------------------------------- poll and reconcile
+
+    async fn handle_lookup(&self, operation: OperationRef, lookup: Lookup) -> Outcome {
+        if let Err(message) = check_operation(&operation) {
+            return invalid(None, message);
+        }
+        let key = (self.strategies.operation_key)(&KeyInput {
+            tenant: &operation.tenant,
+            environment: &operation.environment,
+            workflow_id: &operation.workflow_id,
+            step_id: &operation.step_id,
+            call_id: None,
+            arguments: None,
+        });
+        let record = match self.load(&operation.tenant, &key).await {
+            Ok(Some(record)) => record,
+            Ok(None) => return invalid(Some(&key), "no operation with this key"),
+            Err(error) => return store_failure(Some(&key), &error),
+        };
+        // A status answer can replay a result: it is no authorization bypass either.
+        if !self.authorized(&operation.tenant, &operation.actor, &record.tool_name).await {
+            return unauthorized(&key);
+        }
+        let record = match self.retire(record).await {
+            Ok(Some(record)) => record,
+            Ok(None) => return invalid(Some(&key), "no operation with this key"),
+            Err(error) => return store_failure(Some(&key), &error),
+        };
+        let Some(contract) = self.env.contracts.get(&record.tool_name, &record.tool_version) else {
+            return self.describe(&record);
+        };
+        match record.status {
+            RecordStatus::Pending if record.job_id.is_some() => self.check_job(&record, contract).await,
+            RecordStatus::Pending if record.owner_token.is_none() || record.lease_is_live(self.now_ms()) => {
+                self.describe(&record)
+            }
+            RecordStatus::Pending | RecordStatus::Unknown => match lookup {
+                Lookup::Poll => self.settle_from_receipt(&record, contract).await,
+                Lookup::Reconcile => match self.take_over(&record, contract).await {
+                    Some(owned) => self.recover(&owned, &record, contract, None).await,
+                    None => self.reload_and_describe(&record.tenant, &key).await,
+                },
+            },
+            RecordStatus::Applied | RecordStatus::FailedPermanent | RecordStatus::Tombstone => {
+                self.describe(&record)
+            }
+        }
+    }
+
+    /// Poll's read-only reconciliation: a receipt settles the record; nothing is resent.
+    async fn settle_from_receipt(&self, record: &OperationRecord, contract: &ToolContract) -> Outcome {
+        if !(self.strategies.recovery)(contract).look_up_receipt {
+            return self.describe(record);
+        }
+        let ReceiptLookup::Found(reference) = self.look_up_receipt(record, contract).await else {
+            return self.describe(record);
+        };
+        let Some(owned) = self.take_over(record, contract).await else {
+            return self.reload_and_describe(&record.tenant, &record.operation_key).await;
+        };
+        self.note(&owned.tenant, &owned.operation_key, &format!("receipt found: {reference}")).await;
+        let result =
+            ToolKind::of(&contract.name).map(|kind| receipt_result(kind, &reference)).unwrap_or(Value::Null);
+        self.record_receipt(&owned, contract, &reference, result, true).await
+    }
+
+    // -------------------------------------------------------------- delayed jobs
+
+    async fn check_job(&self, record: &OperationRecord, contract: &ToolContract) -> Outcome {
+        let key = &record.operation_key;
+        let Some(job_id) = record.job_id.as_deref() else { return self.describe(record) };
+        match read_job(self.send(job_request(job_id, &record.tenant)).await) {
+            JobState::Succeeded(job_result) => {
+                match self.settle_job(record, contract, job_id, job_result).await {
+                    Ok(Some(result)) => succeeded(OutcomeStatus::Applied, key, job_id, Some(result)),
+                    Ok(None) => self.reload_and_describe(&record.tenant, key).await,
+                    Err(error) => store_failure(Some(key), &error),
+                }
+            }
+            JobState::Running => {
+                in_flight(key, JOB_POLL_AFTER_SECONDS, "the downstream job is still running; poll")
+            }
+            JobState::Unreadable(why) => in_flight(
+                key,
+                JOB_POLL_AFTER_SECONDS,
+                &format!("the job status could not be read ({why}); poll"),
+            ),
+        }
+    }
+
+    /// Settles a finished job, exactly once per operation: only the caller that makes the
+    /// `pending -> applied` transition gets `Some(result)` and sends the completion notice.
+    async fn settle_job(
+        &self,
+        record: &OperationRecord,
+        contract: &ToolContract,
+        job_id: &str,
+        job_result: Value,
+    ) -> Result<Option<Value>, StoreError> {
+        let result = json!({"job_id": job_id, "status": "succeeded", "result": job_result});
+        let (response_json, now) = (result.to_string(), self.now_ms());
+        let (tenant, key) = (&record.tenant, &record.operation_key);
+        let won = self
+            .gated()
+            .call("settle_job", |store| store.settle_job(tenant, key, job_id, &response_json, now))
+            .await?;
+        if !won {
+            return Ok(None);
+        }
+        if let Some(to) = &contract.completion_notice_to {
+            let request = notice_request(tenant, to, job_id, record.downstream_key.as_deref());
+            let answer = classify(ToolKind::MessagesSend, self.send(request).await);
+            if !matches!(answer, Answer::Receipt { .. }) {
+                let finding = format!("the completion notice for {job_id} was not confirmed: {answer:?}");
+                self.note(tenant, key, &finding).await;
+            }
+        }
+        Ok(Some(result))
+    }
+
+    async fn handle_webhook(&self, event: WebhookEvent) -> WebhookAck {
+        let Ok(event) = serde_json::from_slice::<JobEvent>(&event.body) else { return WebhookAck::Invalid };
+        let ids_fit = [&event.event_id, &event.tenant, &event.job_id]
+            .into_iter()
+            .chain(event.idempotency_key.as_ref())
+            .all(|value| check_identifier("id", value).is_ok());
+        if !ids_fit || event.kind != "job.succeeded" {
+            return WebhookAck::Invalid;
+        }
+        let found = match event.idempotency_key.as_deref() {
+            Some(key) => {
+                self.gated()
+                    .call("load_by_downstream_key", |store| store.load_by_downstream_key(&event.tenant, key))
+                    .await
+            }
+            None => {
+                self.gated()
+                    .call("load_by_job", |store| store.load_by_job(&event.tenant, &event.job_id))
+                    .await
+            }
+        };
+        let Ok(found) = found else { return WebhookAck::Unmatched };
+        // The event must be about this operation's job (when the job is known).
+        let record = found.filter(|record| record.job_id.as_deref().is_none_or(|job| job == event.job_id));
+        let (now, operation_key) =
+            (self.now_ms(), record.as_ref().map(|record| record.operation_key.as_str()));
+        let recorded = self
+            .gated()
+            .call("record_event", |store| {
+                store.record_event(&event.event_id, &event.tenant, operation_key, now)
+            })
+            .await;
+        match recorded {
+            Ok(true) => {}
+            Ok(false) => return WebhookAck::DuplicateEvent,
+            Err(_) => return WebhookAck::Unmatched,
+        }
+        let Some(record) = record else { return WebhookAck::Unmatched };
+        let Some(contract) = self.env.contracts.get(&record.tool_name, &record.tool_version) else {
+            return WebhookAck::Unmatched;
+        };
+        match self.settle_job(&record, contract, &event.job_id, event.result).await {
+            Ok(Some(_)) => WebhookAck::Processed,
+            Ok(None) | Err(_) => WebhookAck::AlreadySettled,
+        }
+    }
+
+    // -------------------------------------------------------------- queue consumer
+
+    async fn handle_envelope(&self, envelope: Envelope) -> Consumed {
+        // An envelope this executor cannot read, or for a contract it does not know, cannot
+        // be acted on by any retry either: acknowledge it without an effect.
+        let Ok(payload) = serde_json::from_value::<QueuedPayload>(envelope.payload.clone()) else {
+            return Consumed::Ack;
+        };
+        let Some(contract) = self.env.contracts.get(&envelope.tool, &payload.tool_version) else {
+            return Consumed::Ack;
+        };
+        let Ok(plan) = DownstreamPlan::build(contract, &envelope.tenant, &payload.arguments) else {
+            return Consumed::Ack;
+        };
+        let record = match self.load(&envelope.tenant, &envelope.operation_key).await {
+            Ok(Some(record)) => record,
+            Ok(None) => return Consumed::Ack,
+            Err(_) => return Consumed::Retry,
+        };
+        let record = match self.retire(record).await {
+            Ok(Some(record)) => record,
+            Ok(None) => return Consumed::Ack,
+            Err(_) => return Consumed::Retry,
+        };
+        if record.request_fingerprint != payload.fingerprint {
+            return Consumed::Ack;
+        }
+        let request = Request {
+            plan,
+            actor: payload.actor,
+            fingerprint: payload.fingerprint,
+            tool_version: payload.tool_version,
+            arguments: payload.arguments,
+        };
+        match record.status {
+            RecordStatus::Pending if record.job_id.is_some() => Consumed::Ack,
+            RecordStatus::Pending if record.lease_is_live(self.now_ms()) => Consumed::Retry,
+            RecordStatus::Pending => {
+                let Some(owned) = self.take_over(&record, contract).await else { return Consumed::Retry };
+                let outcome = if record.owner_token.is_none() {
+                    // Waiting for us: the first consumer to claim it carries it out.
+                    self.execute(&owned, &record, contract, &request).await
+                } else {
+                    // A previous owner's lease ran out: it may have sent already.
+                    self.recover(&owned, &record, contract, Some(&request)).await
+                };
+                match outcome.status {
+                    OutcomeStatus::InFlight => Consumed::Retry,
+                    _ => Consumed::Ack,
+                }
+            }
+            RecordStatus::Applied
+            | RecordStatus::FailedPermanent
+            | RecordStatus::Unknown
+            | RecordStatus::Tombstone => Consumed::Ack,
+        }
+    }
+}
+
+fn owned_claim(record: &OperationRecord) -> OwnedClaim {
+    OwnedClaim {
+        tenant: record.tenant.clone(),
+        operation_key: record.operation_key.clone(),
+        owner_token: record
+            .owner_token
+            .clone()
+            .unwrap_or_else(|| unreachable!("a record this worker just claimed carries its owner token")),
+        lease_until_ms: record.lease_until_ms,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_hints_round_up_and_are_at_least_a_second() {
+        assert_eq!(seconds_until(0, 5_000), 5);
+        assert_eq!(seconds_until(0, 4_001), 5);
+        assert_eq!(seconds_until(4_999, 5_000), 1);
+        assert_eq!(seconds_until(6_000, 5_000), 1);
+    }
+
+    #[test]
+    fn reason_codes_round_trip_through_the_reason_column() {
+        for reason in
+            [ReasonCode::Unauthorized, ReasonCode::PreconditionFailed, ReasonCode::DownstreamRejected]
+        {
+            let record = OperationRecord {
+                tenant: "acme".into(),
+                operation_key: "k".into(),
+                tool_name: "t".into(),
+                tool_version: "v".into(),
+                request_fingerprint: "f".into(),
+                status: RecordStatus::FailedPermanent,
+                effect_reference: None,
+                response_json: None,
+                owner_token: None,
+                lease_until_ms: 0,
+                job_id: None,
+                downstream_key: None,
+                reason: Some(reason_text(reason)),
+                created_at_ms: 0,
+                updated_at_ms: 0,
+                expires_at_ms: 0,
+            };
+            assert_eq!(stored_reason(&record), reason);
+        }
+        assert_eq!(reason_text(ReasonCode::PreconditionFailed), "precondition_failed");
+    }
+
+    #[test]
+    fn operation_references_are_checked_like_calls() {
+        let operation = |step: &str| OperationRef {
+            tenant: "acme".into(),
+            environment: "production".into(),
+            workflow_id: "run".into(),
+            step_id: step.into(),
+            actor: "agent".into(),
+        };
+        assert!(check_operation(&operation("s1")).is_ok());
+        assert!(check_operation(&operation("")).unwrap_err().contains("must not be empty"));
+        assert!(check_operation(&operation("a\u{7}")).unwrap_err().contains("control characters"));
+        let long = "x".repeat(MAX_ID_CHARS + 1);
+        assert!(check_operation(&operation(&long)).unwrap_err().contains("longer than"));
+    }
+}

@@ -1,0 +1,1094 @@
+//! The durable claim store: one SQLite table of operations, decided by its primary key.
+//!
+//! Every function here is synchronous and does one short transaction or statement; the
+//! executor wraps each call in the worker's [`StoreGate`] ([`GatedStore`]) so that inside
+//! the simulation each store call costs simulated time and is a point where a worker can be
+//! paused or killed.
+//!
+//! Architecture invariants:
+//! - the claim is one `INSERT .. ON CONFLICT DO NOTHING` decided by the primary key
+//!   `(tenant, operation_key)`, never a read followed by an insert;
+//! - every write made on behalf of an owner (complete, fail, mark unknown, release, set job)
+//!   is a compare-and-set on `owner_token`, so a worker whose lease was taken over cannot
+//!   overwrite the new owner's record;
+//! - a record is never deleted by the reference executor: past retention it becomes a
+//!   tombstone that keeps key, fingerprint and effect reference and drops the response.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use protocol::StoreGate;
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row, Transaction, TransactionBehavior};
+
+/// How long a connection to a file store waits for another connection's write lock before
+/// it gives up: far longer than any single store call takes, short enough to surface a
+/// wedged database as an error rather than a hang.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Longest shared-memory database name accepted: it becomes part of a SQLite URI and of
+/// process-wide shared-cache state, so keep it an ordinary identifier.
+const MAX_SHARED_MEMORY_NAME_CHARS: usize = 128;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS tool_operations (
+    tenant              TEXT    NOT NULL,
+    operation_key       TEXT    NOT NULL,
+    tool_name           TEXT    NOT NULL,
+    tool_version        TEXT    NOT NULL,
+    request_fingerprint TEXT    NOT NULL,
+    status              TEXT    NOT NULL CHECK (status IN
+                            ('pending', 'applied', 'failed_permanent', 'unknown', 'tombstone')),
+    effect_reference    TEXT,
+    response_json       TEXT,
+    owner_token         TEXT,
+    lease_until_ms      INTEGER NOT NULL DEFAULT 0,
+    job_id              TEXT,
+    downstream_key      TEXT,
+    reason              TEXT,
+    created_at_ms       INTEGER NOT NULL,
+    updated_at_ms       INTEGER NOT NULL,
+    expires_at_ms       INTEGER NOT NULL,
+    PRIMARY KEY (tenant, operation_key)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS tool_operations_by_downstream_key
+    ON tool_operations (tenant, downstream_key);
+CREATE INDEX IF NOT EXISTS tool_operations_by_job
+    ON tool_operations (tenant, job_id);
+CREATE TABLE IF NOT EXISTS webhook_events (
+    event_id       TEXT    PRIMARY KEY,
+    tenant         TEXT    NOT NULL,
+    operation_key  TEXT,
+    received_at_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS reconciliations (
+    id            INTEGER PRIMARY KEY,
+    tenant        TEXT    NOT NULL,
+    operation_key TEXT    NOT NULL,
+    at_ms         INTEGER NOT NULL,
+    finding       TEXT    NOT NULL
+);
+";
+
+const RECORD_COLUMNS: &str = "tenant, operation_key, tool_name, tool_version, request_fingerprint, status, \
+     effect_reference, response_json, owner_token, lease_until_ms, job_id, downstream_key, reason, \
+     created_at_ms, updated_at_ms, expires_at_ms";
+
+/// Where the claim store lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreLocation {
+    /// A database file (WAL journal, `synchronous=NORMAL`): survives process restarts and is
+    /// shared by every process that opens the same path.
+    File(PathBuf),
+    /// A named in-memory database shared by every connection of this process
+    /// (`file:NAME?mode=memory&cache=shared`). For the simulation: each worker opens its own
+    /// connection; the factory keeps one open so the database outlives worker crashes.
+    /// Names must be unique per run (parallel runs in one process would otherwise share it).
+    SharedMemory(String),
+    /// A private in-memory database per connection: claims die with the worker and are not
+    /// shared between workers. The reference never uses it; it exists for the
+    /// `in_memory_claims` mutant.
+    PrivateMemory,
+}
+
+impl std::fmt::Display for StoreLocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreLocation::File(path) => write!(f, "file {}", path.display()),
+            StoreLocation::SharedMemory(name) => write!(f, "shared memory database {name:?}"),
+            StoreLocation::PrivateMemory => write!(f, "private memory database"),
+        }
+    }
+}
+
+/// Why a store call failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The database could not be opened or its schema created.
+    #[error("failed to open the claim store ({location}): {source}")]
+    Open {
+        /// Where.
+        location: String,
+        /// Why.
+        source: rusqlite::Error,
+    },
+    /// A shared-memory database name that is not a plain identifier.
+    #[error(
+        "failed to open the claim store: shared memory name {0:?} must be 1 to \
+         {MAX_SHARED_MEMORY_NAME_CHARS} characters of A-Z, a-z, 0-9, `-`, `_` or `.`"
+    )]
+    InvalidName(String),
+    /// A query failed.
+    #[error("failed to {operation} in the claim store: {source}")]
+    Query {
+        /// What was being done (`claim`, `complete`, ...).
+        operation: &'static str,
+        /// Why.
+        source: rusqlite::Error,
+    },
+    /// A row holds a value this code never writes (the file was edited by hand).
+    #[error("failed to read the claim store: {0}")]
+    Corrupt(String),
+    /// A temporary file for the benchmark could not be prepared.
+    #[error("failed to prepare the benchmark database {path}: {source}")]
+    BenchFile {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// The status column of a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum RecordStatus {
+    /// Claimed; the outcome is not known yet. With an owner token and a live lease, a worker
+    /// is on it; with a job id, the downstream owns a job; with neither owner nor job, an
+    /// envelope waits in the outbox for a consumer.
+    Pending,
+    /// The effect happened and its reference is stored.
+    Applied,
+    /// The downstream (or the authorizer) refused for good; no effect.
+    FailedPermanent,
+    /// The effect may have happened; reconciliation owns the record.
+    Unknown,
+    /// Past retention: key, fingerprint and effect reference remain, the response is gone.
+    Tombstone,
+}
+
+impl RecordStatus {
+    /// The value stored in the `status` column.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecordStatus::Pending => "pending",
+            RecordStatus::Applied => "applied",
+            RecordStatus::FailedPermanent => "failed_permanent",
+            RecordStatus::Unknown => "unknown",
+            RecordStatus::Tombstone => "tombstone",
+        }
+    }
+
+    /// Parses [`RecordStatus::as_str`]'s output.
+    pub fn parse(text: &str) -> Option<Self> {
+        [
+            RecordStatus::Pending,
+            RecordStatus::Applied,
+            RecordStatus::FailedPermanent,
+            RecordStatus::Unknown,
+            RecordStatus::Tombstone,
+        ]
+        .into_iter()
+        .find(|status| status.as_str() == text)
+    }
+
+    /// `applied` or `failed_permanent`: nothing more will happen to the operation.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, RecordStatus::Applied | RecordStatus::FailedPermanent)
+    }
+}
+
+/// One row of `tool_operations`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OperationRecord {
+    /// Tenant (first half of the primary key).
+    pub tenant: String,
+    /// Operation key (second half of the primary key).
+    pub operation_key: String,
+    /// Tool name.
+    pub tool_name: String,
+    /// Tool contract version that claimed the operation.
+    pub tool_version: String,
+    /// [`protocol::Fingerprint`] in its `Display` form.
+    pub request_fingerprint: String,
+    /// Status.
+    pub status: RecordStatus,
+    /// The downstream's reference for the effect (`ticket_7`, a job id).
+    pub effect_reference: Option<String>,
+    /// The safe response (whitelisted fields only) as JSON text.
+    pub response_json: Option<String>,
+    /// The worker currently owning the claim, if any.
+    pub owner_token: Option<String>,
+    /// Until when the owner's claim holds, in clock milliseconds (0 when nobody owns it).
+    pub lease_until_ms: u64,
+    /// The downstream job, for delayed jobs.
+    pub job_id: Option<String>,
+    /// The `Idempotency-Key` sent downstream (also the receipt and webhook lookup key).
+    pub downstream_key: Option<String>,
+    /// Why the record is `failed_permanent` (a reason code) or `unknown` (what was ambiguous).
+    pub reason: Option<String>,
+    /// When it was claimed.
+    pub created_at_ms: u64,
+    /// Last change.
+    pub updated_at_ms: u64,
+    /// End of retention.
+    pub expires_at_ms: u64,
+}
+
+impl OperationRecord {
+    /// Whether an owner holds a claim that has not run out at `now_ms`.
+    pub fn lease_is_live(&self, now_ms: u64) -> bool {
+        self.owner_token.is_some() && now_ms < self.lease_until_ms
+    }
+}
+
+/// What a worker asks to claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewClaim {
+    /// Tenant.
+    pub tenant: String,
+    /// Operation key.
+    pub operation_key: String,
+    /// Tool name.
+    pub tool_name: String,
+    /// Tool version.
+    pub tool_version: String,
+    /// Fingerprint (`Display` form).
+    pub request_fingerprint: String,
+    /// Key to send downstream, if any.
+    pub downstream_key: Option<String>,
+    /// The claiming worker's token.
+    pub owner_token: String,
+    /// Now.
+    pub now_ms: u64,
+    /// End of the lease.
+    pub lease_until_ms: u64,
+    /// End of retention.
+    pub expires_at_ms: u64,
+}
+
+impl NewClaim {
+    /// The record a successful claim creates.
+    pub fn to_record(&self) -> OperationRecord {
+        OperationRecord {
+            tenant: self.tenant.clone(),
+            operation_key: self.operation_key.clone(),
+            tool_name: self.tool_name.clone(),
+            tool_version: self.tool_version.clone(),
+            request_fingerprint: self.request_fingerprint.clone(),
+            status: RecordStatus::Pending,
+            effect_reference: None,
+            response_json: None,
+            owner_token: Some(self.owner_token.clone()),
+            lease_until_ms: self.lease_until_ms,
+            job_id: None,
+            downstream_key: self.downstream_key.clone(),
+            reason: None,
+            created_at_ms: self.now_ms,
+            updated_at_ms: self.now_ms,
+            expires_at_ms: self.expires_at_ms,
+        }
+    }
+}
+
+/// The answer to a claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claimed {
+    /// This worker inserted the record and owns it.
+    New(OperationRecord),
+    /// The record existed; here it is, untouched.
+    Existing(OperationRecord),
+}
+
+/// A claim held by one worker: what every compare-and-set write names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnedClaim {
+    /// Tenant.
+    pub tenant: String,
+    /// Operation key.
+    pub operation_key: String,
+    /// The owner's token.
+    pub owner_token: String,
+    /// End of the owner's lease.
+    pub lease_until_ms: u64,
+}
+
+/// A take-over of a claim whose lease ran out (or of an `unknown` record, or of a queued
+/// record waiting for its consumer): it succeeds only if the record is still exactly as
+/// observed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TakeOver {
+    /// Tenant.
+    pub tenant: String,
+    /// Operation key.
+    pub operation_key: String,
+    /// The owner token seen when deciding to take over (`None`: nobody).
+    pub observed_owner: Option<String>,
+    /// The lease end seen.
+    pub observed_lease_until_ms: u64,
+    /// The new owner.
+    pub new_owner: String,
+    /// The new lease end.
+    pub lease_until_ms: u64,
+    /// Now.
+    pub now_ms: u64,
+}
+
+/// One row of `reconciliations`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reconciliation {
+    /// Row id (insertion order).
+    pub id: i64,
+    /// Tenant.
+    pub tenant: String,
+    /// Operation key.
+    pub operation_key: String,
+    /// When.
+    pub at_ms: u64,
+    /// What was found or why the outcome is unknown.
+    pub finding: String,
+}
+
+/// A connection to the claim store.
+pub struct ClaimStore {
+    pub(crate) connection: Connection,
+}
+
+impl std::fmt::Debug for ClaimStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClaimStore").field("path", &self.connection.path()).finish_non_exhaustive()
+    }
+}
+
+/// Milliseconds as SQLite stores them (signed 64 bits; later than year 292 million saturates).
+fn sql_ms(ms: u64) -> i64 {
+    i64::try_from(ms).unwrap_or(i64::MAX)
+}
+
+fn read_ms(row: &Row<'_>, index: usize) -> rusqlite::Result<u64> {
+    let value: i64 = row.get(index)?;
+    Ok(u64::try_from(value).unwrap_or(0))
+}
+
+fn query(operation: &'static str) -> impl Fn(rusqlite::Error) -> StoreError {
+    move |source| StoreError::Query { operation, source }
+}
+
+fn valid_shared_memory_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.chars().count() <= MAX_SHARED_MEMORY_NAME_CHARS
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// A raw row before its status is checked.
+struct RawRecord {
+    record: OperationRecord,
+    status_text: String,
+}
+
+fn raw_record(row: &Row<'_>) -> rusqlite::Result<RawRecord> {
+    let status_text: String = row.get(5)?;
+    Ok(RawRecord {
+        record: OperationRecord {
+            tenant: row.get(0)?,
+            operation_key: row.get(1)?,
+            tool_name: row.get(2)?,
+            tool_version: row.get(3)?,
+            request_fingerprint: row.get(4)?,
+            status: RecordStatus::Pending,
+            effect_reference: row.get(6)?,
+            response_json: row.get(7)?,
+            owner_token: row.get(8)?,
+            lease_until_ms: read_ms(row, 9)?,
+            job_id: row.get(10)?,
+            downstream_key: row.get(11)?,
+            reason: row.get(12)?,
+            created_at_ms: read_ms(row, 13)?,
+            updated_at_ms: read_ms(row, 14)?,
+            expires_at_ms: read_ms(row, 15)?,
+        },
+        status_text,
+    })
+}
+
+fn checked(raw: RawRecord) -> Result<OperationRecord, StoreError> {
+    let status = RecordStatus::parse(&raw.status_text).ok_or_else(|| {
+        StoreError::Corrupt(format!(
+            "operation {:?} has status {:?}",
+            raw.record.operation_key, raw.status_text
+        ))
+    })?;
+    Ok(OperationRecord { status, ..raw.record })
+}
+
+impl ClaimStore {
+    /// Opens (and if needed creates) the store at `location`.
+    pub fn open(location: &StoreLocation) -> Result<Self, StoreError> {
+        let opened = match location {
+            StoreLocation::File(path) => Self::open_file(path),
+            StoreLocation::SharedMemory(name) => {
+                if !valid_shared_memory_name(name) {
+                    return Err(StoreError::InvalidName(name.clone()));
+                }
+                let uri = format!("file:{name}?mode=memory&cache=shared");
+                let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+                    | OpenFlags::SQLITE_OPEN_CREATE
+                    | OpenFlags::SQLITE_OPEN_URI
+                    | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+                Connection::open_with_flags(uri, flags).and_then(Self::prepare)
+            }
+            StoreLocation::PrivateMemory => Connection::open_in_memory().and_then(Self::prepare),
+        };
+        opened.map_err(|source| StoreError::Open { location: location.to_string(), source })
+    }
+
+    fn open_file(path: &Path) -> rusqlite::Result<Self> {
+        let connection = Connection::open(path)?;
+        connection.busy_timeout(BUSY_TIMEOUT)?;
+        connection.pragma_update(None, "journal_mode", "WAL")?;
+        connection.pragma_update(None, "synchronous", "NORMAL")?;
+        Self::prepare(connection)
+    }
+
+    fn prepare(connection: Connection) -> rusqlite::Result<Self> {
+        connection.execute_batch(SCHEMA)?;
+        Ok(Self { connection })
+    }
+
+    fn immediate(&self) -> rusqlite::Result<Transaction<'_>> {
+        Transaction::new_unchecked(&self.connection, TransactionBehavior::Immediate)
+    }
+
+    /// Claims the operation or loads the existing record, atomically: the insert is decided
+    /// by the primary key, and the load happens in the same transaction.
+    pub fn claim(&self, claim: &NewClaim) -> Result<Claimed, StoreError> {
+        let run = || -> rusqlite::Result<Option<RawRecord>> {
+            let transaction = self.immediate()?;
+            let inserted = transaction
+                .prepare_cached(
+                    "INSERT INTO tool_operations (tenant, operation_key, tool_name, tool_version, \
+                     request_fingerprint, status, owner_token, lease_until_ms, downstream_key, \
+                     created_at_ms, updated_at_ms, expires_at_ms) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, 'pending', ?6, ?7, ?8, ?9, ?9, ?10) \
+                     ON CONFLICT (tenant, operation_key) DO NOTHING",
+                )?
+                .execute(params![
+                    claim.tenant,
+                    claim.operation_key,
+                    claim.tool_name,
+                    claim.tool_version,
+                    claim.request_fingerprint,
+                    claim.owner_token,
+                    sql_ms(claim.lease_until_ms),
+                    claim.downstream_key,
+                    sql_ms(claim.now_ms),
+                    sql_ms(claim.expires_at_ms),
+                ])?;
+            let existing = if inserted == 1 {
+                None
+            } else {
+                Some(Self::select_one(&transaction, &claim.tenant, &claim.operation_key)?.ok_or(
+                    // The insert conflicted on this very key inside this transaction.
+                    rusqlite::Error::QueryReturnedNoRows,
+                )?)
+            };
+            transaction.commit()?;
+            Ok(existing)
+        };
+        match run().map_err(query("claim"))? {
+            None => Ok(Claimed::New(claim.to_record())),
+            Some(raw) => Ok(Claimed::Existing(checked(raw)?)),
+        }
+    }
+
+    fn select_one(
+        connection: &Connection,
+        tenant: &str,
+        operation_key: &str,
+    ) -> rusqlite::Result<Option<RawRecord>> {
+        connection
+            .prepare_cached(&format!(
+                "SELECT {RECORD_COLUMNS} FROM tool_operations WHERE tenant = ?1 AND operation_key = ?2"
+            ))?
+            .query_row(params![tenant, operation_key], raw_record)
+            .optional()
+    }
+
+    /// The record of `(tenant, operation_key)`, if any.
+    pub fn load(&self, tenant: &str, operation_key: &str) -> Result<Option<OperationRecord>, StoreError> {
+        Self::select_one(&self.connection, tenant, operation_key)
+            .map_err(query("load"))?
+            .map(checked)
+            .transpose()
+    }
+
+    /// The record that sent `downstream_key` for `tenant`, if any (webhook matching).
+    pub fn load_by_downstream_key(
+        &self,
+        tenant: &str,
+        downstream_key: &str,
+    ) -> Result<Option<OperationRecord>, StoreError> {
+        self.connection
+            .prepare_cached(&format!(
+                "SELECT {RECORD_COLUMNS} FROM tool_operations WHERE tenant = ?1 AND downstream_key = ?2 \
+                 ORDER BY operation_key LIMIT 1"
+            ))
+            .and_then(|mut statement| {
+                statement.query_row(params![tenant, downstream_key], raw_record).optional()
+            })
+            .map_err(query("load by downstream key"))?
+            .map(checked)
+            .transpose()
+    }
+
+    /// The record that owns downstream job `job_id` for `tenant`, if any (webhook matching
+    /// when the event carries no key).
+    pub fn load_by_job(&self, tenant: &str, job_id: &str) -> Result<Option<OperationRecord>, StoreError> {
+        self.connection
+            .prepare_cached(&format!(
+                "SELECT {RECORD_COLUMNS} FROM tool_operations WHERE tenant = ?1 AND job_id = ?2 \
+                 ORDER BY operation_key LIMIT 1"
+            ))
+            .and_then(|mut statement| statement.query_row(params![tenant, job_id], raw_record).optional())
+            .map_err(query("load by job"))?
+            .map(checked)
+            .transpose()
+    }
+
+    /// Every record, by tenant then key (for inspection and tests).
+    pub fn records(&self) -> Result<Vec<OperationRecord>, StoreError> {
+        let raws = self
+            .connection
+            .prepare_cached(&format!(
+                "SELECT {RECORD_COLUMNS} FROM tool_operations ORDER BY tenant, operation_key"
+            ))
+            .and_then(|mut statement| {
+                statement.query_map([], raw_record)?.collect::<rusqlite::Result<Vec<_>>>()
+            })
+            .map_err(query("list records"))?;
+        raws.into_iter().map(checked).collect()
+    }
+
+    /// Owner `owned` records the effect: `pending` -> `applied`. False when the claim is no
+    /// longer `owned`'s (its lease was taken over): nothing is written then.
+    pub fn complete(
+        &self,
+        owned: &OwnedClaim,
+        effect_reference: &str,
+        response_json: &str,
+        now_ms: u64,
+    ) -> Result<bool, StoreError> {
+        let changed = self
+            .connection
+            .prepare_cached(
+                "UPDATE tool_operations SET status = 'applied', effect_reference = ?4, response_json = ?5, \
+                 owner_token = NULL, lease_until_ms = 0, reason = NULL, updated_at_ms = ?6 \
+                 WHERE tenant = ?1 AND operation_key = ?2 AND owner_token = ?3 AND status = 'pending'",
+            )
+            .and_then(|mut statement| {
+                statement.execute(params![
+                    owned.tenant,
+                    owned.operation_key,
+                    owned.owner_token,
+                    effect_reference,
+                    response_json,
+                    sql_ms(now_ms)
+                ])
+            })
+            .map_err(query("complete"))?;
+        Ok(changed == 1)
+    }
+
+    /// Owner `owned` records a permanent refusal (`reason` is a reason code): `pending` ->
+    /// `failed_permanent`. False when the claim is no longer `owned`'s.
+    pub fn fail_permanent(&self, owned: &OwnedClaim, reason: &str, now_ms: u64) -> Result<bool, StoreError> {
+        let changed = self
+            .connection
+            .prepare_cached(
+                "UPDATE tool_operations SET status = 'failed_permanent', reason = ?4, owner_token = NULL, \
+                 lease_until_ms = 0, updated_at_ms = ?5 \
+                 WHERE tenant = ?1 AND operation_key = ?2 AND owner_token = ?3 AND status = 'pending'",
+            )
+            .and_then(|mut statement| {
+                statement.execute(params![
+                    owned.tenant,
+                    owned.operation_key,
+                    owned.owner_token,
+                    reason,
+                    sql_ms(now_ms)
+                ])
+            })
+            .map_err(query("fail"))?;
+        Ok(changed == 1)
+    }
+
+    /// Owner `owned` gives the record to reconciliation: `pending` -> `unknown`, and a
+    /// `reconciliations` row with `finding`, in one transaction. False (and nothing written)
+    /// when the claim is no longer `owned`'s.
+    pub fn mark_unknown(&self, owned: &OwnedClaim, finding: &str, now_ms: u64) -> Result<bool, StoreError> {
+        let run = || -> rusqlite::Result<bool> {
+            let transaction = self.immediate()?;
+            let changed = transaction
+                .prepare_cached(
+                    "UPDATE tool_operations SET status = 'unknown', reason = ?4, owner_token = NULL, \
+                     lease_until_ms = 0, updated_at_ms = ?5 \
+                     WHERE tenant = ?1 AND operation_key = ?2 AND owner_token = ?3 AND status = 'pending'",
+                )?
+                .execute(params![
+                    owned.tenant,
+                    owned.operation_key,
+                    owned.owner_token,
+                    finding,
+                    sql_ms(now_ms)
+                ])?;
+            if changed == 1 {
+                Self::insert_reconciliation(
+                    &transaction,
+                    &owned.tenant,
+                    &owned.operation_key,
+                    now_ms,
+                    finding,
+                )?;
+            }
+            transaction.commit()?;
+            Ok(changed == 1)
+        };
+        run().map_err(query("mark unknown"))
+    }
+
+    /// Owner `owned` hands the record to the queue: it stays `pending` with no owner and no
+    /// lease until a consumer claims it. False when the claim is no longer `owned`'s.
+    pub fn release(&self, owned: &OwnedClaim, now_ms: u64) -> Result<bool, StoreError> {
+        let changed = self
+            .connection
+            .prepare_cached(
+                "UPDATE tool_operations SET owner_token = NULL, lease_until_ms = 0, updated_at_ms = ?4 \
+                 WHERE tenant = ?1 AND operation_key = ?2 AND owner_token = ?3 AND status = 'pending'",
+            )
+            .and_then(|mut statement| {
+                statement.execute(params![
+                    owned.tenant,
+                    owned.operation_key,
+                    owned.owner_token,
+                    sql_ms(now_ms)
+                ])
+            })
+            .map_err(query("release"))?;
+        Ok(changed == 1)
+    }
+
+    /// Owner `owned` stores the downstream job id: the record stays `pending`, owned by the
+    /// job (no owner token, no lease). False when the claim is no longer `owned`'s.
+    pub fn set_job(&self, owned: &OwnedClaim, job_id: &str, now_ms: u64) -> Result<bool, StoreError> {
+        let changed = self
+            .connection
+            .prepare_cached(
+                "UPDATE tool_operations SET job_id = ?4, owner_token = NULL, lease_until_ms = 0, \
+                 updated_at_ms = ?5 \
+                 WHERE tenant = ?1 AND operation_key = ?2 AND owner_token = ?3 AND status = 'pending'",
+            )
+            .and_then(|mut statement| {
+                statement.execute(params![
+                    owned.tenant,
+                    owned.operation_key,
+                    owned.owner_token,
+                    job_id,
+                    sql_ms(now_ms)
+                ])
+            })
+            .map_err(query("set job"))?;
+        Ok(changed == 1)
+    }
+
+    /// Takes over a claim exactly as observed (see [`TakeOver`]): sets a new owner and lease
+    /// and the status back to `pending`. Only `pending` (without a job) or `unknown` records
+    /// whose lease has run out can be taken over. False when the record changed meanwhile.
+    pub fn take_over(&self, take_over: &TakeOver) -> Result<bool, StoreError> {
+        let changed = self
+            .connection
+            .prepare_cached(
+                "UPDATE tool_operations SET status = 'pending', owner_token = ?5, lease_until_ms = ?6, \
+                 updated_at_ms = ?7 \
+                 WHERE tenant = ?1 AND operation_key = ?2 AND owner_token IS ?3 AND lease_until_ms = ?4 \
+                 AND lease_until_ms <= ?7 AND job_id IS NULL AND status IN ('pending', 'unknown')",
+            )
+            .and_then(|mut statement| {
+                statement.execute(params![
+                    take_over.tenant,
+                    take_over.operation_key,
+                    take_over.observed_owner,
+                    sql_ms(take_over.observed_lease_until_ms),
+                    take_over.new_owner,
+                    sql_ms(take_over.lease_until_ms),
+                    sql_ms(take_over.now_ms),
+                ])
+            })
+            .map_err(query("take over"))?;
+        Ok(changed == 1)
+    }
+
+    /// Settles a delayed job, once per operation: `pending` (or `unknown`) with this job (or
+    /// no job recorded yet) -> `applied` with the job id as effect reference. Only the caller
+    /// that gets `true` made the transition.
+    pub fn settle_job(
+        &self,
+        tenant: &str,
+        operation_key: &str,
+        job_id: &str,
+        response_json: &str,
+        now_ms: u64,
+    ) -> Result<bool, StoreError> {
+        let changed = self
+            .connection
+            .prepare_cached(
+                "UPDATE tool_operations SET status = 'applied', job_id = ?3, effect_reference = ?3, \
+                 response_json = ?4, owner_token = NULL, lease_until_ms = 0, reason = NULL, updated_at_ms = ?5 \
+                 WHERE tenant = ?1 AND operation_key = ?2 AND status IN ('pending', 'unknown') \
+                 AND (job_id IS NULL OR job_id = ?3)",
+            )
+            .and_then(|mut statement| {
+                statement.execute(params![tenant, operation_key, job_id, response_json, sql_ms(now_ms)])
+            })
+            .map_err(query("settle job"))?;
+        Ok(changed == 1)
+    }
+
+    /// Turns a terminal record into a tombstone: keeps key, fingerprint and effect reference,
+    /// drops the response. False when the record is not terminal (or already a tombstone).
+    pub fn tombstone(&self, tenant: &str, operation_key: &str, now_ms: u64) -> Result<bool, StoreError> {
+        let changed = self
+            .connection
+            .prepare_cached(
+                "UPDATE tool_operations SET status = 'tombstone', response_json = NULL, owner_token = NULL, \
+                 lease_until_ms = 0, updated_at_ms = ?3 \
+                 WHERE tenant = ?1 AND operation_key = ?2 AND status IN ('applied', 'failed_permanent')",
+            )
+            .and_then(|mut statement| statement.execute(params![tenant, operation_key, sql_ms(now_ms)]))
+            .map_err(query("tombstone"))?;
+        Ok(changed == 1)
+    }
+
+    /// Deletes a record. The reference executor never does (a late duplicate would become a
+    /// new effect); it exists for the `short_ttl_delete` mutant.
+    pub fn forget(&self, tenant: &str, operation_key: &str) -> Result<bool, StoreError> {
+        let changed = self
+            .connection
+            .prepare_cached("DELETE FROM tool_operations WHERE tenant = ?1 AND operation_key = ?2")
+            .and_then(|mut statement| statement.execute(params![tenant, operation_key]))
+            .map_err(query("forget"))?;
+        Ok(changed == 1)
+    }
+
+    /// Records a webhook event id; false when it was recorded before (a redelivery).
+    pub fn record_event(
+        &self,
+        event_id: &str,
+        tenant: &str,
+        operation_key: Option<&str>,
+        now_ms: u64,
+    ) -> Result<bool, StoreError> {
+        let inserted = self
+            .connection
+            .prepare_cached(
+                "INSERT INTO webhook_events (event_id, tenant, operation_key, received_at_ms) \
+                 VALUES (?1, ?2, ?3, ?4) ON CONFLICT (event_id) DO NOTHING",
+            )
+            .and_then(|mut statement| {
+                statement.execute(params![event_id, tenant, operation_key, sql_ms(now_ms)])
+            })
+            .map_err(query("record event"))?;
+        Ok(inserted == 1)
+    }
+
+    fn insert_reconciliation(
+        connection: &Connection,
+        tenant: &str,
+        operation_key: &str,
+        at_ms: u64,
+        finding: &str,
+    ) -> rusqlite::Result<usize> {
+        connection
+            .prepare_cached(
+                "INSERT INTO reconciliations (tenant, operation_key, at_ms, finding) VALUES (?1, ?2, ?3, ?4)",
+            )?
+            .execute(params![tenant, operation_key, sql_ms(at_ms), finding])
+    }
+
+    /// Appends a reconciliation finding for an operation.
+    pub fn record_reconciliation(
+        &self,
+        tenant: &str,
+        operation_key: &str,
+        at_ms: u64,
+        finding: &str,
+    ) -> Result<(), StoreError> {
+        Self::insert_reconciliation(&self.connection, tenant, operation_key, at_ms, finding)
+            .map_err(query("record reconciliation"))?;
+        Ok(())
+    }
+
+    /// The reconciliation findings of an operation, oldest first.
+    pub fn reconciliations(
+        &self,
+        tenant: &str,
+        operation_key: &str,
+    ) -> Result<Vec<Reconciliation>, StoreError> {
+        self.connection
+            .prepare_cached(
+                "SELECT id, tenant, operation_key, at_ms, finding FROM reconciliations \
+                 WHERE tenant = ?1 AND operation_key = ?2 ORDER BY id",
+            )
+            .and_then(|mut statement| {
+                statement
+                    .query_map(params![tenant, operation_key], |row| {
+                        Ok(Reconciliation {
+                            id: row.get(0)?,
+                            tenant: row.get(1)?,
+                            operation_key: row.get(2)?,
+                            at_ms: read_ms(row, 3)?,
+                            finding: row.get(4)?,
+                        })
+                    })?
+                    .collect()
+            })
+            .map_err(query("list reconciliations"))
+    }
+}
+
+/// A store connection together with the worker's [`StoreGate`]: every call goes through
+/// [`GatedStore::call`], which marks the boundary before and after.
+#[derive(Clone, Copy)]
+pub struct GatedStore<'a> {
+    store: &'a ClaimStore,
+    gate: &'a dyn StoreGate,
+}
+
+impl std::fmt::Debug for GatedStore<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GatedStore").field("store", self.store).finish_non_exhaustive()
+    }
+}
+
+impl<'a> GatedStore<'a> {
+    /// `store` behind `gate`.
+    pub fn new(store: &'a ClaimStore, gate: &'a dyn StoreGate) -> Self {
+        Self { store, gate }
+    }
+
+    /// Runs one store call named `name` (`claim`, `load`, `complete`, ...) between the
+    /// gate's `enter` and `leave`.
+    pub async fn call<T>(self, name: &'static str, work: impl FnOnce(&ClaimStore) -> T) -> T {
+        self.gate.enter(name).await;
+        let result = work(self.store);
+        self.gate.leave(name).await;
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claim(tenant: &str, key: &str, owner: &str, now_ms: u64) -> NewClaim {
+        NewClaim {
+            tenant: tenant.into(),
+            operation_key: key.into(),
+            tool_name: "tickets.create".into(),
+            tool_version: "2026-08-18".into(),
+            request_fingerprint: "jcs-v1:sha256:aa".into(),
+            downstream_key: Some(key.into()),
+            owner_token: owner.into(),
+            now_ms,
+            lease_until_ms: now_ms + 5_000,
+            expires_at_ms: now_ms + 60_000,
+        }
+    }
+
+    fn owned(tenant: &str, key: &str, owner: &str) -> OwnedClaim {
+        OwnedClaim {
+            tenant: tenant.into(),
+            operation_key: key.into(),
+            owner_token: owner.into(),
+            lease_until_ms: 5_000,
+        }
+    }
+
+    fn memory() -> ClaimStore {
+        ClaimStore::open(&StoreLocation::PrivateMemory).unwrap()
+    }
+
+    #[test]
+    fn the_first_claim_wins_and_later_claims_load_the_untouched_record() {
+        let store = memory();
+        let first = store.claim(&claim("acme", "k1", "A", 0)).unwrap();
+        assert!(matches!(first, Claimed::New(ref record) if record.owner_token.as_deref() == Some("A")));
+        let mut changed = claim("acme", "k1", "B", 10);
+        changed.request_fingerprint = "jcs-v1:sha256:bb".into();
+        match store.claim(&changed).unwrap() {
+            Claimed::Existing(record) => {
+                assert_eq!(record.owner_token.as_deref(), Some("A"));
+                assert_eq!(record.request_fingerprint, "jcs-v1:sha256:aa");
+                assert_eq!(record.status, RecordStatus::Pending);
+                assert_eq!(record.created_at_ms, 0);
+            }
+            other => panic!("expected the existing record, got {other:?}"),
+        }
+        assert_eq!(store.records().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn the_same_key_under_two_tenants_is_two_operations() {
+        let store = memory();
+        assert!(matches!(store.claim(&claim("acme", "k1", "A", 0)).unwrap(), Claimed::New(_)));
+        assert!(matches!(store.claim(&claim("globex", "k1", "B", 0)).unwrap(), Claimed::New(_)));
+        assert_eq!(store.records().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn only_the_owner_completes_and_a_taken_over_owner_cannot_overwrite() {
+        let store = memory();
+        store.claim(&claim("acme", "k1", "A", 0)).unwrap();
+        assert!(!store.complete(&owned("acme", "k1", "B"), "ticket_9", "{}", 1).unwrap());
+
+        // The lease has not run out: no take-over.
+        let mut take_over = TakeOver {
+            tenant: "acme".into(),
+            operation_key: "k1".into(),
+            observed_owner: Some("A".into()),
+            observed_lease_until_ms: 5_000,
+            new_owner: "B".into(),
+            lease_until_ms: 9_000,
+            now_ms: 4_999,
+        };
+        assert!(!store.take_over(&take_over).unwrap());
+        take_over.now_ms = 5_000;
+        assert!(store.take_over(&take_over).unwrap());
+        // A second take-over of the same observation loses.
+        assert!(!store.take_over(&TakeOver { new_owner: "C".into(), ..take_over.clone() }).unwrap());
+
+        assert!(!store.complete(&owned("acme", "k1", "A"), "ticket_1", r#"{"a":1}"#, 6_000).unwrap());
+        assert!(!store.mark_unknown(&owned("acme", "k1", "A"), "late", 6_000).unwrap());
+        assert!(!store.fail_permanent(&owned("acme", "k1", "A"), "unauthorized", 6_000).unwrap());
+        let record = store.load("acme", "k1").unwrap().unwrap();
+        assert_eq!((record.status, record.owner_token.as_deref()), (RecordStatus::Pending, Some("B")));
+        assert!(store.reconciliations("acme", "k1").unwrap().is_empty());
+
+        assert!(store
+            .complete(&owned("acme", "k1", "B"), "ticket_1", r#"{"ticket_id":"ticket_1"}"#, 7_000)
+            .unwrap());
+        let record = store.load("acme", "k1").unwrap().unwrap();
+        assert_eq!(record.status, RecordStatus::Applied);
+        assert_eq!(record.effect_reference.as_deref(), Some("ticket_1"));
+        assert_eq!(record.owner_token, None);
+        assert!(!store.complete(&owned("acme", "k1", "B"), "ticket_2", "{}", 8_000).unwrap());
+    }
+
+    #[test]
+    fn mark_unknown_writes_a_reconciliation_row_in_the_same_transaction() {
+        let store = memory();
+        store.claim(&claim("acme", "k1", "A", 0)).unwrap();
+        assert!(store.mark_unknown(&owned("acme", "k1", "A"), "connection closed", 10).unwrap());
+        let record = store.load("acme", "k1").unwrap().unwrap();
+        assert_eq!(record.status, RecordStatus::Unknown);
+        assert_eq!(record.reason.as_deref(), Some("connection closed"));
+        let rows = store.reconciliations("acme", "k1").unwrap();
+        assert_eq!(rows.len(), 1);
+        assert_eq!((rows[0].at_ms, rows[0].finding.as_str()), (10, "connection closed"));
+
+        // An unknown record can be taken over by anyone (nobody owns it).
+        let take_over = TakeOver {
+            tenant: "acme".into(),
+            operation_key: "k1".into(),
+            observed_owner: None,
+            observed_lease_until_ms: 0,
+            new_owner: "B".into(),
+            lease_until_ms: 5_020,
+            now_ms: 20,
+        };
+        assert!(store.take_over(&take_over).unwrap());
+        assert_eq!(store.load("acme", "k1").unwrap().unwrap().status, RecordStatus::Pending);
+    }
+
+    #[test]
+    fn a_tombstone_keeps_key_fingerprint_and_reference_and_drops_the_response() {
+        let store = memory();
+        store.claim(&claim("acme", "k1", "A", 0)).unwrap();
+        assert!(!store.tombstone("acme", "k1", 1).unwrap(), "a pending record is not terminal");
+        store.complete(&owned("acme", "k1", "A"), "ticket_1", r#"{"ticket_id":"ticket_1"}"#, 1).unwrap();
+        assert!(store.tombstone("acme", "k1", 70_000).unwrap());
+        let record = store.load("acme", "k1").unwrap().unwrap();
+        assert_eq!(record.status, RecordStatus::Tombstone);
+        assert_eq!(record.effect_reference.as_deref(), Some("ticket_1"));
+        assert_eq!(record.request_fingerprint, "jcs-v1:sha256:aa");
+        assert_eq!(record.response_json, None);
+        assert!(!store.tombstone("acme", "k1", 70_001).unwrap());
+    }
+
+    #[test]
+    fn a_job_is_settled_exactly_once() {
+        let store = memory();
+        store.claim(&claim("acme", "k1", "A", 0)).unwrap();
+        assert!(store.set_job(&owned("acme", "k1", "A"), "job_1", 1).unwrap());
+        let record = store.load("acme", "k1").unwrap().unwrap();
+        assert_eq!(
+            (record.status, record.job_id.as_deref(), record.owner_token),
+            (RecordStatus::Pending, Some("job_1"), None)
+        );
+        assert_eq!(store.load_by_job("acme", "job_1").unwrap().unwrap().operation_key, "k1");
+        assert_eq!(store.load_by_downstream_key("acme", "k1").unwrap().unwrap().operation_key, "k1");
+        assert!(store.load_by_downstream_key("globex", "k1").unwrap().is_none());
+        assert!(!store.settle_job("acme", "k1", "job_2", "{}", 2).unwrap(), "another job does not settle it");
+        assert!(store.settle_job("acme", "k1", "job_1", r#"{"job_id":"job_1"}"#, 2).unwrap());
+        assert!(!store.settle_job("acme", "k1", "job_1", r#"{"job_id":"job_1"}"#, 3).unwrap());
+        let record = store.load("acme", "k1").unwrap().unwrap();
+        assert_eq!(
+            (record.status, record.effect_reference.as_deref()),
+            (RecordStatus::Applied, Some("job_1"))
+        );
+    }
+
+    #[test]
+    fn webhook_event_ids_are_recorded_once() {
+        let store = memory();
+        assert!(store.record_event("evt_1", "acme", Some("k1"), 0).unwrap());
+        assert!(!store.record_event("evt_1", "acme", Some("k1"), 1).unwrap());
+        assert!(store.record_event("evt_2", "acme", None, 2).unwrap());
+    }
+
+    #[test]
+    fn a_released_record_waits_for_a_consumer_and_forget_deletes() {
+        let store = memory();
+        store.claim(&claim("acme", "k1", "A", 0)).unwrap();
+        assert!(store.release(&owned("acme", "k1", "A"), 1).unwrap());
+        let record = store.load("acme", "k1").unwrap().unwrap();
+        assert_eq!(
+            (record.owner_token, record.lease_until_ms, record.status),
+            (None, 0, RecordStatus::Pending)
+        );
+        assert!(store.forget("acme", "k1").unwrap());
+        assert!(store.load("acme", "k1").unwrap().is_none());
+    }
+
+    #[test]
+    fn shared_memory_databases_are_shared_by_name_and_live_while_a_connection_is_open() {
+        let location = StoreLocation::SharedMemory("store-unit-shared-1".into());
+        let keeper = ClaimStore::open(&location).unwrap();
+        {
+            let worker = ClaimStore::open(&location).unwrap();
+            worker.claim(&claim("acme", "k1", "A", 0)).unwrap();
+        }
+        let other = ClaimStore::open(&location).unwrap();
+        assert!(other.load("acme", "k1").unwrap().is_some());
+        let elsewhere = ClaimStore::open(&StoreLocation::SharedMemory("store-unit-shared-2".into())).unwrap();
+        assert!(elsewhere.load("acme", "k1").unwrap().is_none());
+        drop(keeper);
+    }
+
+    #[test]
+    fn bad_shared_memory_names_are_refused() {
+        for name in ["", "a?mode=rw", "a b", "x/../y", &"n".repeat(MAX_SHARED_MEMORY_NAME_CHARS + 1)] {
+            let error = ClaimStore::open(&StoreLocation::SharedMemory(name.into())).unwrap_err();
+            assert!(matches!(error, StoreError::InvalidName(_)), "{name:?}: {error}");
+        }
+    }
+
+    #[test]
+    fn a_hand_edited_status_is_reported_not_trusted() {
+        let store = memory();
+        store.claim(&claim("acme", "k1", "A", 0)).unwrap();
+        store.connection.pragma_update(None, "ignore_check_constraints", true).unwrap();
+        store.connection.execute("UPDATE tool_operations SET status = 'done'", []).unwrap();
+        let error = store.load("acme", "k1").unwrap_err();
+        assert!(error.to_string().contains("status \"done\""), "{error}");
+    }
+}

@@ -1,0 +1,309 @@
+//! The REPLAY decisions, one small named function each, gathered in [`Strategies`].
+//!
+//! The reference executor calls these through a [`Strategies`] value so that a mutant
+//! executor can replace exactly one decision with a defective version and keep everything
+//! else. [`Strategies::reference`] holds the correct ones; read them here, in one place.
+
+use protocol::{ContractError, Fingerprint, LocalBoxFuture, ToolCall, ToolContract};
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use crate::store::{Claimed, GatedStore, NewClaim, OperationRecord, StoreError};
+
+/// Longest operation key sent downstream as it is; longer keys are sent as
+/// `sha256:<hex>`. The fake downstream (like many providers) accepts keys up to 255
+/// characters, and the completion notice appends `:notice` to the key, so 200 leaves room.
+pub const MAX_DOWNSTREAM_KEY_CHARS: usize = 200;
+
+/// What an operation key may be derived from. The reference uses only the workflow context;
+/// `call_id` and `arguments` are here so that a mutant can (wrongly) use them. They are
+/// `None` when the executor names an operation by [`protocol::OperationRef`] (poll,
+/// reconcile).
+#[derive(Debug, Clone, Copy)]
+pub struct KeyInput<'a> {
+    /// Tenant.
+    pub tenant: &'a str,
+    /// Environment.
+    pub environment: &'a str,
+    /// Workflow run.
+    pub workflow_id: &'a str,
+    /// Step inside the run.
+    pub step_id: &'a str,
+    /// The model's tool-call id (calls only).
+    pub call_id: Option<&'a str>,
+    /// The validated arguments (calls only).
+    pub arguments: Option<&'a Map<String, Value>>,
+}
+
+/// Where authorization may be asked (see [`Strategies::authorize_at`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthPoint {
+    /// Before the claim: an unauthorized call creates no record.
+    BeforeClaim,
+    /// Right after claim-or-load; `new_claim` tells whether this call created the record.
+    AfterClaim {
+        /// This call inserted the record.
+        new_claim: bool,
+    },
+    /// Immediately before a downstream effect (or the hand-off to the outbox).
+    BeforeEffect,
+}
+
+/// What recovery does with a claim whose owner vanished (lease expired) or whose outcome is
+/// unknown, after it has taken the claim over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecoveryPlan {
+    /// Ask the downstream for a receipt by key first.
+    pub look_up_receipt: bool,
+    /// When no receipt was found (or none could be asked for), send the request again with
+    /// the same downstream key. Safe only when the downstream honours the key.
+    pub resend_with_same_key: bool,
+}
+
+/// What retention makes of a record at a given time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetentionVerdict {
+    /// Keep it as it is.
+    Keep,
+    /// Past retention: turn it into a tombstone.
+    Tombstone,
+    /// Delete it (never chosen by the reference: a late duplicate would become a new effect).
+    Forget,
+}
+
+/// R: the operation key.
+pub type OperationKeyFn = fn(&KeyInput<'_>) -> String;
+/// E: the request fingerprint (validates the arguments).
+pub type FingerprintFn = fn(&ToolContract, &ToolCall) -> Result<Fingerprint, ContractError>;
+/// P: claim the operation or load the existing record, through the gated store.
+pub type ClaimFn =
+    for<'a> fn(GatedStore<'a>, &'a NewClaim) -> LocalBoxFuture<'a, Result<Claimed, StoreError>>;
+/// Y: what recovery of an abandoned or unknown claim does.
+pub type RecoveryFn = fn(&ToolContract) -> RecoveryPlan;
+/// A: whether to ask the authorizer at a point.
+pub type AuthorizeAtFn = fn(AuthPoint) -> bool;
+/// Retention: what to do with a record at `now_ms`.
+pub type RetentionFn = fn(&OperationRecord, u64) -> RetentionVerdict;
+/// The `Idempotency-Key` to send downstream for an operation key (`None`: send none).
+pub type DownstreamKeyFn = fn(&ToolContract, &str) -> Option<String>;
+
+/// The REPLAY decisions an executor is made of. Copy it, replace one field, and hand it to
+/// [`crate::ReferenceFactory::with_strategies`] to build a mutant.
+#[derive(Debug, Clone, Copy)]
+pub struct Strategies {
+    /// R: operation key derivation.
+    pub operation_key: OperationKeyFn,
+    /// E: fingerprinting.
+    pub fingerprint: FingerprintFn,
+    /// P: the claim.
+    pub claim: ClaimFn,
+    /// Y: lease recovery.
+    pub recovery: RecoveryFn,
+    /// A: authorization (re)checks.
+    pub authorize_at: AuthorizeAtFn,
+    /// Retention and tombstones.
+    pub retention: RetentionFn,
+    /// Downstream key choice.
+    pub downstream_key: DownstreamKeyFn,
+}
+
+impl Strategies {
+    /// The correct decisions.
+    pub fn reference() -> Self {
+        Self {
+            operation_key: reference_operation_key,
+            fingerprint: reference_fingerprint,
+            claim: reference_claim,
+            recovery: reference_recovery,
+            authorize_at: reference_authorize_at,
+            retention: reference_retention,
+            downstream_key: reference_downstream_key,
+        }
+    }
+}
+
+impl Default for Strategies {
+    fn default() -> Self {
+        Self::reference()
+    }
+}
+
+/// R: tenant, environment, workflow id and step id — never the call id, never the arguments.
+pub fn reference_operation_key(input: &KeyInput<'_>) -> String {
+    ToolContract::operation_key(input.tenant, input.environment, input.workflow_id, input.step_id)
+}
+
+/// E: SHA-256 over the JCS form of the material fields, after defaults (the contract's).
+pub fn reference_fingerprint(contract: &ToolContract, call: &ToolCall) -> Result<Fingerprint, ContractError> {
+    contract.fingerprint(call)
+}
+
+/// P: one atomic insert-or-load decided by the primary key.
+pub fn reference_claim<'a>(
+    store: GatedStore<'a>,
+    claim: &'a NewClaim,
+) -> LocalBoxFuture<'a, Result<Claimed, StoreError>> {
+    Box::pin(store.call("claim", move |store| store.claim(claim)))
+}
+
+/// Y: ask for a receipt when the downstream has receipts; resend with the same key only when
+/// the downstream honours it (then a duplicate is replayed, or refused while in progress).
+pub fn reference_recovery(contract: &ToolContract) -> RecoveryPlan {
+    RecoveryPlan {
+        look_up_receipt: contract.downstream.receipt_lookup,
+        resend_with_same_key: contract.downstream.honours_key,
+    }
+}
+
+/// A: before the claim (so an unauthorized call leaves no record) and again immediately
+/// before the effect (permissions can be revoked between the two).
+pub fn reference_authorize_at(point: AuthPoint) -> bool {
+    match point {
+        AuthPoint::BeforeClaim | AuthPoint::BeforeEffect => true,
+        AuthPoint::AfterClaim { .. } => false,
+    }
+}
+
+/// Retention: a terminal record past its `expires_at_ms` becomes a tombstone; nothing is
+/// ever deleted.
+pub fn reference_retention(record: &OperationRecord, now_ms: u64) -> RetentionVerdict {
+    if record.status.is_terminal() && now_ms >= record.expires_at_ms {
+        RetentionVerdict::Tombstone
+    } else {
+        RetentionVerdict::Keep
+    }
+}
+
+/// Downstream key: sent when the downstream honours keys or can look receipts up by key (a
+/// key the service ignores still names the receipt). The operation key itself when it is
+/// short visible ASCII, else `sha256:` and its hex digest.
+pub fn reference_downstream_key(contract: &ToolContract, operation_key: &str) -> Option<String> {
+    let useful = contract.downstream.honours_key || contract.downstream.receipt_lookup;
+    useful.then(|| downstream_key_for(operation_key))
+}
+
+/// The operation key as a header-safe downstream key (see [`reference_downstream_key`]).
+pub fn downstream_key_for(operation_key: &str) -> String {
+    let sendable = operation_key.len() <= MAX_DOWNSTREAM_KEY_CHARS
+        && operation_key.bytes().all(|byte| (0x21..=0x7e).contains(&byte));
+    if sendable {
+        return operation_key.to_owned();
+    }
+    let digest = Sha256::digest(operation_key.as_bytes());
+    let mut key = String::with_capacity(7 + 64);
+    key.push_str("sha256:");
+    for byte in digest {
+        key.push_str(&format!("{byte:02x}"));
+    }
+    key
+}
+
+#[cfg(test)]
+mod tests {
+    use protocol::ContractSet;
+
+    use super::*;
+    use crate::store::RecordStatus;
+
+    fn contract(name: &str) -> ToolContract {
+        ContractSet::builtin().iter().find(|contract| contract.name == name).unwrap().clone()
+    }
+
+    #[test]
+    fn the_operation_key_ignores_call_id_and_arguments() {
+        let arguments: Map<String, Value> = serde_json::from_str(r#"{"subject":"s"}"#).unwrap();
+        let mut input = KeyInput {
+            tenant: "acme",
+            environment: "production",
+            workflow_id: "run_1",
+            step_id: "step_1",
+            call_id: Some("call_1"),
+            arguments: Some(&arguments),
+        };
+        let first = reference_operation_key(&input);
+        input.call_id = Some("call_2");
+        input.arguments = None;
+        assert_eq!(reference_operation_key(&input), first);
+        assert_eq!(first, "acme:production:run_1:step_1");
+    }
+
+    #[test]
+    fn long_or_unusual_keys_are_hashed_for_the_downstream() {
+        assert_eq!(downstream_key_for("acme:production:run_1:s"), "acme:production:run_1:s");
+        let exactly = "k".repeat(MAX_DOWNSTREAM_KEY_CHARS);
+        assert_eq!(downstream_key_for(&exactly), exactly);
+        for key in ["k".repeat(MAX_DOWNSTREAM_KEY_CHARS + 1), "acme:prod:run 1:s".into(), "acmé:p:r:s".into()]
+        {
+            let sent = downstream_key_for(&key);
+            assert!(sent.starts_with("sha256:") && sent.len() == 71, "{key:?} -> {sent}");
+            assert_eq!(sent, downstream_key_for(&key), "stable");
+        }
+        assert_ne!(downstream_key_for(&"a".repeat(201)), downstream_key_for(&"b".repeat(201)));
+    }
+
+    #[test]
+    fn a_key_is_sent_only_where_the_downstream_can_use_it() {
+        let mut tickets = contract("tickets.create");
+        assert_eq!(reference_downstream_key(&tickets, "k"), Some("k".into()));
+        tickets.downstream.honours_key = false;
+        assert_eq!(reference_downstream_key(&tickets, "k"), Some("k".into()), "receipts need it");
+        tickets.downstream.receipt_lookup = false;
+        assert_eq!(reference_downstream_key(&tickets, "k"), None);
+    }
+
+    #[test]
+    fn recovery_asks_for_receipts_and_resends_only_with_an_honoured_key() {
+        let mut messages = contract("messages.send");
+        assert_eq!(
+            reference_recovery(&messages),
+            RecoveryPlan { look_up_receipt: true, resend_with_same_key: false }
+        );
+        messages.downstream.receipt_lookup = false;
+        assert_eq!(
+            reference_recovery(&messages),
+            RecoveryPlan { look_up_receipt: false, resend_with_same_key: false }
+        );
+        assert_eq!(
+            reference_recovery(&contract("payments.charge")),
+            RecoveryPlan { look_up_receipt: true, resend_with_same_key: true }
+        );
+    }
+
+    #[test]
+    fn only_terminal_records_past_retention_become_tombstones() {
+        let record = |status, expires_at_ms| OperationRecord {
+            tenant: "acme".into(),
+            operation_key: "k".into(),
+            tool_name: "tickets.create".into(),
+            tool_version: "2026-08-18".into(),
+            request_fingerprint: "f".into(),
+            status,
+            effect_reference: None,
+            response_json: None,
+            owner_token: None,
+            lease_until_ms: 0,
+            job_id: None,
+            downstream_key: None,
+            reason: None,
+            created_at_ms: 0,
+            updated_at_ms: 0,
+            expires_at_ms,
+        };
+        let check = |status, now_ms, expected| {
+            assert_eq!(reference_retention(&record(status, 100), now_ms), expected, "{status:?} at {now_ms}");
+        };
+        check(RecordStatus::Applied, 99, RetentionVerdict::Keep);
+        check(RecordStatus::Applied, 100, RetentionVerdict::Tombstone);
+        check(RecordStatus::FailedPermanent, 500, RetentionVerdict::Tombstone);
+        check(RecordStatus::Pending, 500, RetentionVerdict::Keep);
+        check(RecordStatus::Unknown, 500, RetentionVerdict::Keep);
+        check(RecordStatus::Tombstone, 500, RetentionVerdict::Keep);
+    }
+
+    #[test]
+    fn authorization_is_asked_before_the_claim_and_before_the_effect() {
+        assert!(reference_authorize_at(AuthPoint::BeforeClaim));
+        assert!(reference_authorize_at(AuthPoint::BeforeEffect));
+        assert!(!reference_authorize_at(AuthPoint::AfterClaim { new_claim: true }));
+    }
+}
