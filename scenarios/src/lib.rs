@@ -21,12 +21,15 @@ pub use model::{
 };
 pub use parse::ScenarioError;
 
+/// The `source` of every built-in scenario starts with this.
+pub const BUILTIN_SOURCE_PREFIX: &str = "scenarios/matrix/";
+
 /// The scenarios of the matrix (S01..S19), in order.
 pub fn builtin() -> Vec<Scenario> {
     BUILTIN
         .iter()
         .map(|(name, text)| {
-            Scenario::from_toml(text, &format!("scenarios/matrix/{name}"))
+            Scenario::from_toml(text, &format!("{BUILTIN_SOURCE_PREFIX}{name}"))
                 .unwrap_or_else(|error| panic!("built-in scenario {name} is invalid: {error}"))
         })
         .collect()
@@ -38,4 +41,24 @@ macro_rules! builtin_files {
     };
 }
 
-builtin_files!("S01_duplicate_same_key.toml", "S02_lost_response_after_commit.toml",);
+builtin_files!(
+    "S01_duplicate_same_key.toml",
+    "S02_lost_response_after_commit.toml",
+    "S03_crash_after_effect_before_record.toml",
+    "S04_crash_after_claim.toml",
+    "S05_concurrent_claim.toml",
+    "S06_same_key_changed_request.toml",
+    "S07_new_key_same_arguments.toml",
+    "S08_authorization_revoked.toml",
+    "S09_key_after_retention.toml",
+    "S10_delayed_job.toml",
+    "S11_malformed_result.toml",
+    "S12_timeout_is_not_success.toml",
+    "S13_tenant_scope.toml",
+    "S14_canonical_equivalence.toml",
+    "S15_tool_version_change.toml",
+    "S16_queue_redelivery.toml",
+    "S17_webhook_redelivery.toml",
+    "S18_stale_write_precondition.toml",
+    "S19_lease_expiry_owner_alive.toml",
+);
