@@ -11,7 +11,12 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use fake_downstream::{Downstream, DownstreamConfig, SystemClock};
 
+use crate::executors::{self, ExecutorSpec};
 use crate::exit;
+use crate::matrix::{self, MatrixConfig};
+use crate::runner;
+use crate::verdict::{MatrixResult, RunResult, Verdict};
+use scenarios::Scenario;
 
 /// replaylab: prove that an agent tool executor turns duplicate delivery into one effect.
 ///
@@ -25,6 +30,59 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run every scenario for many seeds against an executor and report each row of the
+    /// source document's two tables (C1..C10, F1..F9).
+    Matrix {
+        /// The executor under test (see `replaylab executors`).
+        #[arg(long, default_value = "reference")]
+        executor: String,
+        /// Seeds per scenario.
+        #[arg(long, default_value_t = 20)]
+        seeds: u64,
+        /// The first seed.
+        #[arg(long, default_value_t = 0)]
+        first_seed: u64,
+        /// Where to write matrix.json.
+        #[arg(long, default_value = "replaylab-report")]
+        out: PathBuf,
+        /// Also run these scenario files (repeatable).
+        #[arg(long = "scenario-file")]
+        scenario_files: Vec<PathBuf>,
+        /// Run each seed twice and fail on any history difference.
+        #[arg(long)]
+        check_determinism: bool,
+        /// Threads (default: the machine's cores).
+        #[arg(long)]
+        jobs: Option<usize>,
+    },
+    /// Run one scenario with one seed and print the verdict (and the history with --trace).
+    Run {
+        /// The scenario: `S02`, `lost_response_after_commit` or `S02_lost_response_after_commit`.
+        scenario: String,
+        /// The seed.
+        #[arg(long)]
+        seed: u64,
+        /// The executor under test.
+        #[arg(long, default_value = "reference")]
+        executor: String,
+        /// Print the history as readable lines.
+        #[arg(long)]
+        trace: bool,
+        /// Look the scenario up in these files too.
+        #[arg(long = "scenario-file")]
+        scenario_files: Vec<PathBuf>,
+        /// Run it twice and fail if the histories differ.
+        #[arg(long)]
+        check_determinism: bool,
+    },
+    /// List the scenarios and the rows they cover.
+    Scenarios {
+        /// Also list these scenario files.
+        #[arg(long = "scenario-file")]
+        scenario_files: Vec<PathBuf>,
+    },
+    /// List the executors that can be named with --executor.
+    Executors,
     /// Serve the fake downstream on a real TCP port, like WireMock, until interrupted.
     ///
     /// Prints `listening on http://HOST:PORT` as its first line. Fault rules go to
@@ -83,7 +141,198 @@ fn bad_input(error: anyhow::Error) -> Failure {
 fn run(cli: Cli) -> Result<u8, Failure> {
     match cli.command {
         Command::Downstream { listen, config } => serve_downstream(&listen, config.as_deref()),
+        Command::Matrix { executor, seeds, first_seed, out, scenario_files, check_determinism, jobs } => {
+            let executor = find_executor(&executor)?;
+            if seeds == 0 {
+                return Err(bad_input(anyhow::anyhow!("--seeds must be at least 1")));
+            }
+            let scenarios = load_scenarios(&scenario_files)?;
+            let jobs =
+                jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from)).max(1);
+            let commit = source_commit();
+            let config =
+                MatrixConfig { executor, scenarios, seeds, first_seed, check_determinism, jobs, commit };
+            let started = std::time::Instant::now();
+            let result = matrix::run(&config);
+            let elapsed = started.elapsed();
+            print!("{}", render_matrix(&result));
+            println!(
+                "ran {} runs in {:.1}s",
+                result.scenarios.iter().map(|s| s.seeds_run).sum::<u64>(),
+                elapsed.as_secs_f64()
+            );
+            std::fs::create_dir_all(&out)
+                .with_context(|| format!("failed to create {}", out.display()))
+                .map_err(bad_input)?;
+            let path = out.join("matrix.json");
+            let json = serde_json::to_string_pretty(&result).expect("the matrix result serialises");
+            std::fs::write(&path, json + "\n")
+                .with_context(|| format!("failed to write {}", path.display()))
+                .map_err(|error| Failure { code: exit::CHECK_FAILED, error })?;
+            println!("wrote {}", path.display());
+            Ok(if result.verdict == Verdict::Pass { exit::SUCCESS } else { exit::CHECK_FAILED })
+        }
+        Command::Run { scenario, seed, executor, trace, scenario_files, check_determinism } => {
+            let executor = find_executor(&executor)?;
+            let scenarios = load_scenarios(&scenario_files)?;
+            let chosen = scenarios
+                .iter()
+                .find(|s| s.id == scenario || s.name == scenario || s.full_name() == scenario)
+                .ok_or_else(|| {
+                    let known: Vec<String> = scenarios.iter().map(|s| s.id.clone()).collect();
+                    bad_input(anyhow::anyhow!("no scenario {scenario:?}; known: {}", known.join(", ")))
+                })?;
+            let record = runner::run(chosen, seed, &executor);
+            if trace {
+                for event in &record.history {
+                    println!("{}", event.to_line());
+                }
+                println!();
+            }
+            let mut verdict = record.result.verdict;
+            if check_determinism {
+                let again = runner::run(chosen, seed, &executor);
+                if again.result.history_digest != record.result.history_digest {
+                    println!("NONDETERMINISTIC: two runs of seed {seed} gave different histories");
+                    verdict = Verdict::Fail;
+                } else {
+                    println!("deterministic: both runs gave history {}", record.result.history_digest);
+                }
+            }
+            print!("{}", render_run(&record.result));
+            Ok(if verdict == Verdict::Pass { exit::SUCCESS } else { exit::CHECK_FAILED })
+        }
+        Command::Scenarios { scenario_files } => {
+            for scenario in load_scenarios(&scenario_files)? {
+                let rows: Vec<String> = scenario.rows.iter().map(ToString::to_string).collect();
+                println!(
+                    "{:<4} {:<34} {:<8} {}",
+                    scenario.id,
+                    scenario.name,
+                    rows.join(","),
+                    scenario.summary
+                );
+            }
+            Ok(exit::SUCCESS)
+        }
+        Command::Executors => {
+            for spec in executors::all() {
+                println!("{:<28} {}", spec.name, spec.description);
+            }
+            Ok(exit::SUCCESS)
+        }
     }
+}
+
+/// The source commit: `REPLAYLAB_COMMIT`, else `GITHUB_SHA`, else `git rev-parse HEAD` in the
+/// current directory, else unknown.
+fn source_commit() -> Option<String> {
+    for variable in ["REPLAYLAB_COMMIT", "GITHUB_SHA"] {
+        if let Ok(value) = std::env::var(variable) {
+            if !value.trim().is_empty() {
+                return Some(value.trim().to_owned());
+            }
+        }
+    }
+    let output = std::process::Command::new("git").args(["rev-parse", "HEAD"]).output().ok()?;
+    let text = String::from_utf8(output.stdout).ok()?;
+    (output.status.success() && !text.trim().is_empty()).then(|| text.trim().to_owned())
+}
+
+fn find_executor(name: &str) -> Result<ExecutorSpec, Failure> {
+    executors::find(name).ok_or_else(|| {
+        let known: Vec<String> = executors::all().into_iter().map(|spec| spec.name).collect();
+        bad_input(anyhow::anyhow!("unknown executor {name:?}; known: {}", known.join(", ")))
+    })
+}
+
+/// The built-in scenarios plus `files`, refusing duplicate ids.
+fn load_scenarios(files: &[PathBuf]) -> Result<Vec<Scenario>, Failure> {
+    let mut scenarios = scenarios::builtin();
+    for path in files {
+        let scenario = Scenario::from_file(path).map_err(|error| bad_input(anyhow::anyhow!("{error}")))?;
+        if scenarios.iter().any(|known| known.id == scenario.id) {
+            return Err(bad_input(anyhow::anyhow!(
+                "{}: scenario id {} is already taken; give the file another id",
+                path.display(),
+                scenario.id
+            )));
+        }
+        scenarios.push(scenario);
+    }
+    Ok(scenarios)
+}
+
+fn render_run(result: &RunResult) -> String {
+    let mut text = format!(
+        "{}_{} seed {} executor {}: {}\n",
+        result.scenario, result.scenario_name, result.seed, result.executor, result.verdict
+    );
+    for violation in &result.violations {
+        text.push_str(&format!("  violation: {violation}\n"));
+    }
+    for note in &result.notes {
+        text.push_str(&format!("  note: {note}\n"));
+    }
+    text.push_str(&format!("  effects in the ledger: {} {:?}\n", result.effects, result.effect_references));
+    text.push_str(&format!("  history: {}\n", result.history_digest));
+    if result.verdict != Verdict::Pass {
+        text.push_str(&format!("  reproduce: {}\n", result.reproduce));
+    }
+    text
+}
+
+fn render_matrix(result: &MatrixResult) -> String {
+    let mut text = format!(
+        "matrix: executor {} {}, {} seeds per scenario\n\n",
+        result.executor, result.executor_version, result.seeds
+    );
+    text.push_str(&format!("{:<5} {:<8} {:<12} {}\n", "row", "verdict", "scenarios", "runs"));
+    for row in &result.rows {
+        text.push_str(&format!(
+            "{:<5} {:<8} {:<12} {}\n",
+            row.row,
+            row.verdict,
+            row.scenarios.join(","),
+            row.seeds_run
+        ));
+    }
+    text.push('\n');
+    text.push_str(&format!(
+        "{:<4} {:<34} {:<8} {:<8} {}\n",
+        "id", "scenario", "rows", "verdict", "runs pass/fail/unknown/crashed"
+    ));
+    for scenario in &result.scenarios {
+        let count = |verdict| scenario.counts.get(&verdict).copied().unwrap_or(0);
+        text.push_str(&format!(
+            "{:<4} {:<34} {:<8} {:<8} {}/{}/{}/{}\n",
+            scenario.id,
+            scenario.name,
+            scenario.rows.join(","),
+            scenario.verdict,
+            count(Verdict::Pass),
+            count(Verdict::Fail),
+            count(Verdict::Unknown),
+            count(Verdict::Crashed)
+        ));
+    }
+    for scenario in &result.scenarios {
+        if let Some(failure) = &scenario.first_failure {
+            text.push_str(&format!(
+                "\n{}_{} first {} at seed {}:\n",
+                scenario.id, scenario.name, failure.verdict, failure.seed
+            ));
+            for violation in &failure.violations {
+                text.push_str(&format!("  violation: {violation}\n"));
+            }
+            for note in &failure.notes {
+                text.push_str(&format!("  note: {note}\n"));
+            }
+            text.push_str(&format!("  reproduce: {}\n", failure.reproduce));
+        }
+    }
+    text.push_str(&format!("\nverdict: {}\n", result.verdict));
+    text
 }
 
 fn serve_downstream(listen: &str, config_path: Option<&std::path::Path>) -> Result<u8, Failure> {

@@ -1,0 +1,76 @@
+//! The `agent` client: plays the model and the workflow. It takes commands from the runner
+//! (call, poll, reconcile), sends them to workers over the tool-call protocol, and records
+//! what came back.
+
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use protocol::Outcome;
+use wire::{HttpClient, HttpRequest, SimConnector, TransportError};
+
+use crate::history::{EventKind, RequestKind};
+use crate::world::{AgentCommand, AgentResult, Shared, PORT};
+
+/// How long the agent waits for a worker's answer.
+pub const AGENT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The header that tells a worker which labelled request it is serving (harness only).
+pub const REQUEST_LABEL_HEADER: &str = "x-replaylab-request";
+
+/// The agent's main loop: runs until the simulation is dropped.
+pub async fn run(shared: Rc<Shared>) -> turmoil::Result {
+    loop {
+        let next = shared.agent.inbox.borrow_mut().pop_front();
+        match next {
+            Some(command) => {
+                tokio::task::spawn_local(execute(shared.clone(), command));
+            }
+            None => shared.agent.wake.notified().await,
+        }
+    }
+}
+
+async fn execute(shared: Rc<Shared>, command: AgentCommand) {
+    let (label, worker, request, lose_answer) = match command {
+        AgentCommand::Call { label, worker, call, lose_answer } => {
+            let request = HttpRequest::json(http::Method::POST, "/v1/tool-calls", &call);
+            (label, worker, request, lose_answer)
+        }
+        AgentCommand::Query { label, kind, worker, operation } => {
+            let path = match kind {
+                RequestKind::Reconcile => "/v1/operations/reconcile",
+                RequestKind::Poll | RequestKind::Call => "/v1/operations/poll",
+            };
+            (label, worker, HttpRequest::json(http::Method::POST, path, &operation), false)
+        }
+    };
+    let request = request.header(REQUEST_LABEL_HEADER, label.clone());
+    let client = HttpClient::new(Arc::new(SimConnector), worker, PORT);
+    let result = match tokio::time::timeout(AGENT_TIMEOUT, client.send(request)).await {
+        Err(_) => AgentResult::NoAnswer("timeout".into()),
+        Ok(Err(TransportError::ClosedWithoutResponse(_))) => {
+            AgentResult::NoAnswer("connection_closed".into())
+        }
+        Ok(Err(TransportError::Connect { .. })) => AgentResult::NoAnswer("connection_refused".into()),
+        Ok(Err(other)) => AgentResult::NoAnswer(format!("transport: {other}")),
+        Ok(Ok(response)) if response.status != 200 => {
+            AgentResult::NoAnswer(format!("worker answered {}", response.status))
+        }
+        Ok(Ok(response)) => match response.json::<Outcome>() {
+            Ok(outcome) => AgentResult::Answered(outcome),
+            Err(_) => AgentResult::NoAnswer("malformed_answer".into()),
+        },
+    };
+    let result = match result {
+        AgentResult::Answered(_) if lose_answer => AgentResult::NoAnswer("lost_by_scenario".into()),
+        other => other,
+    };
+    match &result {
+        AgentResult::Answered(_) => shared.history.push(EventKind::AgentReceived { label: label.clone() }),
+        AgentResult::NoAnswer(reason) => {
+            shared.history.push(EventKind::AgentGotNoAnswer { label: label.clone(), reason: reason.clone() })
+        }
+    }
+    shared.agent.outstanding.borrow_mut().remove(&label);
+    shared.agent.results.borrow_mut().insert(label, result);
+}

@@ -1,0 +1,180 @@
+//! The matrix: every scenario for many seeds, rolled up per scenario and per row of the
+//! source document's tables (C1..C10, F1..F9).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use scenarios::{Row, Scenario};
+
+use crate::executors::ExecutorSpec;
+use crate::verdict::{MatrixResult, RowFailure, RowSummary, RunResult, ScenarioSummary, Verdict};
+use crate::{runner, timeline, world};
+use reports::Timeline;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct MatrixConfig {
+    /// The executor under test.
+    pub executor: ExecutorSpec,
+    /// The scenarios.
+    pub scenarios: Vec<Scenario>,
+    /// Seeds `first_seed .. first_seed + seeds`.
+    pub seeds: u64,
+    /// The first seed.
+    pub first_seed: u64,
+    /// Run each seed twice and fail on any history difference.
+    pub check_determinism: bool,
+    /// Threads (each runs one simulation at a time).
+    pub jobs: usize,
+    /// The source commit, for the report.
+    pub commit: Option<String>,
+}
+
+/// Runs the matrix.
+pub fn run(config: &MatrixConfig) -> MatrixResult {
+    let work: Vec<(usize, u64)> = (0..config.scenarios.len())
+        .flat_map(|index| {
+            (config.first_seed..config.first_seed + config.seeds).map(move |seed| (index, seed))
+        })
+        .collect();
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<Finished>> = Mutex::new(Vec::with_capacity(work.len()));
+    std::thread::scope(|scope| {
+        for _ in 0..config.jobs.max(1) {
+            scope.spawn(|| loop {
+                let position = next.fetch_add(1, Ordering::Relaxed);
+                let Some(&(index, seed)) = work.get(position) else { break };
+                let scenario = &config.scenarios[index];
+                let record = runner::run(scenario, seed, &config.executor);
+                let deterministic = !config.check_determinism
+                    || runner::run(scenario, seed, &config.executor).result.history_digest
+                        == record.result.history_digest;
+                let keep_timeline =
+                    seed == config.first_seed || record.result.verdict != Verdict::Pass || !deterministic;
+                let timeline =
+                    keep_timeline.then(|| timeline::draw(seed, &scenario.worker_names(), &record.history));
+                let finished = Finished { index, seed, result: record.result, deterministic, timeline };
+                results.lock().unwrap_or_else(|p| p.into_inner()).push(finished);
+            });
+        }
+    });
+    let mut results = results.into_inner().unwrap_or_else(|p| p.into_inner());
+    results.sort_by_key(|finished| (finished.index, finished.seed));
+
+    let mut summaries = Vec::new();
+    for (index, scenario) in config.scenarios.iter().enumerate() {
+        let runs: Vec<&Finished> = results.iter().filter(|r| r.index == index).collect();
+        summaries.push(summarise(scenario, &runs));
+    }
+    let rows: Vec<RowSummary> = Row::all()
+        .into_iter()
+        .map(|row| {
+            let covering: Vec<&ScenarioSummary> =
+                summaries.iter().filter(|s| s.rows.contains(&row.to_string())).collect();
+            let verdict = if covering.is_empty() {
+                Verdict::Unknown
+            } else {
+                covering.iter().fold(Verdict::Pass, |worst, s| worst.worst(s.verdict))
+            };
+            let first_failure = covering.iter().find_map(|s| {
+                s.first_failure.as_ref().map(|run| RowFailure {
+                    scenario: format!("{}_{}", s.id, s.name),
+                    seed: run.seed,
+                    verdict: run.verdict,
+                    violations: run.violations.clone(),
+                    notes: run.notes.clone(),
+                    reproduce: run.reproduce.clone(),
+                })
+            });
+            RowSummary {
+                row: row.to_string(),
+                verdict,
+                scenarios: covering.iter().map(|s| s.id.clone()).collect(),
+                seeds_run: covering.iter().map(|s| s.seeds_run).sum(),
+                first_failure,
+            }
+        })
+        .collect();
+    let verdict = rows
+        .iter()
+        .map(|row| row.verdict)
+        .chain(summaries.iter().map(|s| s.verdict))
+        .fold(Verdict::Pass, Verdict::worst);
+    MatrixResult {
+        schema_version: reports::SCHEMA_VERSION,
+        harness_version: env!("CARGO_PKG_VERSION").to_owned(),
+        commit: config.commit.clone(),
+        parameters: world::parameters(),
+        executor: config.executor.name.clone(),
+        executor_version: config.executor.version.clone(),
+        seeds: config.seeds,
+        first_seed: config.first_seed,
+        determinism_checked: config.check_determinism,
+        rows,
+        scenarios: summaries,
+        verdict,
+    }
+}
+
+/// One finished run, with its timeline when the summary may need it.
+struct Finished {
+    index: usize,
+    seed: u64,
+    result: RunResult,
+    deterministic: bool,
+    timeline: Option<Timeline>,
+}
+
+fn summarise(scenario: &Scenario, runs: &[&Finished]) -> ScenarioSummary {
+    let mut counts = BTreeMap::new();
+    let mut statuses = BTreeMap::new();
+    let mut verdict = Verdict::Pass;
+    let mut first_failure = None;
+    let mut nondeterministic_seeds = Vec::new();
+    let mut timeline = None;
+    for finished in runs {
+        let (seed, deterministic) = (finished.seed, finished.deterministic);
+        let mut run_verdict = finished.result.verdict;
+        let mut result = finished.result.clone();
+        if !deterministic {
+            nondeterministic_seeds.push(seed);
+            run_verdict = Verdict::Fail;
+            result.verdict = Verdict::Fail;
+            result.notes.push("two runs of this seed gave different histories".into());
+        }
+        *counts.entry(run_verdict).or_insert(0) += 1;
+        for (_, status) in &result.statuses {
+            *statuses.entry(status.clone()).or_insert(0) += 1;
+        }
+        if run_verdict != Verdict::Pass && first_failure.is_none() {
+            first_failure = Some(result.clone());
+            timeline = finished.timeline.clone();
+        }
+        verdict = verdict.worst(run_verdict);
+    }
+    let first = runs.first().expect("at least one seed runs");
+    let sample = first.result.clone();
+    let timeline = timeline.or_else(|| first.timeline.clone()).unwrap_or(Timeline {
+        seed: first.seed,
+        lanes: Vec::new(),
+        marks: Vec::new(),
+    });
+    ScenarioSummary {
+        id: scenario.id.clone(),
+        name: scenario.name.clone(),
+        rows: scenario.rows.iter().map(ToString::to_string).collect(),
+        summary: scenario.summary.clone(),
+        expected: scenario.expected.clone(),
+        verdict,
+        seeds_run: runs.len() as u64,
+        counts,
+        effects_min: runs.iter().map(|r| r.result.effects).min().unwrap_or(0),
+        effects_max: runs.iter().map(|r| r.result.effects).max().unwrap_or(0),
+        statuses,
+        sample,
+        first_failure,
+        nondeterministic_seeds,
+        timeline,
+    }
+}

@@ -1,0 +1,636 @@
+//! Runs one scenario with one seed against one executor: builds the world, plays the steps,
+//! heals every fault and lets the world settle, polls every operation one last time, then
+//! checks the oracles and the scenario's expectations. Every run is bounded.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use fake_downstream::Effect;
+use protocol::{OperationRef, ToolCall};
+use scenarios::{CallStep, Scenario, StepKind};
+use serde_json::value::RawValue;
+use turmoil::barriers::{Barrier, Reaction, Triggered};
+use turmoil::Sim;
+
+use crate::agent::AGENT_TIMEOUT;
+use crate::executors::ExecutorSpec;
+use crate::history::{self, Event, EventKind, RequestKind};
+use crate::oracles::{self, Violation, FINAL_POLL_PREFIX};
+use crate::verdict::{RunResult, Verdict};
+use crate::world::{self, AgentCommand, AgentResult, PointReached, Shared};
+
+/// How long a `wait_paused` step runs the world before it gives up (the point was never
+/// reached: the run cannot decide).
+const PAUSE_PATIENCE: Duration = Duration::from_secs(30);
+/// Extra simulated time, beyond the agent's own timeout, that the runner waits for a call.
+const CALL_SLACK: Duration = Duration::from_secs(5);
+/// After settling, how long the final reconciliations and polls may take.
+const FINAL_QUERY_PATIENCE: Duration = Duration::from_secs(30);
+
+/// Everything a finished run leaves behind.
+#[derive(Debug, Clone)]
+pub struct RunRecord {
+    /// The verdict and its reasons.
+    pub result: RunResult,
+    /// The ordered history.
+    pub history: Vec<Event>,
+    /// The downstream's ledger.
+    pub ledger: Vec<Effect>,
+}
+
+/// Why a run stopped early.
+enum Stop {
+    /// The run could not decide (a pause point never reached, a step that cannot apply).
+    Undecided(String),
+    /// A run limit was hit.
+    Limit(String),
+}
+
+struct Runner {
+    sim: Sim<'static>,
+    shared: Rc<Shared>,
+    scenario: Scenario,
+    barriers: BTreeMap<String, (String, Barrier<PointReached>)>,
+    paused: BTreeMap<String, Triggered<PointReached>>,
+    crashed: Vec<String>,
+    calls: usize,
+    attempts: BTreeMap<String, u32>,
+    faults: BTreeMap<String, fake_downstream::FaultRuleId>,
+    expectation_failures: Vec<Violation>,
+}
+
+/// Runs `scenario` with `seed` against `executor`.
+pub fn run(scenario: &Scenario, seed: u64, executor: &ExecutorSpec) -> RunRecord {
+    let run_id = format!("{}-{seed}", scenario.full_name());
+    let factory = (executor.factory)(&run_id);
+    let (sim, shared) = world::build(scenario, seed, factory);
+    let mut runner = Runner {
+        sim,
+        shared,
+        scenario: scenario.clone(),
+        barriers: BTreeMap::new(),
+        paused: BTreeMap::new(),
+        crashed: Vec::new(),
+        calls: 0,
+        attempts: BTreeMap::new(),
+        faults: BTreeMap::new(),
+        expectation_failures: Vec::new(),
+    };
+    let stopped = runner.play().err();
+    let stopped = match stopped {
+        Some(stop) => Some(stop),
+        None => runner.settle().err(),
+    };
+    runner.finish(scenario, seed, executor, stopped)
+}
+
+impl Runner {
+    fn now_ms(&self) -> u64 {
+        self.sim.elapsed().as_millis() as u64
+    }
+
+    /// One simulation step; a turmoil error (time limit, a host's software failing) stops
+    /// the run.
+    fn step(&mut self) -> Result<(), Stop> {
+        let stepped = self.sim.step();
+        self.shared.history.set_now_ms(self.now_ms());
+        match stepped {
+            Ok(_) => Ok(()),
+            Err(error) => Err(Stop::Limit(format!("the simulation stopped: {error}"))),
+        }
+    }
+
+    fn run_for(&mut self, duration: Duration) -> Result<(), Stop> {
+        let until = self.sim.elapsed() + duration;
+        while self.sim.elapsed() < until {
+            self.step()?;
+        }
+        Ok(())
+    }
+
+    /// Steps until `done` or `patience` of simulated time passed; says whether `done`.
+    fn run_until(&mut self, patience: Duration, mut done: impl FnMut(&Self) -> bool) -> Result<bool, Stop> {
+        let until = self.sim.elapsed() + patience;
+        while !done(self) {
+            if self.sim.elapsed() >= until {
+                return Ok(false);
+            }
+            self.step()?;
+        }
+        Ok(true)
+    }
+
+    fn record(&self, kind: EventKind) {
+        self.shared.history.set_now_ms(self.now_ms());
+        self.shared.record(kind);
+    }
+
+    fn operation(&self, name: &str, actor: Option<&str>) -> OperationRef {
+        let spec = &self.scenario.operations[name];
+        OperationRef {
+            tenant: spec.tenant.clone(),
+            environment: spec.environment.clone(),
+            workflow_id: spec.workflow_id.clone(),
+            step_id: spec.step_id.clone(),
+            actor: actor.unwrap_or(&spec.actor).to_owned(),
+        }
+    }
+
+    fn send(&mut self, command: AgentCommand) {
+        let label = match &command {
+            AgentCommand::Call { label, .. } | AgentCommand::Query { label, .. } => label.clone(),
+        };
+        self.shared.agent.outstanding.borrow_mut().insert(label);
+        self.shared.agent.inbox.borrow_mut().push_back(command);
+        self.shared.agent.wake.notify_one();
+    }
+
+    fn settled(&self, label: &str) -> bool {
+        self.shared.agent.results.borrow().contains_key(label)
+    }
+
+    fn wait_for(&mut self, labels: &[String]) -> Result<(), Stop> {
+        let labels = labels.to_vec();
+        let answered = self.run_until(AGENT_TIMEOUT + CALL_SLACK, |runner| {
+            labels.iter().all(|label| runner.settled(label))
+        })?;
+        if answered {
+            Ok(())
+        } else {
+            Err(Stop::Limit(format!("the agent never settled {labels:?}")))
+        }
+    }
+
+    fn call(&mut self, step: &CallStep) -> Result<(), Stop> {
+        self.calls += 1;
+        let operation = self.operation(&step.operation, step.actor.as_deref());
+        let attempt = self.attempts.entry(operation.path()).or_insert(0);
+        *attempt += 1;
+        let arguments = RawValue::from_string(step.arguments.clone())
+            .map_err(|error| Stop::Undecided(format!("call {:?}: arguments: {error}", step.id)))?;
+        let call = ToolCall {
+            tenant: operation.tenant.clone(),
+            environment: operation.environment.clone(),
+            workflow_id: operation.workflow_id.clone(),
+            step_id: operation.step_id.clone(),
+            tool: step.tool.clone(),
+            tool_version: step.version.clone(),
+            arguments,
+            actor: operation.actor.clone(),
+            call_id: format!("call_{}", self.calls),
+            trace_id: Some(format!("trace-{}-{}", self.shared.seed, self.calls)),
+            attempt: *attempt,
+        };
+        let contract = self.shared.contracts.get(&call.tool, &call.tool_version);
+        let fingerprint = contract.and_then(|c| c.fingerprint(&call).ok()).map(|f| f.to_string());
+        let expected_version = contract
+            .and_then(|c| c.validated_arguments(&call).ok())
+            .and_then(|arguments| arguments.get("expected_version").and_then(serde_json::Value::as_u64));
+        self.record(EventKind::CallSent {
+            label: step.id.clone(),
+            call_id: call.call_id.clone(),
+            worker: step.worker.clone(),
+            operation: operation.path(),
+            tenant: operation.tenant.clone(),
+            actor: operation.actor.clone(),
+            tool: call.tool.clone(),
+            tool_version: call.tool_version.clone(),
+            fingerprint,
+            expected_version,
+        });
+        self.send(AgentCommand::Call {
+            label: step.id.clone(),
+            worker: step.worker.clone(),
+            call,
+            lose_answer: step.lose_answer,
+        });
+        Ok(())
+    }
+
+    fn query(&mut self, label: &str, kind: RequestKind, operation: &str, worker: &str) {
+        let operation = self.operation(operation, None);
+        self.record(EventKind::OperationQuery {
+            label: label.to_owned(),
+            kind,
+            worker: worker.to_owned(),
+            operation: operation.path(),
+            tenant: operation.tenant.clone(),
+            actor: operation.actor.clone(),
+        });
+        self.send(AgentCommand::Query {
+            label: label.to_owned(),
+            kind,
+            worker: worker.to_owned(),
+            operation,
+        });
+    }
+
+    fn play(&mut self) -> Result<(), Stop> {
+        for step in self.scenario.steps.clone() {
+            self.play_step(&step.kind, step.line)?;
+        }
+        Ok(())
+    }
+
+    fn play_step(&mut self, kind: &StepKind, line: usize) -> Result<(), Stop> {
+        match kind {
+            StepKind::Call(call) => {
+                self.call(call)?;
+                if call.wait {
+                    self.wait_for(std::slice::from_ref(&call.id))?;
+                }
+            }
+            StepKind::Concurrent(calls) => {
+                for call in calls {
+                    self.call(call)?;
+                }
+                let labels: Vec<String> = calls.iter().map(|call| call.id.clone()).collect();
+                self.wait_for(&labels)?;
+            }
+            StepKind::Await { call } => self.wait_for(std::slice::from_ref(call))?,
+            StepKind::Poll { id, operation, worker } => {
+                self.query(id, RequestKind::Poll, operation, worker);
+                self.wait_for(std::slice::from_ref(id))?;
+            }
+            StepKind::Reconcile { id, operation, worker } => {
+                self.query(id, RequestKind::Reconcile, operation, worker);
+                self.wait_for(std::slice::from_ref(id))?;
+            }
+            StepKind::Fault { name, rule } => {
+                self.record(EventKind::FaultInstalled { rule: rule.to_json_value() });
+                let id = self.shared.downstream.install_fault(rule.clone());
+                if let Some(name) = name {
+                    self.faults.insert(name.clone(), id);
+                }
+            }
+            StepKind::ReleaseHold { name } => {
+                let id = self.faults[name];
+                self.record(EventKind::HoldReleased { name: name.clone() });
+                let _ = self.shared.downstream.release(id);
+            }
+            StepKind::Pause { name, worker, point } => {
+                let (target_worker, target_point) = (worker.clone(), point.to_string());
+                let barrier = Barrier::build(Reaction::Suspend, move |reached: &PointReached| {
+                    reached.worker == target_worker && reached.point == target_point
+                });
+                self.barriers.insert(name.clone(), (worker.clone(), barrier));
+            }
+            StepKind::WaitPaused { name } => {
+                let (worker, mut barrier) =
+                    self.barriers.remove(name).expect("scenarios validate that pauses are declared first");
+                let mut triggered = None;
+                let reached = self.run_until(PAUSE_PATIENCE, |_| {
+                    if triggered.is_none() {
+                        triggered = poll_barrier(&mut barrier);
+                    }
+                    triggered.is_some()
+                })?;
+                let Some(triggered) = triggered.filter(|_| reached) else {
+                    return Err(Stop::Undecided(format!(
+                        "line {line}: {worker} never reached the pause point of {name:?} within {PAUSE_PATIENCE:?}"
+                    )));
+                };
+                self.record(EventKind::Paused {
+                    name: name.clone(),
+                    worker: triggered.worker.clone(),
+                    point: triggered.point.clone(),
+                });
+                self.paused.insert(name.clone(), triggered);
+            }
+            StepKind::Release { name } => {
+                self.record(EventKind::Released { name: name.clone() });
+                self.paused.remove(name);
+                self.barriers.remove(name);
+            }
+            StepKind::Crash { worker } => {
+                self.record(EventKind::Crashed { worker: worker.clone() });
+                self.sim.crash(worker.as_str());
+                self.paused.retain(|_, triggered| &triggered.worker != worker);
+                if !self.crashed.contains(worker) {
+                    self.crashed.push(worker.clone());
+                }
+            }
+            StepKind::Restart { worker } => {
+                self.record(EventKind::Restarted { worker: worker.clone() });
+                self.sim.bounce(worker.as_str());
+                self.crashed.retain(|crashed| crashed != worker);
+            }
+            StepKind::Advance { by } => {
+                self.record(EventKind::ClockAdvanced { by_ms: by.as_millis() as u64 });
+                self.run_for(*by)?;
+            }
+            StepKind::Revoke { actor, tool } => {
+                self.record(EventKind::Revoked { actor: actor.clone(), tool: tool.clone() });
+                self.shared.permissions.borrow_mut().revoke(actor, tool.as_deref());
+            }
+            StepKind::HumanEdit { ticket_of } => {
+                let origin = self.operation(ticket_of, None).path();
+                let ticket = self
+                    .shared
+                    .downstream
+                    .ledger()
+                    .into_iter()
+                    .find(|e| {
+                        e.kind == fake_downstream::EffectKind::TicketCreated
+                            && e.origin.as_deref() == Some(&origin)
+                    })
+                    .map(|e| e.effect_reference);
+                let Some(ticket) = ticket else {
+                    return Err(Stop::Undecided(format!(
+                        "line {line}: operation {ticket_of:?} created no ticket to edit"
+                    )));
+                };
+                let version = self
+                    .shared
+                    .downstream
+                    .touch_ticket(&ticket)
+                    .map_err(|e| Stop::Undecided(e.to_string()))?;
+                self.record(EventKind::HumanEdit { ticket, version });
+            }
+            StepKind::Expect(expect) => {
+                if let Some(failure) = self.check_expectation(expect, line) {
+                    self.expectation_failures.push(failure);
+                }
+            }
+            StepKind::ExpectEffects { operation, kind, count } => {
+                if let Some(failure) = self.check_effects(operation.as_deref(), kind.as_deref(), *count, line)
+                {
+                    self.expectation_failures.push(failure);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Polls a barrier once without blocking.
+fn poll_barrier(barrier: &mut Barrier<PointReached>) -> Option<Triggered<PointReached>> {
+    let mut context = Context::from_waker(Waker::noop());
+    let mut wait = Box::pin(barrier.wait());
+    match wait.as_mut().poll(&mut context) {
+        Poll::Ready(triggered) => triggered,
+        Poll::Pending => None,
+    }
+}
+
+impl Runner {
+    fn outcome_of(&self, label: &str) -> Option<AgentResult> {
+        self.shared.agent.results.borrow().get(label).cloned()
+    }
+
+    fn expectation(&self, line: usize, explanation: String) -> Violation {
+        Violation {
+            oracle: "expect".into(),
+            name: format!("{}:{line}", self.scenario.source),
+            operation: None,
+            positions: Vec::new(),
+            explanation,
+        }
+    }
+
+    fn check_expectation(&self, expect: &scenarios::ExpectOutcome, line: usize) -> Option<Violation> {
+        let wanted: Vec<&str> = expect.status.iter().map(|status| status.as_str()).collect();
+        let outcome = match self.outcome_of(&expect.call) {
+            None => return Some(self.expectation(line, format!("{:?} was never answered", expect.call))),
+            Some(AgentResult::NoAnswer(reason)) => {
+                return Some(self.expectation(
+                    line,
+                    format!("{:?} got no answer ({reason}); expected {}", expect.call, wanted.join(" or ")),
+                ))
+            }
+            Some(AgentResult::Answered(outcome)) => outcome,
+        };
+        if !expect.status.contains(&outcome.status) {
+            return Some(self.expectation(
+                line,
+                format!(
+                    "{:?} was answered {}; expected {}",
+                    expect.call,
+                    outcome.status.as_str(),
+                    wanted.join(" or ")
+                ),
+            ));
+        }
+        if let Some(reason) = expect.reason {
+            if outcome.reason != Some(reason) {
+                return Some(self.expectation(
+                    line,
+                    format!("{:?} was rejected for {:?}; expected {:?}", expect.call, outcome.reason, reason),
+                ));
+            }
+        }
+        if let Some(other) = &expect.same_reference_as {
+            let other_reference = match self.outcome_of(other) {
+                Some(AgentResult::Answered(other)) => other.effect_reference,
+                _ => None,
+            };
+            if outcome.effect_reference.is_none() || outcome.effect_reference != other_reference {
+                return Some(self.expectation(
+                    line,
+                    format!(
+                        "{:?} named {:?}, but {other:?} named {:?}; expected the same effect reference",
+                        expect.call, outcome.effect_reference, other_reference
+                    ),
+                ));
+            }
+        }
+        None
+    }
+
+    fn check_effects(
+        &self,
+        operation: Option<&str>,
+        kind: Option<&str>,
+        count: u32,
+        line: usize,
+    ) -> Option<Violation> {
+        let origin = operation.map(|name| self.operation(name, None).path());
+        let found = self
+            .shared
+            .downstream
+            .ledger()
+            .into_iter()
+            .filter(|effect| effect.kind != fake_downstream::EffectKind::TicketEditedByHuman)
+            .filter(|effect| origin.is_none() || effect.origin == origin)
+            .filter(|effect| {
+                kind.is_none_or(|kind| {
+                    serde_json::to_value(effect.kind)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_owned))
+                        .as_deref()
+                        == Some(kind)
+                })
+            })
+            .count() as u32;
+        (found != count).then(|| {
+            self.expectation(
+                line,
+                format!(
+                    "the ledger has {found} {}effect(s) for {}; expected {count}",
+                    kind.map(|k| format!("{k} ")).unwrap_or_default(),
+                    origin.as_deref().unwrap_or("the run")
+                ),
+            )
+        })
+    }
+
+    /// Heals every fault, restarts crashed workers, lets the world run past every lease, then
+    /// asks each operation to reconcile and polls it one last time (what O6 reads).
+    fn settle(&mut self) -> Result<(), Stop> {
+        self.record(EventKind::SettleStarted);
+        self.shared.downstream.clear_faults();
+        self.record(EventKind::FaultsHealed);
+        for name in std::mem::take(&mut self.paused).into_keys() {
+            self.record(EventKind::Released { name });
+        }
+        self.barriers.clear();
+        for worker in std::mem::take(&mut self.crashed) {
+            self.record(EventKind::Restarted { worker: worker.clone() });
+            self.sim.bounce(worker.as_str());
+        }
+        let outstanding: Vec<String> = self.shared.agent.outstanding.borrow().iter().cloned().collect();
+        self.wait_for(&outstanding)?;
+        let settle = self.scenario.settle;
+        self.run_for(settle)?;
+        let called: BTreeSet<String> = self
+            .shared
+            .history
+            .events()
+            .iter()
+            .filter_map(|event| match &event.kind {
+                EventKind::CallSent { operation, .. } => Some(operation.clone()),
+                _ => None,
+            })
+            .collect();
+        let names: Vec<String> = self
+            .scenario
+            .operations
+            .keys()
+            .filter(|name| called.contains(&self.operation(name, None).path()))
+            .cloned()
+            .collect();
+        let first_worker = self.scenario.worker_names().into_iter().next().expect("a scenario has a worker");
+        for name in &names {
+            let label = format!("final-reconcile:{}", self.operation(name, None).path());
+            self.query(&label, RequestKind::Reconcile, name, &first_worker);
+        }
+        let labels: Vec<String> = names
+            .iter()
+            .map(|name| format!("final-reconcile:{}", self.operation(name, None).path()))
+            .collect();
+        self.wait_within(&labels, FINAL_QUERY_PATIENCE)?;
+        self.run_for(Duration::from_secs(1))?;
+        for name in &names {
+            let label = format!("{FINAL_POLL_PREFIX}{}", self.operation(name, None).path());
+            self.query(&label, RequestKind::Poll, name, &first_worker);
+        }
+        let labels: Vec<String> = names
+            .iter()
+            .map(|name| format!("{FINAL_POLL_PREFIX}{}", self.operation(name, None).path()))
+            .collect();
+        self.wait_within(&labels, FINAL_QUERY_PATIENCE)
+    }
+
+    fn wait_within(&mut self, labels: &[String], patience: Duration) -> Result<(), Stop> {
+        let labels = labels.to_vec();
+        let done = self.run_until(patience, |runner| labels.iter().all(|label| runner.settled(label)))?;
+        if done {
+            Ok(())
+        } else {
+            Err(Stop::Limit(format!("the agent never settled {labels:?}")))
+        }
+    }
+
+    fn finish(
+        self,
+        scenario: &Scenario,
+        seed: u64,
+        executor: &ExecutorSpec,
+        stopped: Option<Stop>,
+    ) -> RunRecord {
+        let history = self.shared.history.events();
+        let ledger = self.shared.downstream.ledger();
+        let evidence =
+            oracles::Evidence { history: &history, ledger: &ledger, contracts: &self.shared.contracts };
+        let mut violations = oracles::check(&evidence);
+        violations.extend(self.expectation_failures.iter().cloned());
+        let mut notes = Vec::new();
+        let mut verdict = Verdict::Pass;
+        for event in &history {
+            if let EventKind::ExecutorPanicked { worker, during, message } = &event.kind {
+                notes.push(format!("{worker} panicked during {during}: {message}"));
+                verdict = verdict.worst(Verdict::Crashed);
+            }
+        }
+        match stopped {
+            Some(Stop::Limit(reason)) => {
+                notes.push(reason);
+                verdict = verdict.worst(Verdict::Crashed);
+            }
+            Some(Stop::Undecided(reason)) => {
+                notes.push(reason);
+                verdict = verdict.worst(Verdict::Unknown);
+            }
+            None => {}
+        }
+        if !violations.is_empty() {
+            verdict = Verdict::Fail;
+        }
+        let business: Vec<&Effect> =
+            ledger.iter().filter(|e| e.kind != fake_downstream::EffectKind::TicketEditedByHuman).collect();
+        let statuses = history
+            .iter()
+            .filter_map(|event| match &event.kind {
+                EventKind::Answered { label, outcome, .. } => {
+                    Some((label.clone(), outcome.status.as_str().to_owned()))
+                }
+                _ => None,
+            })
+            .collect();
+        let fingerprints = history
+            .iter()
+            .filter_map(|event| match &event.kind {
+                EventKind::CallSent { label, fingerprint: Some(fingerprint), .. } => {
+                    Some((label.clone(), fingerprint.clone()))
+                }
+                _ => None,
+            })
+            .collect();
+        let result = RunResult {
+            scenario: scenario.id.clone(),
+            scenario_name: scenario.name.clone(),
+            seed,
+            executor: executor.name.clone(),
+            verdict,
+            violations,
+            notes,
+            history_digest: history::digest(&history),
+            effects: business.len() as u64,
+            effect_references: business.iter().map(|e| e.effect_reference.clone()).collect(),
+            statuses,
+            fingerprints,
+            reproduce: reproduce_command(scenario, seed, &executor.name),
+        };
+        RunRecord { result, history, ledger }
+    }
+}
+
+/// The one command that reproduces a run.
+pub fn reproduce_command(scenario: &Scenario, seed: u64, executor: &str) -> String {
+    let mut command = format!("replaylab run {} --seed {seed} --executor {executor}", scenario.id);
+    if !scenario.source.starts_with(scenarios::BUILTIN_SOURCE_PREFIX) {
+        command.push_str(&format!(" --scenario-file {}", shell_quote(&scenario.source)));
+    }
+    command
+}
+
+fn shell_quote(text: &str) -> String {
+    if text.chars().all(|c| c.is_ascii_alphanumeric() || "/._-".contains(c)) {
+        text.to_owned()
+    } else {
+        format!("'{}'", text.replace('\'', "'\\''"))
+    }
+}

@@ -1,0 +1,442 @@
+//! A worker host: one executor behind the tool-call protocol over simulated HTTP, a queue
+//! consumer, and the environment the harness hands the executor (downstream client, clock,
+//! authorizer, outbox, store gate, entropy). The environment is where the harness owns the
+//! boundaries: it tags downstream requests with the operation being served, records what the
+//! executor saw, and offers the pause points scenarios use.
+
+use std::cell::RefCell;
+use std::convert::Infallible;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use protocol::{
+    AuthDecision, AuthRequest, Authorizer, Consumed, DownstreamClient, Entropy, Envelope, Executor,
+    LocalBoxFuture, OperationRef, Outbox, OutboxError, Outcome, StoreGate, ToolCall, WebhookEvent, WorkerEnv,
+};
+use rand_chacha::ChaCha8Rng;
+use rand_core::{RngCore, SeedableRng};
+use wire::{HttpClient, HttpRequest, HttpResponse, Problem, SimConnector, TransportError, MAX_BODY_BYTES};
+
+use crate::agent::REQUEST_LABEL_HEADER;
+use crate::history::EventKind;
+use crate::world::{PointReached, Shared, PORT};
+
+/// The header on downstream requests that names the operation a worker is serving.
+pub const ORIGIN_HEADER: &str = "x-replaylab-origin";
+/// How often an idle queue consumer looks for work.
+const QUEUE_POLL: Duration = Duration::from_millis(50);
+
+tokio::task_local! {
+    /// The operation (`tenant/environment/workflow/step`) the current task serves.
+    static ORIGIN: Option<String>;
+}
+
+/// The operation the current task serves, if the harness set one.
+fn current_origin() -> Option<String> {
+    ORIGIN.try_with(Clone::clone).ok().flatten()
+}
+
+/// What one worker incarnation holds.
+struct Worker {
+    name: String,
+    executor: Rc<dyn Executor>,
+    shared: Rc<Shared>,
+}
+
+/// The worker host's software: started at first and after each restart.
+pub async fn run(shared: Rc<Shared>, name: String) -> turmoil::Result {
+    let incarnation = {
+        let mut incarnations = shared.incarnations.borrow_mut();
+        let count = incarnations.entry(name.clone()).or_insert(0);
+        let incarnation = *count;
+        *count += 1;
+        incarnation
+    };
+    let env = WorkerEnv {
+        worker_id: name.clone(),
+        incarnation,
+        downstream: Rc::new(SimDownstream {
+            worker: name.clone(),
+            shared: shared.clone(),
+            client: HttpClient::new(Arc::new(SimConnector), "downstream", PORT),
+        }),
+        clock: Arc::new(|| turmoil::sim_elapsed().map_or(0, |elapsed| elapsed.as_millis() as u64)),
+        authorizer: Rc::new(SimAuthorizer { worker: name.clone(), shared: shared.clone() }),
+        outbox: Rc::new(SimOutbox { shared: shared.clone() }),
+        store_gate: Rc::new(SimStoreGate { worker: name.clone(), shared: shared.clone() }),
+        entropy: Rc::new(SimEntropy(RefCell::new(ChaCha8Rng::seed_from_u64(
+            shared.derived_seed(&format!("{name}#{incarnation}")),
+        )))),
+        contracts: shared.contracts.clone(),
+    };
+    let executor: Rc<dyn Executor> = Rc::from(shared.factory.start(env));
+    let worker = Rc::new(Worker { name, executor, shared });
+    tokio::task::spawn_local(consume_queue(worker.clone()));
+    let listener = turmoil::net::TcpListener::bind(("0.0.0.0", PORT)).await?;
+    loop {
+        let (stream, _) = listener.accept().await?;
+        let worker = worker.clone();
+        tokio::task::spawn_local(async move {
+            let service = hyper::service::service_fn(move |request| handle(worker.clone(), request));
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+// ----------------------------------------------------------------------- tool-call protocol
+
+type Answer = hyper::Response<Full<Bytes>>;
+
+fn json_answer(status: u16, value: &impl serde::Serialize, content_type: &str) -> Answer {
+    let body = serde_json::to_vec(value).expect("answers serialise");
+    hyper::Response::builder()
+        .status(status)
+        .header("content-type", content_type)
+        .body(Full::new(Bytes::from(body)))
+        .expect("a valid response")
+}
+
+fn problem(status: u16, kind: &str, detail: impl Into<String>) -> Answer {
+    json_answer(status, &Problem::new(status, kind, detail), "application/problem+json")
+}
+
+async fn handle(worker: Rc<Worker>, request: hyper::Request<Incoming>) -> Result<Answer, Infallible> {
+    let label = request
+        .headers()
+        .get(REQUEST_LABEL_HEADER)
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or("unlabelled")
+        .to_owned();
+    let route = (request.method().clone(), request.uri().path().to_owned());
+    let body = match Limited::new(request.into_body(), MAX_BODY_BYTES).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(_) => return Ok(problem(413, "body_too_large", "the body is too large or unreadable")),
+    };
+    let answer = match (route.0.as_str(), route.1.as_str()) {
+        ("POST", "/v1/tool-calls") => match serde_json::from_slice::<ToolCall>(&body) {
+            Ok(call) => {
+                let origin = call.operation().path();
+                let executor = worker.executor.clone();
+                let outcome = worker.guarded("call", Some(origin), executor.call(call)).await;
+                worker.answer(label, outcome)
+            }
+            Err(error) => problem(400, "invalid_tool_call", error.to_string()),
+        },
+        ("POST", path @ ("/v1/operations/poll" | "/v1/operations/reconcile")) => {
+            match serde_json::from_slice::<OperationRef>(&body) {
+                Ok(operation) => {
+                    let origin = operation.path();
+                    let executor = worker.executor.clone();
+                    let outcome = if path.ends_with("poll") {
+                        worker.guarded("poll", Some(origin), executor.poll(operation)).await
+                    } else {
+                        worker.guarded("reconcile", Some(origin), executor.reconcile(operation)).await
+                    };
+                    worker.answer(label, outcome)
+                }
+                Err(error) => problem(400, "invalid_operation", error.to_string()),
+            }
+        }
+        ("POST", "/v1/webhooks") => {
+            let event: Option<serde_json::Value> = serde_json::from_slice(&body).ok();
+            let event_id = event.as_ref().and_then(|e| e["event_id"].as_str()).map(str::to_owned);
+            let origin =
+                event.as_ref().and_then(|e| e["job_id"].as_str()).and_then(|job| worker.origin_of_job(job));
+            let executor = worker.executor.clone();
+            let ack = worker
+                .guarded("webhook", origin, executor.webhook(WebhookEvent { body: body.to_vec() }))
+                .await;
+            let ack_name = ack.map_or("panicked".to_owned(), |ack| snake(&ack));
+            worker.shared.history.push(EventKind::WebhookReceived {
+                worker: worker.name.clone(),
+                event_id,
+                ack: ack_name.clone(),
+            });
+            if ack_name == "panicked" {
+                problem(500, "executor_panicked", "the executor panicked")
+            } else {
+                json_answer(200, &serde_json::json!({ "ack": ack_name }), "application/json")
+            }
+        }
+        (method, path) => problem(404, "not_found", format!("no route for {method} {path}")),
+    };
+    Ok(answer)
+}
+
+fn snake(value: &impl serde::Serialize) -> String {
+    serde_json::to_value(value).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
+}
+
+impl Worker {
+    /// Runs `future` as the executor's work for `origin`, catching a panic.
+    async fn guarded<T>(
+        &self,
+        during: &str,
+        origin: Option<String>,
+        future: LocalBoxFuture<'_, T>,
+    ) -> Option<T> {
+        match ORIGIN.scope(origin, CatchUnwind(AssertUnwindSafe(future))).await {
+            Ok(value) => Some(value),
+            Err(message) => {
+                self.shared.history.push(EventKind::ExecutorPanicked {
+                    worker: self.name.clone(),
+                    during: during.to_owned(),
+                    message,
+                });
+                None
+            }
+        }
+    }
+
+    fn answer(&self, label: String, outcome: Option<Outcome>) -> Answer {
+        match outcome {
+            Some(outcome) => {
+                self.shared.history.push(EventKind::Answered {
+                    label,
+                    worker: self.name.clone(),
+                    outcome: outcome.clone(),
+                });
+                json_answer(200, &outcome, "application/json")
+            }
+            None => problem(500, "executor_panicked", "the executor panicked"),
+        }
+    }
+
+    /// The operation that submitted job `job_id`, from the ledger's tag.
+    fn origin_of_job(&self, job_id: &str) -> Option<String> {
+        self.shared
+            .downstream
+            .ledger()
+            .into_iter()
+            .find(|effect| {
+                effect.effect_reference == job_id && effect.kind == fake_downstream::EffectKind::JobAccepted
+            })
+            .and_then(|effect| effect.origin)
+    }
+}
+
+/// Polls a future, turning a panic into `Err(message)`.
+struct CatchUnwind<F>(AssertUnwindSafe<F>);
+
+impl<F: Future + Unpin> Future for CatchUnwind<F> {
+    type Output = Result<F::Output, String>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let inner = &mut self.0;
+        match std::panic::catch_unwind(AssertUnwindSafe(|| Pin::new(&mut inner.0).poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(value)) => Poll::Ready(Ok(value)),
+            Err(payload) => {
+                let message = payload
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "non-text panic".to_owned());
+                Poll::Ready(Err(message))
+            }
+        }
+    }
+}
+
+// ----------------------------------------------------------------------- queue consumer
+
+async fn consume_queue(worker: Rc<Worker>) {
+    loop {
+        tokio::time::sleep(QUEUE_POLL).await;
+        let now = worker.shared.now_ms();
+        let Some(delivery) = worker.shared.queue.borrow_mut().take(now) else { continue };
+        worker.shared.history.push(EventKind::Delivered {
+            envelope_id: delivery.envelope.envelope_id.clone(),
+            attempt: delivery.attempt,
+            worker: worker.name.clone(),
+        });
+        let executor = worker.executor.clone();
+        let result = worker
+            .guarded("consume", delivery.origin.clone(), executor.consume(delivery.envelope.clone()))
+            .await;
+        let ack = result == Some(Consumed::Ack);
+        worker.shared.history.push(EventKind::Consumed {
+            envelope_id: delivery.envelope.envelope_id.clone(),
+            worker: worker.name.clone(),
+            result: match result {
+                Some(Consumed::Ack) => "ack",
+                Some(Consumed::Retry) => "retry",
+                None => "panicked",
+            }
+            .to_owned(),
+        });
+        turmoil::barriers::trigger(PointReached {
+            worker: worker.name.clone(),
+            point: "queue:before_ack".into(),
+        })
+        .await;
+        let now = worker.shared.now_ms();
+        worker.shared.queue.borrow_mut().settle(delivery.delivery, ack, now);
+    }
+}
+
+// ----------------------------------------------------------------------- the environment
+
+struct SimDownstream {
+    worker: String,
+    shared: Rc<Shared>,
+    client: HttpClient,
+}
+
+/// Effect references a downstream answer carries (receipts the executor has seen).
+fn references_in(response: &HttpResponse) -> Vec<String> {
+    if !(200..300).contains(&response.status) {
+        return Vec::new();
+    }
+    let Ok(body) = response.json::<serde_json::Value>() else { return Vec::new() };
+    ["ticket_id", "charge_id", "message_id", "job_id", "effect_reference"]
+        .iter()
+        .filter_map(|field| body.get(*field).and_then(|value| value.as_str()).map(str::to_owned))
+        .collect()
+}
+
+impl DownstreamClient for SimDownstream {
+    fn send(&self, request: HttpRequest) -> LocalBoxFuture<'_, Result<HttpResponse, TransportError>> {
+        Box::pin(async move {
+            let origin = current_origin();
+            let described =
+                format!("{} {}", request.method, request.path.split('?').next().unwrap_or_default());
+            let idempotency_key = request
+                .headers
+                .iter()
+                .find(|(name, _)| name.eq_ignore_ascii_case("idempotency-key"))
+                .map(|(_, value)| value.clone());
+            let mut request = request;
+            request.headers.retain(|(name, _)| !name.eq_ignore_ascii_case(ORIGIN_HEADER));
+            if let Some(origin) = &origin {
+                request.headers.push((ORIGIN_HEADER.to_owned(), origin.clone()));
+            }
+            turmoil::barriers::trigger(PointReached {
+                worker: self.worker.clone(),
+                point: "downstream:before".into(),
+            })
+            .await;
+            self.shared.history.push(EventKind::DownstreamSent {
+                worker: self.worker.clone(),
+                origin: origin.clone(),
+                method: request.method.to_string(),
+                path: request.path.clone(),
+                idempotency_key,
+            });
+            let result = self.client.send(request).await;
+            turmoil::barriers::trigger(PointReached {
+                worker: self.worker.clone(),
+                point: "downstream:after".into(),
+            })
+            .await;
+            match &result {
+                Ok(response) => self.shared.history.push(EventKind::DownstreamAnswered {
+                    worker: self.worker.clone(),
+                    origin,
+                    request: described,
+                    status: response.status,
+                    references: references_in(response),
+                }),
+                Err(error) => self.shared.history.push(EventKind::DownstreamFailed {
+                    worker: self.worker.clone(),
+                    origin,
+                    request: described,
+                    error: error.to_string(),
+                }),
+            }
+            result
+        })
+    }
+}
+
+struct SimAuthorizer {
+    worker: String,
+    shared: Rc<Shared>,
+}
+
+impl Authorizer for SimAuthorizer {
+    fn authorize(&self, request: AuthRequest) -> LocalBoxFuture<'_, AuthDecision> {
+        Box::pin(async move {
+            let allowed = self.shared.permissions.borrow().allows(&request.actor, &request.tool);
+            self.shared.history.push(EventKind::Authorization {
+                worker: self.worker.clone(),
+                actor: request.actor.clone(),
+                tool: request.tool.clone(),
+                allowed,
+            });
+            let reason = if allowed { "permitted" } else { "permission revoked" };
+            AuthDecision { allowed, reason: reason.to_owned() }
+        })
+    }
+}
+
+struct SimOutbox {
+    shared: Rc<Shared>,
+}
+
+impl Outbox for SimOutbox {
+    fn enqueue(&self, envelope: Envelope) -> LocalBoxFuture<'_, Result<(), OutboxError>> {
+        Box::pin(async move {
+            let origin = current_origin();
+            self.shared.history.push(EventKind::Enqueued {
+                envelope_id: envelope.envelope_id.clone(),
+                operation_key: envelope.operation_key.clone(),
+                origin: origin.clone(),
+                deliveries: self.shared.queue_copies,
+            });
+            let now = self.shared.now_ms();
+            self.shared.queue.borrow_mut().push(envelope, origin, self.shared.queue_copies, now);
+            Ok(())
+        })
+    }
+}
+
+struct SimStoreGate {
+    worker: String,
+    shared: Rc<Shared>,
+}
+
+impl StoreGate for SimStoreGate {
+    fn enter<'a>(&'a self, call: &'a str) -> LocalBoxFuture<'a, ()> {
+        Box::pin(async move {
+            tokio::time::sleep(self.shared.store_latency()).await;
+            turmoil::barriers::trigger(PointReached {
+                worker: self.worker.clone(),
+                point: format!("store:before:{call}"),
+            })
+            .await;
+        })
+    }
+
+    fn leave<'a>(&'a self, call: &'a str) -> LocalBoxFuture<'a, ()> {
+        Box::pin(async move {
+            self.shared
+                .history
+                .push(EventKind::StoreCommitted { worker: self.worker.clone(), call: call.to_owned() });
+            turmoil::barriers::trigger(PointReached {
+                worker: self.worker.clone(),
+                point: format!("store:after:{call}"),
+            })
+            .await;
+        })
+    }
+}
+
+struct SimEntropy(RefCell<ChaCha8Rng>);
+
+impl Entropy for SimEntropy {
+    fn next_u64(&self) -> u64 {
+        self.0.borrow_mut().next_u64()
+    }
+}

@@ -1,0 +1,357 @@
+//! The simulated world of one run: a turmoil `Sim` with the `downstream` host, the worker
+//! hosts and the `agent` client, and the state they share (history, queue, permissions).
+//!
+//! Everything here runs on one thread. State that must survive a worker crash (the executor
+//! factory, the queue, the history) lives in [`Shared`], outside the host closures.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+
+use fake_downstream::{Downstream, DownstreamConfig, Service, ServiceConfig, WebhookConfig};
+use protocol::{ContractSet, Envelope, ExecutorFactory, OperationRef, Outcome, ToolCall};
+use rand_chacha::ChaCha8Rng;
+use rand_core::{RngCore, SeedableRng};
+use scenarios::Scenario;
+use turmoil::Sim;
+
+use crate::history::{EventKind, History, RequestKind};
+use crate::{agent, worker};
+
+/// The port every simulated server listens on.
+pub const PORT: u16 = 80;
+/// Simulated time per step. Coarser ticks make runs cheaper; 5 ms keeps message latency
+/// (1 to 10 ms) meaningful.
+pub const TICK: Duration = Duration::from_millis(5);
+/// The longest a run may last in simulated time before it is stopped as a liveness failure.
+pub const MAX_SIMULATED: Duration = Duration::from_secs(600);
+/// The fixed epoch of every simulation (the default would leak wall-clock time).
+pub const EPOCH_SECONDS: u64 = 1_767_225_600;
+/// Message latency on the simulated network.
+const MIN_LATENCY: Duration = Duration::from_millis(1);
+const MAX_LATENCY: Duration = Duration::from_millis(10);
+
+/// The fixed parameters of every simulated world, for the reports.
+pub fn parameters() -> reports::WorldParameters {
+    reports::WorldParameters {
+        tick_ms: TICK.as_millis() as u64,
+        min_latency_ms: MIN_LATENCY.as_millis() as u64,
+        max_latency_ms: MAX_LATENCY.as_millis() as u64,
+        agent_timeout_ms: crate::agent::AGENT_TIMEOUT.as_millis() as u64,
+        run_limit_ms: MAX_SIMULATED.as_millis() as u64,
+        epoch_seconds: EPOCH_SECONDS,
+    }
+}
+
+/// Where a worker reached a pause point: the value turmoil barriers match on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PointReached {
+    /// The worker.
+    pub worker: String,
+    /// The point, as scenarios write it (`downstream:before`, `store:after:claim`, ...).
+    pub point: String,
+}
+
+/// What the agent got back for a request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AgentResult {
+    /// The worker's answer.
+    Answered(Outcome),
+    /// No usable answer (timeout, closed connection, lost on purpose, malformed).
+    NoAnswer(String),
+}
+
+/// A request for the agent to make.
+#[derive(Debug, Clone)]
+pub enum AgentCommand {
+    /// A tool call.
+    Call {
+        /// The scenario's label.
+        label: String,
+        /// The worker.
+        worker: String,
+        /// The call.
+        call: ToolCall,
+        /// Drop the answer on the way back.
+        lose_answer: bool,
+    },
+    /// A poll or reconciliation.
+    Query {
+        /// The scenario's label.
+        label: String,
+        /// Poll or reconcile.
+        kind: RequestKind,
+        /// The worker.
+        worker: String,
+        /// The operation.
+        operation: OperationRef,
+    },
+}
+
+/// The simulated at-least-once queue between outboxes and consumers.
+#[derive(Debug, Default)]
+pub struct Queue {
+    entries: Vec<QueueEntry>,
+    next_delivery: u64,
+}
+
+#[derive(Debug, Clone)]
+struct QueueEntry {
+    delivery: u64,
+    envelope: Envelope,
+    origin: Option<String>,
+    attempt: u32,
+    visible_at_ms: u64,
+    in_flight_until_ms: Option<u64>,
+}
+
+/// A delivery handed to a consumer.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    /// Identifies this queue entry.
+    pub delivery: u64,
+    /// The envelope.
+    pub envelope: Envelope,
+    /// The operation tag it was written under.
+    pub origin: Option<String>,
+    /// Which delivery of the entry (from 1).
+    pub attempt: u32,
+}
+
+/// How long a delivery may stay unacknowledged before it is delivered again.
+pub const VISIBILITY_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long a consumer's `retry` postpones the next delivery.
+const RETRY_DELAY: Duration = Duration::from_secs(1);
+
+impl Queue {
+    /// Adds an envelope, `copies` times (2 when the scenario duplicates deliveries).
+    pub fn push(&mut self, envelope: Envelope, origin: Option<String>, copies: u32, now_ms: u64) {
+        for _ in 0..copies {
+            self.next_delivery += 1;
+            self.entries.push(QueueEntry {
+                delivery: self.next_delivery,
+                envelope: envelope.clone(),
+                origin: origin.clone(),
+                attempt: 0,
+                visible_at_ms: now_ms,
+                in_flight_until_ms: None,
+            });
+        }
+    }
+
+    /// The next deliverable entry, marked in flight.
+    pub fn take(&mut self, now_ms: u64) -> Option<Delivery> {
+        let entry = self.entries.iter_mut().find(|entry| {
+            entry.visible_at_ms <= now_ms && entry.in_flight_until_ms.is_none_or(|until| until <= now_ms)
+        })?;
+        entry.attempt += 1;
+        entry.in_flight_until_ms = Some(now_ms + VISIBILITY_TIMEOUT.as_millis() as u64);
+        Some(Delivery {
+            delivery: entry.delivery,
+            envelope: entry.envelope.clone(),
+            origin: entry.origin.clone(),
+            attempt: entry.attempt,
+        })
+    }
+
+    /// Records a consumer's answer for `delivery`.
+    pub fn settle(&mut self, delivery: u64, ack: bool, now_ms: u64) {
+        if ack {
+            self.entries.retain(|entry| entry.delivery != delivery);
+        } else if let Some(entry) = self.entries.iter_mut().find(|entry| entry.delivery == delivery) {
+            entry.in_flight_until_ms = None;
+            entry.visible_at_ms = now_ms + RETRY_DELAY.as_millis() as u64;
+        }
+    }
+
+    /// How many entries are not yet acknowledged.
+    pub fn pending(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+/// Revoked permissions: (actor, tool) pairs, tool `None` meaning every tool.
+#[derive(Debug, Default)]
+pub struct Permissions {
+    revoked: BTreeSet<(String, Option<String>)>,
+}
+
+impl Permissions {
+    /// Whether `actor` may use `tool` now.
+    pub fn allows(&self, actor: &str, tool: &str) -> bool {
+        !self.revoked.contains(&(actor.to_owned(), None))
+            && !self.revoked.contains(&(actor.to_owned(), Some(tool.to_owned())))
+    }
+
+    /// Revokes.
+    pub fn revoke(&mut self, actor: &str, tool: Option<&str>) {
+        self.revoked.insert((actor.to_owned(), tool.map(str::to_owned)));
+    }
+}
+
+/// The agent's mailbox and results.
+#[derive(Debug, Default)]
+pub struct AgentState {
+    /// Commands not yet picked up.
+    pub inbox: RefCell<VecDeque<AgentCommand>>,
+    /// Wakes the agent when a command arrives.
+    pub wake: tokio::sync::Notify,
+    /// What each labelled request got, once it is settled.
+    pub results: RefCell<BTreeMap<String, AgentResult>>,
+    /// Labels sent but not settled.
+    pub outstanding: RefCell<BTreeSet<String>>,
+}
+
+/// State shared by the hosts of one run (and the runner).
+pub struct Shared {
+    /// The run's seed.
+    pub seed: u64,
+    /// The ordered history.
+    pub history: History,
+    /// The fake downstream.
+    pub downstream: Downstream,
+    /// The tool contracts, true to this world's downstream.
+    pub contracts: Arc<ContractSet>,
+    /// Revocations.
+    pub permissions: RefCell<Permissions>,
+    /// The queue.
+    pub queue: RefCell<Queue>,
+    /// Deliveries per envelope (2 when the scenario duplicates).
+    pub queue_copies: u32,
+    /// Store-call latency and other harness randomness.
+    pub rng: RefCell<ChaCha8Rng>,
+    /// The agent.
+    pub agent: AgentState,
+    /// Starts executors.
+    pub factory: Rc<dyn ExecutorFactory>,
+    /// Starts per worker so far.
+    pub incarnations: RefCell<BTreeMap<String, u32>>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared").field("seed", &self.seed).finish_non_exhaustive()
+    }
+}
+
+impl Shared {
+    /// Simulated milliseconds since the start (inside a host).
+    pub fn now_ms(&self) -> u64 {
+        turmoil::sim_elapsed().map_or(0, |elapsed| elapsed.as_millis() as u64)
+    }
+
+    /// A seed for something named `what` (a worker's entropy, ...), derived from the run seed.
+    pub fn derived_seed(&self, what: &str) -> u64 {
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325 ^ self.seed;
+        for byte in what.bytes() {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        hash
+    }
+
+    /// A store-call latency, 1 to 3 ms.
+    pub fn store_latency(&self) -> Duration {
+        Duration::from_millis(1 + self.rng.borrow_mut().next_u64() % 3)
+    }
+}
+
+/// The contracts for a scenario: the built-ins, with capabilities true to its downstream and
+/// its lease and retention.
+pub fn contracts_for(scenario: &Scenario, downstream: &DownstreamConfig) -> ContractSet {
+    let mut contracts = ContractSet::builtin();
+    for service in Service::ALL {
+        let config = downstream.service(service);
+        contracts.set_capabilities(
+            service.as_str(),
+            config.idempotency == fake_downstream::IdempotencyMode::Honoured,
+            config.receipts,
+        );
+    }
+    if scenario.timing.lease.is_some() || scenario.timing.retention.is_some() {
+        let sample = contracts.iter().next().expect("built-in contracts exist").clone();
+        contracts.set_timing(
+            scenario.timing.lease.unwrap_or(sample.lease),
+            scenario.timing.retention.unwrap_or(sample.retention),
+        );
+    }
+    contracts
+}
+
+/// The downstream's configuration for a scenario.
+pub fn downstream_config(scenario: &Scenario) -> DownstreamConfig {
+    let mut config = DownstreamConfig::default();
+    for (name, spec) in &scenario.downstream.services {
+        let service = Service::parse(name).expect("scenarios validate service names");
+        config.set_service(service, ServiceConfig { idempotency: spec.idempotency, receipts: spec.receipts });
+    }
+    if let Some(duration) = scenario.downstream.job_duration {
+        config.job_duration = duration;
+    }
+    if let Some(webhook) = scenario.downstream.webhook {
+        config.webhook = Some(WebhookConfig {
+            url: format!("http://worker-1:{PORT}/v1/webhooks"),
+            repeat_same_event: webhook.repeat_same_event,
+            extra_event_ids: webhook.extra_event_ids,
+        });
+    }
+    config
+}
+
+/// Builds the simulation for `scenario` and `seed`: hosts started, nothing sent yet.
+pub fn build(scenario: &Scenario, seed: u64, factory: Rc<dyn ExecutorFactory>) -> (Sim<'static>, Rc<Shared>) {
+    let sim = turmoil::Builder::new()
+        .rng_seed(seed)
+        .epoch(UNIX_EPOCH + Duration::from_secs(EPOCH_SECONDS))
+        .tick_duration(TICK)
+        .min_message_latency(MIN_LATENCY)
+        .max_message_latency(MAX_LATENCY)
+        .simulation_duration(MAX_SIMULATED)
+        .build();
+    let history = History::default();
+    let config = downstream_config(scenario);
+    let contracts = Arc::new(contracts_for(scenario, &config));
+    let clock = || turmoil::sim_elapsed().map_or(0, |elapsed| elapsed.as_millis() as u64);
+    let downstream = Downstream::new(config, Arc::new(clock), Arc::new(wire::SimConnector));
+    downstream.set_observer(Arc::new(history.clone()));
+    let shared = Rc::new(Shared {
+        seed,
+        history,
+        downstream,
+        contracts,
+        permissions: RefCell::new(Permissions::default()),
+        queue: RefCell::new(Queue::default()),
+        queue_copies: if scenario.queue.duplicate_deliveries { 2 } else { 1 },
+        rng: RefCell::new(ChaCha8Rng::seed_from_u64(seed)),
+        agent: AgentState::default(),
+        factory,
+        incarnations: RefCell::new(BTreeMap::new()),
+    });
+    let mut sim = sim;
+    let served = shared.downstream.clone();
+    sim.host("downstream", move || {
+        let router = served.router();
+        async move {
+            let listener = turmoil::net::TcpListener::bind(("0.0.0.0", PORT)).await?;
+            wire::serve(wire::SimAcceptor(listener), router).await?;
+            Ok(())
+        }
+    });
+    for name in scenario.worker_names() {
+        let shared = shared.clone();
+        let host = name.clone();
+        sim.host(host.as_str(), move || worker::run(shared.clone(), name.clone()));
+    }
+    let agent_shared = shared.clone();
+    sim.client("agent", agent::run(agent_shared));
+    (sim, shared)
+}
+
+impl Shared {
+    /// Records a history event from the runner (outside any host).
+    pub fn record(&self, kind: EventKind) {
+        self.history.push(kind);
+    }
+}
