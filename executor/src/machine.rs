@@ -9,7 +9,7 @@ use protocol::{
     WorkerEnv, MAX_ID_CHARS,
 };
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use crate::downstream::{
     classify, job_request, notice_request, read_job, read_receipt, receipt_request, receipt_result, Answer,
@@ -155,23 +155,21 @@ impl protocol::Executor for ReferenceExecutor {
     }
 }
 
-/// A call, ready to be carried out: what an owner needs to perform or resend the effect.
+/// A validated call, ready to be carried out: what an owner needs to perform or resend the
+/// effect.
 struct Request {
-    plan: DownstreamPlan,
-    actor: String,
+    call: ToolCall,
+    key: String,
     fingerprint: String,
-    tool_version: String,
-    arguments: Map<String, Value>,
+    plan: DownstreamPlan,
 }
 
-/// What a queued envelope carries (in [`Envelope::payload`]).
+/// What a queued envelope carries (in [`Envelope::payload`]): the call itself, so that the
+/// consumer re-derives key and fingerprint exactly as the caller did instead of trusting them.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct QueuedPayload {
-    tool_version: String,
-    actor: String,
-    fingerprint: String,
-    arguments: Map<String, Value>,
+    call: ToolCall,
 }
 
 /// A job-completion webhook body.
@@ -417,21 +415,23 @@ impl ReferenceExecutor {
 
     // -------------------------------------------------------------- call
 
-    async fn handle_call(&self, call: ToolCall) -> Outcome {
+    /// Validates a call and derives its key and fingerprint: (a) contract, (b) identifiers,
+    /// arguments and fingerprint, (c) the operation key. Nothing is stored yet.
+    fn prepare(&self, call: ToolCall) -> Result<(&ToolContract, Request), Outcome> {
         if let Err(error) = call.check_identifiers() {
-            return invalid(None, error.to_string());
+            return Err(invalid(None, error.to_string()));
         }
         let Some(contract) = self.env.contracts.get(&call.tool, &call.tool_version) else {
-            return invalid(None, format!("unknown tool {} at version {}", call.tool, call.tool_version));
+            return Err(invalid(
+                None,
+                format!("unknown tool {} at version {}", call.tool, call.tool_version),
+            ));
         };
-        let fingerprint = match (self.strategies.fingerprint)(contract, &call) {
-            Ok(fingerprint) => fingerprint.to_string(),
-            Err(error) => return invalid(None, error.to_string()),
-        };
-        let arguments = match contract.validated_arguments(&call) {
-            Ok(arguments) => arguments,
-            Err(error) => return invalid(None, error.to_string()),
-        };
+        let fingerprint = (self.strategies.fingerprint)(contract, &call)
+            .map_err(|error| invalid(None, error.to_string()))?
+            .to_string();
+        let arguments =
+            contract.validated_arguments(&call).map_err(|error| invalid(None, error.to_string()))?;
         let key = (self.strategies.operation_key)(&KeyInput {
             tenant: &call.tenant,
             environment: &call.environment,
@@ -441,30 +441,30 @@ impl ReferenceExecutor {
             arguments: Some(&arguments),
         });
         if contract.approval_required && !arguments.contains_key("approval_id") {
-            return rejected(&key, ReasonCode::ApprovalRequired, "this tool needs an `approval_id`");
+            return Err(rejected(&key, ReasonCode::ApprovalRequired, "this tool needs an `approval_id`"));
         }
-        let plan = match DownstreamPlan::build(contract, &call.tenant, &arguments) {
-            Ok(plan) => plan,
-            Err(message) => return invalid(Some(&key), message),
-        };
-        if !self.allowed_at(AuthPoint::BeforeClaim, &call.tenant, &call.actor, &call.tool).await {
-            return unauthorized(&key);
-        }
-        let request = Request {
-            plan,
-            actor: call.actor.clone(),
-            fingerprint,
-            tool_version: call.tool_version.clone(),
-            arguments,
-        };
-        self.claim_and_answer(&call, contract, &key, &request).await
+        let plan = DownstreamPlan::build(contract, &call.tenant, &arguments)
+            .map_err(|message| invalid(Some(&key), message))?;
+        Ok((contract, Request { call, key, fingerprint, plan }))
     }
 
-    fn new_claim(&self, call: &ToolCall, contract: &ToolContract, key: &str, request: &Request) -> NewClaim {
-        let now = self.now_ms();
+    async fn handle_call(&self, call: ToolCall) -> Outcome {
+        let (contract, request) = match self.prepare(call) {
+            Ok(prepared) => prepared,
+            Err(outcome) => return outcome,
+        };
+        let call = &request.call;
+        if !self.allowed_at(AuthPoint::BeforeClaim, &call.tenant, &call.actor, &call.tool).await {
+            return unauthorized(&request.key);
+        }
+        self.claim_and_answer(contract, &request).await
+    }
+
+    fn new_claim(&self, contract: &ToolContract, request: &Request) -> NewClaim {
+        let (now, call, key) = (self.now_ms(), &request.call, &request.key);
         NewClaim {
             tenant: call.tenant.clone(),
-            operation_key: key.to_owned(),
+            operation_key: key.clone(),
             tool_name: call.tool.clone(),
             tool_version: call.tool_version.clone(),
             request_fingerprint: request.fingerprint.clone(),
@@ -476,14 +476,9 @@ impl ReferenceExecutor {
         }
     }
 
-    async fn claim_and_answer(
-        &self,
-        call: &ToolCall,
-        contract: &ToolContract,
-        key: &str,
-        request: &Request,
-    ) -> Outcome {
-        let claim = self.new_claim(call, contract, key, request);
+    async fn claim_and_answer(&self, contract: &ToolContract, request: &Request) -> Outcome {
+        let (call, key) = (&request.call, request.key.as_str());
+        let claim = self.new_claim(contract, request);
         let claimed = match (self.strategies.claim)(self.gated(), &claim).await {
             Ok(claimed) => claimed,
             Err(error) => return store_failure(Some(key), &error),
@@ -502,10 +497,10 @@ impl ReferenceExecutor {
         match claimed {
             Claimed::New(record) => self.perform(&owned_claim(&record), &record, contract, request).await,
             Claimed::Existing(record) => match self.retire(record).await {
-                Ok(Some(record)) => self.answer_existing(record, call, contract, request).await,
+                Ok(Some(record)) => self.answer_existing(record, contract, request).await,
                 // Only a mutant forgets records: the late duplicate is then claimed afresh.
                 Ok(None) => {
-                    let claim = self.new_claim(call, contract, key, request);
+                    let claim = self.new_claim(contract, request);
                     match (self.strategies.claim)(self.gated(), &claim).await {
                         Ok(Claimed::New(record)) => {
                             self.perform(&owned_claim(&record), &record, contract, request).await
@@ -523,7 +518,6 @@ impl ReferenceExecutor {
     async fn answer_existing(
         &self,
         record: OperationRecord,
-        call: &ToolCall,
         contract: &ToolContract,
         request: &Request,
     ) -> Outcome {
@@ -532,7 +526,7 @@ impl ReferenceExecutor {
             return self.late_arrival(&record).await;
         }
         if record.request_fingerprint != request.fingerprint {
-            return self.mismatch(&record, call);
+            return self.mismatch(&record, &request.call);
         }
         match record.status {
             RecordStatus::Applied => replayed(&record),
@@ -611,7 +605,7 @@ impl ReferenceExecutor {
         match contract.execution {
             Execution::Queued => {
                 if !self
-                    .allowed_at(AuthPoint::BeforeEffect, &owned.tenant, &request.actor, &contract.name)
+                    .allowed_at(AuthPoint::BeforeEffect, &owned.tenant, &request.call.actor, &contract.name)
                     .await
                 {
                     return self
@@ -632,7 +626,8 @@ impl ReferenceExecutor {
         contract: &ToolContract,
         request: &Request,
     ) -> Outcome {
-        if !self.allowed_at(AuthPoint::BeforeEffect, &owned.tenant, &request.actor, &contract.name).await {
+        if !self.allowed_at(AuthPoint::BeforeEffect, &owned.tenant, &request.call.actor, &contract.name).await
+        {
             return self.fail(owned, ReasonCode::Unauthorized, "the actor may not use this tool now").await;
         }
         let sent = self.send(request.plan.request(record.downstream_key.as_deref())).await;
@@ -718,12 +713,7 @@ impl ReferenceExecutor {
 
     /// Queued tools: write the envelope, then hand the record to the queue.
     async fn enqueue(&self, owned: &OwnedClaim, contract: &ToolContract, request: &Request) -> Outcome {
-        let payload = QueuedPayload {
-            tool_version: request.tool_version.clone(),
-            actor: request.actor.clone(),
-            fingerprint: request.fingerprint.clone(),
-            arguments: request.arguments.clone(),
-        };
+        let payload = QueuedPayload { call: request.call.clone() };
         let envelope = Envelope {
             envelope_id: format!("envelope-{:016x}", self.env.entropy.next_u64()),
             tenant: owned.tenant.clone(),
@@ -995,17 +985,15 @@ impl ReferenceExecutor {
     // -------------------------------------------------------------- queue consumer
 
     async fn handle_envelope(&self, envelope: Envelope) -> Consumed {
-        // An envelope this executor cannot read, or for a contract it does not know, cannot
-        // be acted on by any retry either: acknowledge it without an effect.
-        let Ok(payload) = serde_json::from_value::<QueuedPayload>(envelope.payload.clone()) else {
+        // An envelope this executor cannot read, or whose call does not derive the operation
+        // it names, cannot be acted on by any retry either: acknowledge it without an effect.
+        let Ok(payload) = serde_json::from_str::<QueuedPayload>(&envelope.payload.to_string()) else {
             return Consumed::Ack;
         };
-        let Some(contract) = self.env.contracts.get(&envelope.tool, &payload.tool_version) else {
+        let Ok((contract, request)) = self.prepare(payload.call) else { return Consumed::Ack };
+        if request.key != envelope.operation_key || request.call.tenant != envelope.tenant {
             return Consumed::Ack;
-        };
-        let Ok(plan) = DownstreamPlan::build(contract, &envelope.tenant, &payload.arguments) else {
-            return Consumed::Ack;
-        };
+        }
         let record = match self.load(&envelope.tenant, &envelope.operation_key).await {
             Ok(Some(record)) => record,
             Ok(None) => return Consumed::Ack,
@@ -1016,16 +1004,9 @@ impl ReferenceExecutor {
             Ok(None) => return Consumed::Ack,
             Err(_) => return Consumed::Retry,
         };
-        if record.request_fingerprint != payload.fingerprint {
+        if record.request_fingerprint != request.fingerprint {
             return Consumed::Ack;
         }
-        let request = Request {
-            plan,
-            actor: payload.actor,
-            fingerprint: payload.fingerprint,
-            tool_version: payload.tool_version,
-            arguments: payload.arguments,
-        };
         match record.status {
             RecordStatus::Pending if record.job_id.is_some() => Consumed::Ack,
             RecordStatus::Pending if record.lease_is_live(self.now_ms()) => Consumed::Retry,

@@ -1,0 +1,123 @@
+//! Queued tools: the call writes one envelope; consumers claim the operation before they
+//! send, so redelivery (and redelivery after a consumer crash) makes one message.
+
+use std::rc::Rc;
+
+use executor::RecordStatus;
+use fake_downstream::{EffectKind, FaultAction, FaultRule, RuleMatch};
+use protocol::{Consumed, Envelope, NextAction, OutcomeStatus};
+use serde_json::json;
+
+use crate::support::{PausingGate, World, LEASE_MS, MESSAGE};
+
+fn messages(world: &World) -> usize {
+    world.effects_of(EffectKind::MessageSent).len()
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_queued_message_is_sent_once_however_often_it_is_delivered() {
+    let world = World::new().await;
+    let caller = world.worker("worker-1");
+    let accepted = caller.call(world.call("messages.send", "notify", MESSAGE)).await;
+    assert_eq!(
+        (accepted.status, accepted.next_action),
+        (OutcomeStatus::InFlight, NextAction::Poll),
+        "{accepted:?}"
+    );
+    let again = caller.call(world.call("messages.send", "notify", MESSAGE)).await;
+    assert_eq!(again.status, OutcomeStatus::InFlight);
+    let envelopes = world.outbox.envelopes();
+    assert_eq!(envelopes.len(), 1, "one envelope per operation");
+    assert_eq!(envelopes[0].operation_key, World::key("notify"));
+    let record = world.record("notify");
+    assert_eq!((record.status, record.owner_token), (RecordStatus::Pending, None));
+    assert_eq!(messages(&world), 0, "nothing is sent before a consumer acts");
+
+    let consumer = world.worker("worker-2");
+    assert_eq!(consumer.consume(envelopes[0].clone()).await, Consumed::Ack);
+    assert_eq!(consumer.consume(envelopes[0].clone()).await, Consumed::Ack);
+    assert_eq!(world.worker("worker-3").consume(envelopes[0].clone()).await, Consumed::Ack);
+    assert_eq!(messages(&world), 1);
+    assert_eq!(world.ledger()[0].idempotency_key.as_deref(), Some(World::key("notify").as_str()));
+
+    let polled = caller.poll(world.operation("notify")).await;
+    assert_eq!(
+        (polled.status, polled.effect_reference.as_deref()),
+        (OutcomeStatus::Replayed, Some("message_1"))
+    );
+    assert_eq!(polled.result, Some(json!({"message_id": "message_1", "status": "sent"})));
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_consumer_that_crashes_before_acknowledging_is_recovered_from_the_receipt() {
+    let world = World::new().await;
+    world.worker("worker-1").call(world.call("messages.send", "notify", MESSAGE)).await;
+    let envelope = world.outbox.envelopes().remove(0);
+
+    let gate = Rc::new(PausingGate::default());
+    gate.pause_at("enter complete");
+    let doomed = world.worker_with_gate("worker-2", gate.clone());
+    tokio::select! {
+        _ = doomed.consume(envelope.clone()) => panic!("expected a pause"),
+        () = gate.paused() => {}
+    }
+    drop(doomed);
+    assert_eq!(messages(&world), 1, "sent, never acknowledged");
+
+    let consumer = world.worker("worker-3");
+    assert_eq!(consumer.consume(envelope.clone()).await, Consumed::Retry, "the crashed owner's lease holds");
+    world.advance_ms(LEASE_MS);
+    assert_eq!(consumer.consume(envelope.clone()).await, Consumed::Ack);
+    assert_eq!(messages(&world), 1);
+    assert_eq!(world.requests_to("POST", "/v1/messages").len(), 1, "recovery found the receipt");
+    let record = world.record("notify");
+    assert_eq!(
+        (record.status, record.effect_reference.as_deref()),
+        (RecordStatus::Applied, Some("message_1"))
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn an_ambiguous_send_goes_to_reconciliation_and_is_never_resent() {
+    let world = World::new().await;
+    let rule =
+        RuleMatch { method: Some("POST".into()), path: Some("/v1/messages".into()), ..RuleMatch::default() };
+    world.downstream.install_fault(FaultRule::once(rule, FaultAction::CommitThenDrop));
+    world.worker("worker-1").call(world.call("messages.send", "notify", MESSAGE)).await;
+    let envelope = world.outbox.envelopes().remove(0);
+    let consumer = world.worker("worker-2");
+    assert_eq!(consumer.consume(envelope.clone()).await, Consumed::Ack);
+    assert_eq!(world.record("notify").status, RecordStatus::Unknown);
+    assert_eq!(consumer.consume(envelope).await, Consumed::Ack, "reconciliation owns it now");
+    assert_eq!(world.requests_to("POST", "/v1/messages").len(), 1);
+
+    let reconciled = consumer.reconcile(world.operation("notify")).await;
+    assert_eq!(
+        (reconciled.status, reconciled.effect_reference.as_deref()),
+        (OutcomeStatus::Replayed, Some("message_1"))
+    );
+    assert_eq!(messages(&world), 1);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn envelopes_that_do_not_match_their_operation_are_dropped_without_an_effect() {
+    let world = World::new().await;
+    world.worker("worker-1").call(world.call("messages.send", "notify", MESSAGE)).await;
+    let envelope = world.outbox.envelopes().remove(0);
+    let consumer = world.worker("worker-2");
+
+    let mut tampered = envelope.clone();
+    tampered.payload["call"]["arguments"]["to"] = json!("someone-else@example.test");
+    let mut other_step = envelope.clone();
+    other_step.payload["call"]["step_id"] = json!("another_step");
+    let garbage = Envelope { payload: json!({"what": "ever"}), ..envelope.clone() };
+    let unknown_operation =
+        Envelope { operation_key: "acme:production:run_1:other".into(), ..envelope.clone() };
+    for delivery in [tampered, other_step, garbage, unknown_operation] {
+        assert_eq!(consumer.consume(delivery).await, Consumed::Ack);
+    }
+    assert_eq!(messages(&world), 0);
+    assert_eq!(world.record("notify").status, RecordStatus::Pending);
+    assert_eq!(consumer.consume(envelope).await, Consumed::Ack);
+    assert_eq!(messages(&world), 1);
+}
