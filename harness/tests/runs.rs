@@ -1,0 +1,188 @@
+//! Whole runs through the library and the `replaylab` binary: determinism, reproduce
+//! commands, bad scenario files.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use harness::executors;
+use harness::runner;
+
+const REPLAYLAB: &str = env!("CARGO_BIN_EXE_replaylab");
+
+fn scenario(id: &str) -> scenarios::Scenario {
+    scenarios::builtin().into_iter().find(|s| s.id == id).expect("a built-in scenario")
+}
+
+fn reference() -> executors::ExecutorSpec {
+    executors::find("reference").expect("the reference executor is registered")
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("replaylab-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+fn replaylab(args: &[&str]) -> (i32, String, String) {
+    let output = Command::new(REPLAYLAB).args(args).output().expect("replaylab runs");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn the_same_seed_gives_byte_identical_histories() {
+    for id in ["S03", "S05", "S16", "S17"] {
+        let scenario = scenario(id);
+        let first = runner::run(&scenario, 7, &reference());
+        let second = runner::run(&scenario, 7, &reference());
+        assert_eq!(
+            harness::history::to_json_lines(&first.history),
+            harness::history::to_json_lines(&second.history),
+            "{id}: two runs of seed 7 differ"
+        );
+        assert_eq!(first.result.history_digest, second.result.history_digest);
+        assert!(first.history.len() > 10, "{id}: the run did something");
+    }
+}
+
+#[test]
+fn different_seeds_explore_different_interleavings() {
+    let scenario = scenario("S05");
+    let digests: std::collections::BTreeSet<String> =
+        (0..8).map(|seed| runner::run(&scenario, seed, &reference()).result.history_digest).collect();
+    assert!(digests.len() > 1, "eight seeds gave one history: the seed reaches nothing");
+}
+
+#[test]
+fn the_reference_executor_passes_every_scenario() {
+    for scenario in scenarios::builtin() {
+        for seed in 0..3 {
+            let record = runner::run(&scenario, seed, &reference());
+            assert_eq!(
+                record.result.verdict,
+                harness::verdict::Verdict::Pass,
+                "{} seed {seed}: {:?} {:?}",
+                scenario.full_name(),
+                record.result.violations,
+                record.result.notes
+            );
+        }
+    }
+}
+
+/// S01 with one expectation the reference cannot meet (two effects), as a user file.
+fn failing_scenario_file(dir: &Path) -> PathBuf {
+    let text = include_str!("../../scenarios/matrix/S01_duplicate_same_key.toml")
+        .replace("id = \"S01\"", "id = \"S91\"")
+        .replace("name = \"duplicate_same_key\"", "name = \"impossible_expectation\"")
+        .replace("operation = \"ticket\"\ncount = 1", "operation = \"ticket\"\ncount = 2");
+    assert!(text.contains("count = 2"), "the fixture edit applied");
+    let path = dir.join("S91 impossible.toml");
+    std::fs::write(&path, text).expect("write the scenario");
+    path
+}
+
+#[test]
+fn a_failing_run_prints_a_command_that_reproduces_it() {
+    let dir = temp_dir("reproduce");
+    let file = failing_scenario_file(&dir);
+    let (code, stdout, _) =
+        replaylab(&["run", "S91", "--seed", "3", "--scenario-file", file.to_str().unwrap()]);
+    assert_eq!(code, 1, "{stdout}");
+    let command = stdout
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("reproduce: "))
+        .unwrap_or_else(|| panic!("no reproduce line in {stdout}"))
+        .to_owned();
+    assert!(
+        command.starts_with("replaylab run S91 --seed 3 --executor reference --scenario-file '"),
+        "{command}"
+    );
+    let violation =
+        stdout.lines().find(|line| line.contains("violation:")).expect("a violation line").to_owned();
+    assert!(violation.contains("expected 2"), "{violation}");
+
+    let output = Command::new("sh")
+        .arg("-c")
+        .arg(command.replacen("replaylab", REPLAYLAB, 1))
+        .output()
+        .expect("the reproduce command runs");
+    let again = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{again}");
+    assert!(again.contains(&violation), "the reproduction failed differently:\n{again}");
+}
+
+#[test]
+fn the_matrix_reports_a_failing_row_with_its_reproduce_command() {
+    let dir = temp_dir("matrix-fail");
+    let file = failing_scenario_file(&dir);
+    let out = dir.join("out");
+    let (code, stdout, stderr) = replaylab(&[
+        "matrix",
+        "--seeds",
+        "2",
+        "--scenario-file",
+        file.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    assert!(stdout.contains("S91_impossible_expectation first fail at seed 0"), "{stdout}");
+    assert!(stdout.contains("reproduce: replaylab run S91 --seed 0"), "{stdout}");
+    let matrix: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("matrix.json")).expect("matrix.json"))
+            .expect("json");
+    let rows = matrix["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), 19);
+    let c1 = rows.iter().find(|row| row["row"] == "C1").expect("C1");
+    assert_eq!(c1["verdict"], "fail", "S91 covers C1 and fails");
+    assert!(c1["first_failure"]["reproduce"].as_str().expect("reproduce").contains("--scenario-file"));
+}
+
+#[test]
+fn bad_scenario_files_exit_2_with_file_and_line() {
+    let dir = temp_dir("bad-scenarios");
+    let base = include_str!("../../scenarios/matrix/S01_duplicate_same_key.toml");
+    let cases = [
+        (
+            "unknown-field.toml",
+            base.replace("tool = \"tickets.create\"", "tool = \"tickets.create\"\ncolour = \"red\""),
+            "colour",
+        ),
+        ("wrong-type.toml", base.replace("rows = [\"C1\", \"F1\"]", "rows = 3"), "invalid type"),
+        (
+            "unknown-step.toml",
+            base.replace("action = \"expect_effects\"", "action = \"teleport\""),
+            "teleport",
+        ),
+    ];
+    for (name, text, expected) in cases {
+        let path = dir.join(name);
+        std::fs::write(&path, text).expect("write");
+        let (code, _, stderr) =
+            replaylab(&["run", "S01", "--seed", "1", "--scenario-file", path.to_str().unwrap()]);
+        assert_eq!(code, 2, "{name}: {stderr}");
+        let location = format!("{}:", path.display());
+        assert!(stderr.contains(&location), "{name}: no file:line in {stderr}");
+        let after = &stderr[stderr.find(&location).expect("location") + location.len()..];
+        assert!(after.chars().next().is_some_and(|c| c.is_ascii_digit()), "{name}: no line number: {stderr}");
+        assert!(stderr.contains(expected), "{name}: {stderr}");
+    }
+}
+
+#[test]
+fn bad_usage_exits_2() {
+    for (args, expected) in [
+        (vec!["run", "S01", "--seed", "minus-one"], "invalid value"),
+        (vec!["run", "S99", "--seed", "1"], "no scenario"),
+        (vec!["run", "S01", "--seed", "1", "--executor", "nobody"], "unknown executor"),
+        (vec!["matrix", "--seeds", "0"], "at least 1"),
+    ] {
+        let (code, _, stderr) = replaylab(&args);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+}
