@@ -334,6 +334,8 @@ pub struct Scenario {
     pub timing: TimingSpec,
     /// How long the healed world runs after the steps.
     pub settle: Duration,
+    /// The seed a case was found with (exploration writes it; `replaylab run --case` uses it).
+    pub seed: Option<u64>,
     /// The steps, in order.
     pub steps: Vec<Step>,
     /// Where it was read from.

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use fake_downstream::{EffectKind, FaultAction, FaultRule, IdempotencyMode, Service};
 use protocol::{OutcomeStatus, ReasonCode};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
 use crate::model::{
@@ -33,7 +33,7 @@ pub struct ScenarioError {
 
 // ----------------------------------------------------------------------- file form
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileForm {
     id: String,
@@ -52,6 +52,8 @@ struct FileForm {
     timing: TimingForm,
     #[serde(default)]
     settle: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    seed: Option<u64>,
     #[serde(rename = "step")]
     steps: Vec<Spanned<StepForm>>,
 }
@@ -60,7 +62,7 @@ fn one() -> u32 {
     1
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct OperationForm {
     tenant: String,
@@ -80,7 +82,7 @@ fn default_actor() -> String {
     "agent".into()
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct DownstreamForm {
     #[serde(default)]
@@ -97,14 +99,14 @@ struct DownstreamForm {
     webhook: Option<WebhookForm>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ServiceForm {
     idempotency: IdempotencyMode,
     receipts: bool,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct WebhookForm {
     #[serde(default)]
@@ -113,14 +115,14 @@ struct WebhookForm {
     extra_event_ids: u32,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct QueueForm {
     #[serde(default)]
     duplicate_deliveries: bool,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct TimingForm {
     #[serde(default)]
@@ -129,7 +131,7 @@ struct TimingForm {
     retention: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct CallForm {
     id: String,
@@ -151,21 +153,21 @@ fn yes() -> bool {
     true
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 #[serde(untagged)]
 enum ArgumentsForm {
     Text(String),
     Table(BTreeMap<String, serde_json::Value>),
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 #[serde(untagged)]
 enum OneOrMany {
     One(String),
     Many(Vec<String>),
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "action", rename_all = "snake_case", deny_unknown_fields)]
 enum StepForm {
     Call {
@@ -361,6 +363,7 @@ impl Validator<'_> {
             queue: QueueSpec { duplicate_deliveries: form.queue.duplicate_deliveries },
             timing,
             settle,
+            seed: form.seed,
             steps,
             source: self.source_name.to_owned(),
         })
@@ -734,6 +737,157 @@ status = "applied"
                 scenario.source.ends_with(&format!("{}.toml", scenario.full_name())),
                 "{}",
                 scenario.source
+            );
+        }
+    }
+}
+
+// ----------------------------------------------------------------------- writing
+
+impl Scenario {
+    /// The scenario as a TOML file that [`Scenario::from_toml`] reads back to an equal
+    /// scenario (the source name aside). Used to print shrunk cases found by exploration.
+    pub fn to_toml(&self) -> String {
+        let duration = |d: Duration| humantime::format_duration(d).to_string();
+        let service = |name: &str| {
+            self.downstream
+                .services
+                .get(name)
+                .map(|spec| ServiceForm { idempotency: spec.idempotency, receipts: spec.receipts })
+        };
+        let call = |call: &CallStep| CallForm {
+            id: call.id.clone(),
+            worker: call.worker.clone(),
+            operation: call.operation.clone(),
+            tool: call.tool.clone(),
+            version: Some(call.version.clone()),
+            arguments: ArgumentsForm::Text(call.arguments.clone()),
+            actor: call.actor.clone(),
+            lose_answer: call.lose_answer,
+            wait: call.wait,
+        };
+        let steps = self
+            .steps
+            .iter()
+            .map(|step| {
+                let form = match &step.kind {
+                    StepKind::Call(c) => StepForm::Call { call: call(c) },
+                    StepKind::Concurrent(calls) => {
+                        StepForm::Concurrent { calls: calls.iter().map(call).collect() }
+                    }
+                    StepKind::Await { call } => StepForm::Await { call: call.clone() },
+                    StepKind::Poll { id, operation, worker } => StepForm::Poll {
+                        id: id.clone(),
+                        operation: operation.clone(),
+                        worker: worker.clone(),
+                    },
+                    StepKind::Reconcile { id, operation, worker } => StepForm::Reconcile {
+                        id: id.clone(),
+                        operation: operation.clone(),
+                        worker: worker.clone(),
+                    },
+                    StepKind::Fault { name, rule } => {
+                        StepForm::Fault { name: name.clone(), rule: rule.clone() }
+                    }
+                    StepKind::ReleaseHold { name } => StepForm::ReleaseHold { name: name.clone() },
+                    StepKind::Pause { name, worker, point } => StepForm::Pause {
+                        name: name.clone(),
+                        worker: worker.clone(),
+                        point: point.to_string(),
+                    },
+                    StepKind::WaitPaused { name } => StepForm::WaitPaused { name: name.clone() },
+                    StepKind::Release { name } => StepForm::Release { name: name.clone() },
+                    StepKind::Crash { worker } => StepForm::Crash { worker: worker.clone() },
+                    StepKind::Restart { worker } => StepForm::Restart { worker: worker.clone() },
+                    StepKind::Advance { by } => StepForm::Advance { by: duration(*by) },
+                    StepKind::Revoke { actor, tool } => {
+                        StepForm::Revoke { actor: actor.clone(), tool: tool.clone() }
+                    }
+                    StepKind::HumanEdit { ticket_of } => StepForm::HumanEdit { ticket_of: ticket_of.clone() },
+                    StepKind::Expect(expect) => StepForm::Expect {
+                        call: expect.call.clone(),
+                        status: OneOrMany::Many(
+                            expect.status.iter().map(|s| s.as_str().to_owned()).collect(),
+                        ),
+                        reason: expect.reason.map(|reason| {
+                            serde_json::to_value(reason)
+                                .ok()
+                                .and_then(|v| v.as_str().map(str::to_owned))
+                                .unwrap_or_default()
+                        }),
+                        same_reference_as: expect.same_reference_as.clone(),
+                    },
+                    StepKind::ExpectEffects { operation, kind, count } => StepForm::ExpectEffects {
+                        operation: operation.clone(),
+                        kind: kind.clone(),
+                        count: *count,
+                    },
+                };
+                Spanned::new(0..0, form)
+            })
+            .collect();
+        let form = FileForm {
+            id: self.id.clone(),
+            name: self.name.clone(),
+            rows: self.rows.iter().map(ToString::to_string).collect(),
+            summary: self.summary.clone(),
+            expected: self.expected.clone(),
+            workers: self.workers,
+            operations: self
+                .operations
+                .iter()
+                .map(|(name, op)| {
+                    let form = OperationForm {
+                        tenant: op.tenant.clone(),
+                        environment: op.environment.clone(),
+                        workflow: op.workflow_id.clone(),
+                        step: op.step_id.clone(),
+                        actor: op.actor.clone(),
+                    };
+                    (name.clone(), form)
+                })
+                .collect(),
+            downstream: DownstreamForm {
+                tickets: service("tickets"),
+                charges: service("charges"),
+                messages: service("messages"),
+                jobs: service("jobs"),
+                job_duration: self.downstream.job_duration.map(duration),
+                webhook: self.downstream.webhook.map(|w| WebhookForm {
+                    repeat_same_event: w.repeat_same_event,
+                    extra_event_ids: w.extra_event_ids,
+                }),
+            },
+            queue: QueueForm { duplicate_deliveries: self.queue.duplicate_deliveries },
+            timing: TimingForm {
+                lease: self.timing.lease.map(duration),
+                retention: self.timing.retention.map(duration),
+            },
+            settle: Some(duration(self.settle)),
+            seed: self.seed,
+            steps,
+        };
+        toml::to_string(&form).expect("a scenario serialises to TOML")
+    }
+}
+
+#[cfg(test)]
+mod writing_tests {
+    use super::*;
+
+    #[test]
+    fn every_builtin_scenario_round_trips_through_toml() {
+        for scenario in crate::builtin() {
+            let text = scenario.to_toml();
+            let again = Scenario::from_toml(&text, &scenario.source)
+                .unwrap_or_else(|error| panic!("{}: {error}\n{text}", scenario.full_name()));
+            let strip_lines = |s: &Scenario| s.steps.iter().map(|step| step.kind.clone()).collect::<Vec<_>>();
+            assert_eq!(strip_lines(&again), strip_lines(&scenario), "{}", scenario.full_name());
+            assert_eq!(again.operations, scenario.operations);
+            assert_eq!(again.downstream, scenario.downstream);
+            assert_eq!(
+                (again.timing, again.settle, again.queue),
+                (scenario.timing, scenario.settle, scenario.queue)
             );
         }
     }
