@@ -1049,6 +1049,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_factory_can_be_shared_across_threads() {
+        fn shareable<T: Send + Sync + 'static>(_: &T) {}
+        let factory =
+            ReferenceFactory::new(StoreLocation::PrivateMemory, ReferenceConfig::default()).unwrap();
+        shareable(&factory);
+        assert_eq!(factory.location(), &StoreLocation::PrivateMemory);
+    }
+
+    #[test]
     fn retry_hints_round_up_and_are_at_least_a_second() {
         assert_eq!(seconds_until(0, 5_000), 5);
         assert_eq!(seconds_until(0, 4_001), 5);

@@ -91,6 +91,21 @@ pub enum StoreLocation {
     PrivateMemory,
 }
 
+impl StoreLocation {
+    /// A shared-memory location whose name no other location made by this function in this
+    /// process has: `label` (reduced to identifier characters) and a counter. Use one per run.
+    pub fn fresh_shared_memory(label: &str) -> Self {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let number = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let label: String = label
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') { c } else { '_' })
+            .take(MAX_SHARED_MEMORY_NAME_CHARS - 24)
+            .collect();
+        StoreLocation::SharedMemory(format!("{label}-{number}"))
+    }
+}
+
 impl std::fmt::Display for StoreLocation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -398,6 +413,16 @@ fn raw_record(row: &Row<'_>) -> rusqlite::Result<RawRecord> {
             expires_at_ms: read_ms(row, 15)?,
         },
         status_text,
+    })
+}
+
+fn reconciliation(row: &Row<'_>) -> rusqlite::Result<Reconciliation> {
+    Ok(Reconciliation {
+        id: row.get(0)?,
+        tenant: row.get(1)?,
+        operation_key: row.get(2)?,
+        at_ms: read_ms(row, 3)?,
+        finding: row.get(4)?,
     })
 }
 
@@ -817,6 +842,16 @@ impl ClaimStore {
         Ok(())
     }
 
+    /// Every reconciliation finding, oldest first.
+    pub fn all_reconciliations(&self) -> Result<Vec<Reconciliation>, StoreError> {
+        self.connection
+            .prepare_cached(
+                "SELECT id, tenant, operation_key, at_ms, finding FROM reconciliations ORDER BY id",
+            )
+            .and_then(|mut statement| statement.query_map([], reconciliation)?.collect())
+            .map_err(query("list reconciliations"))
+    }
+
     /// The reconciliation findings of an operation, oldest first.
     pub fn reconciliations(
         &self,
@@ -829,17 +864,7 @@ impl ClaimStore {
                  WHERE tenant = ?1 AND operation_key = ?2 ORDER BY id",
             )
             .and_then(|mut statement| {
-                statement
-                    .query_map(params![tenant, operation_key], |row| {
-                        Ok(Reconciliation {
-                            id: row.get(0)?,
-                            tenant: row.get(1)?,
-                            operation_key: row.get(2)?,
-                            at_ms: read_ms(row, 3)?,
-                            finding: row.get(4)?,
-                        })
-                    })?
-                    .collect()
+                statement.query_map(params![tenant, operation_key], reconciliation)?.collect()
             })
             .map_err(query("list reconciliations"))
     }
@@ -982,6 +1007,7 @@ mod tests {
         assert_eq!(record.status, RecordStatus::Unknown);
         assert_eq!(record.reason.as_deref(), Some("connection closed"));
         let rows = store.reconciliations("acme", "k1").unwrap();
+        assert_eq!(store.all_reconciliations().unwrap(), rows);
         assert_eq!(rows.len(), 1);
         assert_eq!((rows[0].at_ms, rows[0].finding.as_str()), (10, "connection closed"));
 
@@ -1072,6 +1098,31 @@ mod tests {
         let elsewhere = ClaimStore::open(&StoreLocation::SharedMemory("store-unit-shared-2".into())).unwrap();
         assert!(elsewhere.load("acme", "k1").unwrap().is_none());
         drop(keeper);
+    }
+
+    #[test]
+    fn a_file_store_uses_wal_with_normal_synchronous_writes() {
+        let path = std::env::temp_dir().join(format!("replaylab-store-pragmas-{}.db", std::process::id()));
+        let store = ClaimStore::open(&StoreLocation::File(path.clone())).unwrap();
+        let mode: String = store.connection.query_row("PRAGMA journal_mode", [], |row| row.get(0)).unwrap();
+        let synchronous: i64 =
+            store.connection.query_row("PRAGMA synchronous", [], |row| row.get(0)).unwrap();
+        assert_eq!((mode.as_str(), synchronous), ("wal", 1), "1 is NORMAL");
+        drop(store);
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
+    }
+
+    #[test]
+    fn fresh_shared_memory_names_are_valid_and_distinct() {
+        let first = StoreLocation::fresh_shared_memory("S05 concurrent/claim seed=7");
+        let second = StoreLocation::fresh_shared_memory("S05 concurrent/claim seed=7");
+        assert_ne!(first, second);
+        let StoreLocation::SharedMemory(name) = &first else { panic!("{first:?}") };
+        assert!(name.starts_with("S05_concurrent_claim_seed_7-"), "{name}");
+        ClaimStore::open(&first).unwrap();
+        ClaimStore::open(&StoreLocation::fresh_shared_memory(&"x".repeat(500))).unwrap();
     }
 
     #[test]
