@@ -1,9 +1,36 @@
 //! replaylab reports: a matrix run as release-gate evidence.
+//!
+//! One [`MatrixResult`] renders to four files, each a pure function of the result (and of
+//! [`RenderOptions`], which only carries the optional `SOURCE_DATE_EPOCH` time stamp):
+//!
+//! - `matrix.json` ([`render_json`]): the canonical record; its JSON Schema is
+//!   [`matrix_schema`], checked in at `reports/schema/matrix.schema.json`;
+//! - `matrix.md` ([`render_markdown`]): the rows C1..C10 and F1..F9, the scenarios, the
+//!   failures in detail (also for `$GITHUB_STEP_SUMMARY`, see [`append_step_summary`]);
+//! - `junit.xml` ([`render_junit`]): one test case per row and per scenario;
+//! - `report.html` ([`render_html`]): one self-contained page with a timeline per scenario.
+//!
+//! Every text report names the SHA-256 of the `matrix.json` bytes ([`matrix_sha256`]), so
+//! a reader can tie it to the canonical record. [`write_reports`] writes the chosen formats.
 #![deny(missing_docs)]
 #![warn(clippy::unwrap_used)]
 
+mod evidence;
+mod format;
+mod html;
+mod json;
+mod junit;
+mod markdown;
 mod model;
 
+pub use format::{
+    append_step_summary, render, write_reports, write_reports_with, Format, RenderOptions, ReportError,
+    STEP_SUMMARY_VARIABLE,
+};
+pub use html::render_html;
+pub use json::{matrix_schema, matrix_sha256, render_json};
+pub use junit::render_junit;
+pub use markdown::render_markdown;
 pub use model::{
     Lane, Mark, MarkKind, MatrixResult, RowFailure, RowSummary, RunResult, ScenarioSummary, Timeline,
     Verdict, Violation, WorldParameters, SCHEMA_VERSION,

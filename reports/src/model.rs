@@ -3,10 +3,11 @@
 
 use std::collections::BTreeMap;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// The four-valued verdict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
     /// Every oracle and expectation held.
@@ -43,7 +44,7 @@ impl std::fmt::Display for Verdict {
 }
 
 /// The result of one run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct RunResult {
     /// `S02`.
     pub scenario: String,
@@ -74,7 +75,7 @@ pub struct RunResult {
 }
 
 /// One broken invariant.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Violation {
     /// `O1`..`O11`, or `expect` for a scenario expectation.
     pub oracle: String,
@@ -103,7 +104,7 @@ impl std::fmt::Display for Violation {
 }
 
 /// A scenario's roll-up.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ScenarioSummary {
     /// `S02`.
     pub id: String,
@@ -138,7 +139,7 @@ pub struct ScenarioSummary {
 }
 
 /// A row's roll-up.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct RowSummary {
     /// `C1`..`C10`, `F1`..`F9`.
     pub row: String,
@@ -153,7 +154,7 @@ pub struct RowSummary {
 }
 
 /// Where a row failed.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct RowFailure {
     /// The scenario.
     pub scenario: String,
@@ -173,7 +174,7 @@ pub struct RowFailure {
 pub const SCHEMA_VERSION: u32 = 1;
 
 /// The result of a matrix run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct MatrixResult {
     /// [`SCHEMA_VERSION`].
     pub schema_version: u32,
@@ -202,7 +203,7 @@ pub struct MatrixResult {
 }
 
 /// The fixed parameters of the simulated world a matrix ran in.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct WorldParameters {
     /// Simulated time per step, in milliseconds.
     pub tick_ms: u64,
@@ -222,7 +223,7 @@ pub struct WorldParameters {
 pub type Lane = String;
 
 /// What a timeline mark shows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum MarkKind {
     /// The agent sent a call, poll or reconciliation (agent -> worker).
@@ -259,8 +260,52 @@ pub enum MarkKind {
     Failure,
 }
 
+impl MarkKind {
+    /// Every kind, in declaration order (the legend's order).
+    pub const ALL: [MarkKind; 16] = [
+        MarkKind::Request,
+        MarkKind::Outcome,
+        MarkKind::NoAnswer,
+        MarkKind::DownstreamRequest,
+        MarkKind::DownstreamAnswer,
+        MarkKind::DownstreamLost,
+        MarkKind::Effect,
+        MarkKind::Fault,
+        MarkKind::Pause,
+        MarkKind::Crash,
+        MarkKind::Restart,
+        MarkKind::Store,
+        MarkKind::Decision,
+        MarkKind::Delivery,
+        MarkKind::Clock,
+        MarkKind::Failure,
+    ];
+
+    /// The serialised name: `request`, `downstream_lost`, ...
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MarkKind::Request => "request",
+            MarkKind::Outcome => "outcome",
+            MarkKind::NoAnswer => "no_answer",
+            MarkKind::DownstreamRequest => "downstream_request",
+            MarkKind::DownstreamAnswer => "downstream_answer",
+            MarkKind::DownstreamLost => "downstream_lost",
+            MarkKind::Effect => "effect",
+            MarkKind::Fault => "fault",
+            MarkKind::Pause => "pause",
+            MarkKind::Crash => "crash",
+            MarkKind::Restart => "restart",
+            MarkKind::Store => "store",
+            MarkKind::Decision => "decision",
+            MarkKind::Delivery => "delivery",
+            MarkKind::Clock => "clock",
+            MarkKind::Failure => "failure",
+        }
+    }
+}
+
 /// One mark on a timeline.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Mark {
     /// History position.
     pub seq: u64,
@@ -277,7 +322,7 @@ pub struct Mark {
 }
 
 /// One run drawn as lanes and marks (agent, workers, downstream, store).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Timeline {
     /// The seed of the run drawn.
     pub seed: u64,

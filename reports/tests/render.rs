@@ -1,0 +1,243 @@
+//! The reports of a fixed matrix result: snapshots of every format, the checked-in JSON
+//! Schema, JUnit structure, HTML self-containment, determinism and the named SHA-256.
+
+mod fixture;
+
+use std::path::PathBuf;
+
+use reports::{
+    matrix_schema, matrix_sha256, render, render_html, render_json, render_junit, render_markdown,
+    write_reports_with, Format, MatrixResult, RenderOptions,
+};
+use sha2::{Digest, Sha256};
+
+/// 2023-11-14T22:13:20Z.
+const FIXED_EPOCH_S: i64 = 1_700_000_000;
+
+fn hex_sha256(bytes: &[u8]) -> String {
+    Sha256::digest(bytes).iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+fn scratch_dir(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("reports-tests").join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+#[test]
+fn json_snapshot() {
+    insta::assert_snapshot!("matrix_json", render_json(&fixture::matrix()));
+}
+
+#[test]
+fn markdown_snapshot() {
+    insta::assert_snapshot!("matrix_md", render_markdown(&fixture::matrix(), &RenderOptions::new()));
+}
+
+#[test]
+fn junit_snapshot() {
+    insta::assert_snapshot!("junit_xml", render_junit(&fixture::matrix(), &RenderOptions::new()));
+}
+
+#[test]
+fn html_snapshot() {
+    insta::assert_snapshot!("report_html", render_html(&fixture::matrix(), &RenderOptions::new()));
+}
+
+/// CI runs this as a gate: the checked-in schema must be the one the types generate.
+#[test]
+fn checked_in_schema_is_current() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("schema/matrix.schema.json");
+    let generated = matrix_schema();
+    if std::env::var_os("UPDATE_SCHEMA").is_some_and(|value| value == "1") {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, &generated).unwrap();
+    }
+    let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        checked_in == generated,
+        "{} is stale: the result types changed. Regenerate it with \
+         `UPDATE_SCHEMA=1 cargo test -p reports --test render checked_in_schema_is_current`, \
+         review the diff, and bump SCHEMA_VERSION on an incompatible change.",
+        path.display()
+    );
+    let schema: serde_json::Value = serde_json::from_str(&generated).unwrap();
+    assert_eq!(schema["title"], "MatrixResult");
+    for field in ["schema_version", "harness_version", "commit", "rows", "scenarios", "verdict"] {
+        assert!(schema["properties"].get(field).is_some(), "schema lacks {field}");
+    }
+}
+
+#[test]
+fn json_round_trips_to_the_same_result() {
+    let result = fixture::matrix();
+    let json = render_json(&result);
+    assert!(json.ends_with("}\n"), "pretty JSON with one trailing newline");
+    let back: MatrixResult = serde_json::from_str(&json).unwrap();
+    assert_eq!(back, result);
+}
+
+#[test]
+fn every_format_renders_the_same_bytes_twice() {
+    let options = RenderOptions::generated_at(FIXED_EPOCH_S);
+    for format in Format::ALL {
+        let first = render(&fixture::matrix(), format, &options);
+        let second = render(&fixture::matrix().clone(), format, &options);
+        assert_eq!(first, second, "{format} is not deterministic");
+        assert!(first.ends_with('\n'), "{format} ends with a newline");
+    }
+}
+
+#[test]
+fn text_reports_name_the_sha256_of_matrix_json() {
+    let result = fixture::matrix();
+    let expected = hex_sha256(render_json(&result).as_bytes());
+    assert_eq!(matrix_sha256(&result), expected);
+    for format in [Format::Markdown, Format::Junit, Format::Html] {
+        let text = render(&result, format, &RenderOptions::new());
+        assert!(text.contains(&expected), "{format} does not name {expected}");
+    }
+}
+
+#[test]
+fn time_stamps_appear_only_with_source_date_epoch() {
+    let result = fixture::matrix();
+    for format in Format::ALL {
+        let text = render(&result, format, &RenderOptions::new());
+        assert!(!text.contains("2023-11-14"), "{format} has a time stamp without SOURCE_DATE_EPOCH");
+        assert!(!text.contains("timestamp="), "{format} has a time stamp without SOURCE_DATE_EPOCH");
+    }
+    let options = RenderOptions::generated_at(FIXED_EPOCH_S);
+    assert!(render_markdown(&result, &options).contains("| generated | 2023-11-14T22:13:20Z |"));
+    assert!(render_html(&result, &options).contains("2023-11-14T22:13:20Z"));
+    assert!(render_junit(&result, &options).contains("timestamp=\"2023-11-14T22:13:20"));
+    assert_eq!(render_json(&result), render(&result, Format::Json, &options), "the record has no time");
+}
+
+#[test]
+fn junit_has_one_case_per_row_and_per_scenario() {
+    let result = fixture::matrix();
+    let xml = render_junit(&result, &RenderOptions::new());
+    let document = roxmltree::Document::parse(&xml).unwrap();
+    let suites: Vec<roxmltree::Node> =
+        document.descendants().filter(|node| node.has_tag_name("testsuite")).collect();
+    let names: Vec<&str> = suites.iter().filter_map(|suite| suite.attribute("name")).collect();
+    assert_eq!(names, ["rows", "scenarios"]);
+
+    let cases = |suite: &roxmltree::Node| -> Vec<String> {
+        suite
+            .children()
+            .filter(|node| node.has_tag_name("testcase"))
+            .map(|case| case.attribute("name").unwrap_or_default().to_owned())
+            .collect()
+    };
+    let rows = cases(&suites[0]);
+    assert_eq!(rows.len(), 19);
+    let row_ids: Vec<&str> = rows.iter().map(|name| name.split(':').next().unwrap()).collect();
+    let expected: Vec<String> =
+        (1..=10).map(|n| format!("C{n}")).chain((1..=9).map(|n| format!("F{n}"))).collect();
+    assert_eq!(row_ids, expected);
+    assert_eq!(cases(&suites[1]), ["S01 duplicate_same_key", "S02 lost_response_after_commit"]);
+    assert_eq!(suites[0].attribute("failures"), Some("2"), "C2 and F2 fail");
+    assert_eq!(suites[0].attribute("errors"), Some("15"), "15 uncovered rows are unknown");
+    assert_eq!(suites[1].attribute("failures"), Some("1"));
+
+    let case = |name_start: &str| {
+        document
+            .descendants()
+            .find(|node| {
+                node.has_tag_name("testcase")
+                    && node.attribute("name").is_some_and(|name| name.starts_with(name_start))
+            })
+            .unwrap()
+    };
+    for failing in ["C2:", "F2:", "S02 "] {
+        let failure = case(failing).children().find(|node| node.has_tag_name("failure")).unwrap();
+        assert!(failure.attribute("message").unwrap().starts_with("O1 single_effect"), "{failing}");
+        assert!(failure.text().unwrap_or_default().contains(fixture::REPRODUCE), "{failing}");
+    }
+    assert!(case("C1:").children().all(|node| !node.has_tag_name("failure")));
+    let properties: Vec<(String, String)> = case("C2:")
+        .descendants()
+        .filter(|node| node.has_tag_name("property"))
+        .map(|node| (node.attribute("name").unwrap().into(), node.attribute("value").unwrap().into()))
+        .collect();
+    for (name, value) in
+        [("seeds", "0-1"), ("executor", "reference"), ("commit", "0123456789abcdef0123456789abcdef01234567")]
+    {
+        assert!(properties.contains(&(name.into(), value.into())), "C2 lacks {name}={value}");
+    }
+    assert!(!xml.contains(" time="), "no durations");
+}
+
+#[test]
+fn html_is_self_contained_and_escapes_labels() {
+    let html = render_html(&fixture::matrix(), &RenderOptions::new());
+    for forbidden in ["http://", "https://", "src=", "@import", "url(", "<script", "<link", "<img"] {
+        assert!(!html.contains(forbidden), "report.html contains {forbidden:?}");
+    }
+    assert!(!html.contains("<b>drop</b>"), "a label's HTML reached the page");
+    assert!(html.contains("fault &lt;b&gt;drop&lt;&#x2f;b&gt; &amp; &quot;close&quot;"), "escaped label");
+    assert_eq!(html.matches("<svg class=\"timeline\"").count(), 2, "one timeline per scenario");
+    assert!(html.contains("20.000 s quiet"), "the settle wait is a break, not 20 s of width");
+    assert!(html.contains(fixture::REPRODUCE));
+    assert!(html.contains("class=\"row-fail\""));
+}
+
+#[test]
+fn markdown_lists_rows_in_document_order_with_failures() {
+    let text = render_markdown(&fixture::matrix(), &RenderOptions::new());
+    let row_lines: Vec<&str> = text
+        .lines()
+        .filter(|line| line.starts_with("| C") || line.starts_with("| F"))
+        .map(|line| line.split(" | ").next().unwrap().trim_start_matches("| "))
+        .collect();
+    let expected: Vec<String> =
+        (1..=10).map(|n| format!("C{n}")).chain((1..=9).map(|n| format!("F{n}"))).collect();
+    assert_eq!(row_lines, expected);
+    assert!(text.contains(&format!("reproduce: `{}`", fixture::REPRODUCE)));
+    assert!(text.contains("### S02 lost_response_after_commit: **FAIL**"));
+    assert!(text.contains("fingerprints: first = second"));
+    assert!(!text.contains("<b>"), "no raw HTML from labels or texts");
+}
+
+#[test]
+fn write_reports_writes_each_chosen_format_once() {
+    let dir = scratch_dir("write");
+    let result = fixture::matrix();
+    let options = RenderOptions::new();
+    let formats = Format::parse_list("html,json,md,junit,json").unwrap();
+    let written = write_reports_with(&result, &dir, &formats, &options).unwrap();
+    let names: Vec<&str> = written.iter().map(|path| path.file_name().unwrap().to_str().unwrap()).collect();
+    assert_eq!(names, ["report.html", "matrix.json", "matrix.md", "junit.xml"]);
+    for (path, format) in written.iter().zip([Format::Html, Format::Json, Format::Markdown, Format::Junit]) {
+        assert_eq!(std::fs::read_to_string(path).unwrap(), render(&result, format, &options));
+    }
+}
+
+#[test]
+fn write_reports_names_the_file_it_could_not_write() {
+    let dir = scratch_dir("blocked");
+    std::fs::create_dir_all(dir.join("matrix.json")).unwrap();
+    let error =
+        write_reports_with(&fixture::matrix(), &dir, &[Format::Json], &RenderOptions::new()).unwrap_err();
+    assert!(error.to_string().starts_with("write the report "), "{error}");
+    assert!(error.to_string().ends_with("matrix.json"), "{error}");
+}
+
+#[test]
+fn step_summary_is_appended_only_when_the_variable_is_set() {
+    // The only test in this binary that touches GITHUB_STEP_SUMMARY.
+    std::env::remove_var(reports::STEP_SUMMARY_VARIABLE);
+    assert_eq!(reports::append_step_summary("ignored").unwrap(), None);
+    let dir = scratch_dir("summary");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("summary.md");
+    std::fs::write(&path, "before\n").unwrap();
+    std::env::set_var(reports::STEP_SUMMARY_VARIABLE, &path);
+    let text = render_markdown(&fixture::matrix(), &RenderOptions::new());
+    let appended = reports::append_step_summary(&text);
+    std::env::remove_var(reports::STEP_SUMMARY_VARIABLE);
+    assert_eq!(appended.unwrap(), Some(path.clone()));
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), format!("before\n{text}"));
+}
