@@ -21,7 +21,7 @@ const TEMPLATE: &str = include_str!("../templates/report.html.j2");
 const LANE_NAME_WIDTH_PX: i64 = 104;
 /// Horizontal room per mark: marks are placed in time order, one column each, so marks at
 /// the same millisecond never overlap.
-const COLUMN_WIDTH_PX: i64 = 26;
+const COLUMN_WIDTH_PX: i64 = 24;
 /// A quiet stretch at least this long between two marks is drawn as a break of fixed width
 /// (settle phases wait 20 s of simulated time; drawn to scale they would hide the rest).
 const IDLE_BREAK_MS: u64 = 1_000;
@@ -32,10 +32,14 @@ const LANE_HEIGHT_PX: i64 = 44;
 /// Labels are written at a slant above the lanes, cut to this many characters (the full
 /// text is in the mark's tooltip and in the table under the timeline).
 const LABEL_LIMIT_CHARS: usize = 40;
-/// Height of the band of slanted labels above the lanes, in pixels.
-const LABEL_BAND_HEIGHT_PX: i64 = 196;
-/// Room to the right of the last column for its slanted label, in pixels.
-const LABEL_OVERHANG_PX: i64 = 170;
+/// The slant of those labels, in degrees (negative: rising to the right).
+const LABEL_ANGLE_DEG: i64 = -50;
+/// Vertical and horizontal room per label character at that slant (a bold 11 px character
+/// is at most 7 px wide; sin 50° ≈ 0.77, cos 50° ≈ 0.64), in tenths of a pixel.
+const LABEL_RISE_PER_CHAR_DECIPX: i64 = 54;
+const LABEL_RUN_PER_CHAR_DECIPX: i64 = 45;
+/// Room above the longest label and beside the lanes' top, in pixels.
+const LABEL_BAND_MARGIN_PX: i64 = 16;
 /// Height of the time axis under the lanes, in pixels.
 const AXIS_HEIGHT_PX: i64 = 64;
 /// Arrowhead length and half width, in pixels.
@@ -132,6 +136,7 @@ struct TimelineView {
     width: i64,
     height: i64,
     lanes_left: i64,
+    label_angle: i64,
     lanes_top: i64,
     lanes_bottom: i64,
     lane_height: i64,
@@ -343,7 +348,14 @@ fn layout(timeline: &Timeline) -> TimelineView {
             }
         }
     }
-    let lanes_top = LABEL_BAND_HEIGHT_PX;
+    let longest_label_chars = timeline
+        .marks
+        .iter()
+        .map(|mark| mark.label.chars().count().min(LABEL_LIMIT_CHARS))
+        .max()
+        .unwrap_or(0) as i64;
+    let lanes_top = longest_label_chars * LABEL_RISE_PER_CHAR_DECIPX / 10 + LABEL_BAND_MARGIN_PX;
+    let label_overhang = longest_label_chars * LABEL_RUN_PER_CHAR_DECIPX / 10 + LABEL_BAND_MARGIN_PX;
     let lane_y = |name: &str| -> i64 {
         let index = lane_names.iter().position(|lane| lane == name).unwrap_or(0) as i64;
         lanes_top + index * LANE_HEIGHT_PX + LANE_HEIGHT_PX / 2
@@ -414,12 +426,13 @@ fn layout(timeline: &Timeline) -> TimelineView {
             status: (mark.kind == MarkKind::Outcome).then(|| outcome_status(&mark.label)).flatten(),
         });
     }
-    let width = x + COLUMN_WIDTH_PX / 2 + LABEL_OVERHANG_PX;
+    let width = x + COLUMN_WIDTH_PX / 2 + label_overhang;
     TimelineView {
         seed: timeline.seed,
         width,
         height: lanes_bottom + AXIS_HEIGHT_PX,
         lanes_left: LANE_NAME_WIDTH_PX - 4,
+        label_angle: LABEL_ANGLE_DEG,
         lanes_top,
         lanes_bottom,
         lane_height: LANE_HEIGHT_PX,
