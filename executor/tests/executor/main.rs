@@ -6,6 +6,7 @@ mod calls;
 mod faults;
 mod jobs;
 mod leases;
+mod mutants;
 mod queue;
 mod retention;
 mod store_file;

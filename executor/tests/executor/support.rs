@@ -9,7 +9,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use executor::{OperationRecord, Reconciliation, ReferenceConfig, ReferenceFactory, StoreLocation};
+use executor::{
+    OperationRecord, Reconciliation, ReferenceConfig, ReferenceFactory, StoreLocation, Strategies,
+};
 use fake_downstream::{Downstream, DownstreamConfig, Effect, EffectKind, RequestRecord};
 use protocol::{
     AuthDecision, AuthRequest, Authorizer, ContractSet, Entropy, Envelope, Executor, ExecutorFactory,
@@ -150,9 +152,15 @@ pub struct WorldBuilder {
     downstream: DownstreamConfig,
     timeout: Duration,
     location: Option<StoreLocation>,
+    strategies: Strategies,
 }
 
 impl WorldBuilder {
+    pub fn strategies(mut self, strategies: Strategies) -> Self {
+        self.strategies = strategies;
+        self
+    }
+
     pub fn contracts(mut self, contracts: ContractSet) -> Self {
         self.contracts = contracts;
         self
@@ -185,9 +193,8 @@ impl WorldBuilder {
         let port = listener.local_addr().unwrap().port();
         tokio::spawn(wire::serve(TcpAcceptor(listener), downstream.router()));
         let location = self.location.unwrap_or_else(unique_memory);
-        let factory =
-            ReferenceFactory::new(location, ReferenceConfig::default().with_downstream_timeout(self.timeout))
-                .unwrap();
+        let config = ReferenceConfig::default().with_downstream_timeout(self.timeout);
+        let factory = ReferenceFactory::with_strategies(location, config, self.strategies).unwrap();
         World {
             downstream,
             port,
@@ -236,6 +243,7 @@ impl World {
             downstream: Self::builder_downstream_config(),
             timeout: Duration::from_secs(2),
             location: None,
+            strategies: Strategies::reference(),
         }
     }
 
