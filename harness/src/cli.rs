@@ -42,9 +42,12 @@ enum Command {
         /// The first seed.
         #[arg(long, default_value_t = 0)]
         first_seed: u64,
-        /// Where to write matrix.json.
+        /// Where to write the reports.
         #[arg(long, default_value = "replaylab-report")]
         out: PathBuf,
+        /// Which reports to write: any of json, md, junit, html (comma-separated), or all.
+        #[arg(long, default_value = "all")]
+        format: String,
         /// Also run these scenario files (repeatable).
         #[arg(long = "scenario-file")]
         scenario_files: Vec<PathBuf>,
@@ -58,10 +61,14 @@ enum Command {
     /// Run one scenario with one seed and print the verdict (and the history with --trace).
     Run {
         /// The scenario: `S02`, `lost_response_after_commit` or `S02_lost_response_after_commit`.
-        scenario: String,
+        #[arg(required_unless_present = "case")]
+        scenario: Option<String>,
         /// The seed.
-        #[arg(long)]
-        seed: u64,
+        #[arg(long, required_unless_present = "case")]
+        seed: Option<u64>,
+        /// A saved case (a scenario file with its `seed`), as `replaylab explore` writes them.
+        #[arg(long, conflicts_with_all = ["scenario", "seed"])]
+        case: Option<PathBuf>,
         /// The executor under test.
         #[arg(long, default_value = "reference")]
         executor: String,
@@ -74,6 +81,34 @@ enum Command {
         /// Run it twice and fail if the histories differ.
         #[arg(long)]
         check_determinism: bool,
+    },
+    /// Random workloads under random faults, checked by every oracle; failures are shrunk,
+    /// printed with a reproduce command, and saved to the regressions file.
+    Explore {
+        /// How many seeds.
+        #[arg(long, default_value_t = 100)]
+        seeds: u64,
+        /// The first seed.
+        #[arg(long, default_value_t = 0)]
+        start: u64,
+        /// Run only the seeds of shard I of N (`2/4`): seed % N == I - 1.
+        #[arg(long)]
+        shard: Option<String>,
+        /// The executor under test.
+        #[arg(long, default_value = "reference")]
+        executor: String,
+        /// Threads (default: the machine's cores).
+        #[arg(long)]
+        jobs: Option<usize>,
+        /// Saved failing cases: replayed first, new ones appended.
+        #[arg(long, default_value = "replaylab-regressions.jsonl")]
+        regressions: PathBuf,
+        /// Where shrunk cases are written as scenario files.
+        #[arg(long, default_value = "replaylab-explore")]
+        out: PathBuf,
+        /// Stop at the first failing seed.
+        #[arg(long)]
+        stop_at_first: bool,
     },
     /// List the scenarios and the rows they cover.
     Scenarios {
@@ -141,8 +176,20 @@ fn bad_input(error: anyhow::Error) -> Failure {
 fn run(cli: Cli) -> Result<u8, Failure> {
     match cli.command {
         Command::Downstream { listen, config } => serve_downstream(&listen, config.as_deref()),
-        Command::Matrix { executor, seeds, first_seed, out, scenario_files, check_determinism, jobs } => {
+        Command::Matrix {
+            executor,
+            seeds,
+            first_seed,
+            out,
+            format,
+            scenario_files,
+            check_determinism,
+            jobs,
+        } => {
             let executor = find_executor(&executor)?;
+            let formats = reports::Format::parse_list(&format).map_err(|error| bad_input(error.into()))?;
+            let render_options =
+                reports::RenderOptions::from_env().map_err(|error| bad_input(error.into()))?;
             if seeds == 0 {
                 return Err(bad_input(anyhow::anyhow!("--seeds must be at least 1")));
             }
@@ -161,27 +208,48 @@ fn run(cli: Cli) -> Result<u8, Failure> {
                 result.scenarios.iter().map(|s| s.seeds_run).sum::<u64>(),
                 elapsed.as_secs_f64()
             );
-            std::fs::create_dir_all(&out)
-                .with_context(|| format!("failed to create {}", out.display()))
-                .map_err(bad_input)?;
-            let path = out.join("matrix.json");
-            let json = serde_json::to_string_pretty(&result).expect("the matrix result serialises");
-            std::fs::write(&path, json + "\n")
-                .with_context(|| format!("failed to write {}", path.display()))
-                .map_err(|error| Failure { code: exit::CHECK_FAILED, error })?;
-            println!("wrote {}", path.display());
+            let written = reports::write_reports_with(&result, &out, &formats, &render_options)
+                .map_err(|error| Failure { code: exit::CHECK_FAILED, error: error.into() })?;
+            for path in &written {
+                println!("wrote {}", path.display());
+            }
+            let summary = reports::render_markdown(&result, &render_options);
+            if let Some(path) = reports::append_step_summary(&summary)
+                .map_err(|error| Failure { code: exit::CHECK_FAILED, error: error.into() })?
+            {
+                println!("appended the matrix to {}", path.display());
+            }
             Ok(if result.verdict == Verdict::Pass { exit::SUCCESS } else { exit::CHECK_FAILED })
         }
-        Command::Run { scenario, seed, executor, trace, scenario_files, check_determinism } => {
+        Command::Run { scenario, seed, case, executor, trace, scenario_files, check_determinism } => {
             let executor = find_executor(&executor)?;
             let scenarios = load_scenarios(&scenario_files)?;
-            let chosen = scenarios
-                .iter()
-                .find(|s| s.id == scenario || s.name == scenario || s.full_name() == scenario)
-                .ok_or_else(|| {
-                    let known: Vec<String> = scenarios.iter().map(|s| s.id.clone()).collect();
-                    bad_input(anyhow::anyhow!("no scenario {scenario:?}; known: {}", known.join(", ")))
-                })?;
+            let (chosen, seed) = match (case, scenario, seed) {
+                (Some(path), _, _) => {
+                    let mut scenario =
+                        Scenario::from_file(&path).map_err(|error| bad_input(anyhow::anyhow!("{error}")))?;
+                    let seed = scenario.seed.ok_or_else(|| {
+                        bad_input(anyhow::anyhow!("{}: a case file needs a top-level `seed`", path.display()))
+                    })?;
+                    scenario.source = path.display().to_string();
+                    (scenario, seed)
+                }
+                (None, Some(scenario), Some(seed)) => {
+                    let chosen = scenarios
+                        .iter()
+                        .find(|s| s.id == scenario || s.name == scenario || s.full_name() == scenario)
+                        .ok_or_else(|| {
+                            let known: Vec<String> = scenarios.iter().map(|s| s.id.clone()).collect();
+                            bad_input(anyhow::anyhow!(
+                                "no scenario {scenario:?}; known: {}",
+                                known.join(", ")
+                            ))
+                        })?;
+                    (chosen.clone(), seed)
+                }
+                _ => return Err(bad_input(anyhow::anyhow!("give a scenario and --seed, or --case FILE"))),
+            };
+            let chosen = &chosen;
             let record = runner::run(chosen, seed, &executor);
             if trace {
                 for event in &record.history {
@@ -201,6 +269,23 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             }
             print!("{}", render_run(&record.result));
             Ok(if verdict == Verdict::Pass { exit::SUCCESS } else { exit::CHECK_FAILED })
+        }
+        Command::Explore { seeds, start, shard, executor, jobs, regressions, out, stop_at_first } => {
+            let executor = find_executor(&executor)?;
+            let shard = shard.as_deref().map(parse_shard).transpose()?;
+            let jobs =
+                jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from)).max(1);
+            let config = crate::explore_cli::ExploreConfig {
+                executor,
+                seeds,
+                start,
+                shard,
+                jobs,
+                regressions,
+                out,
+                stop_at_first,
+            };
+            crate::explore_cli::run(&config).map_err(|error| Failure { code: exit::BAD_INPUT, error })
         }
         Command::Scenarios { scenario_files } => {
             for scenario in load_scenarios(&scenario_files)? {
@@ -222,6 +307,18 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             Ok(exit::SUCCESS)
         }
     }
+}
+
+/// Parses `I/N` (1-based shard I of N).
+fn parse_shard(text: &str) -> Result<(u64, u64), Failure> {
+    let invalid = || bad_input(anyhow::anyhow!("--shard {text:?} must look like 2/4 (shard 2 of 4)"));
+    let (index, count) = text.split_once('/').ok_or_else(invalid)?;
+    let (index, count): (u64, u64) =
+        (index.parse().map_err(|_| invalid())?, count.parse().map_err(|_| invalid())?);
+    if count == 0 || index == 0 || index > count {
+        return Err(invalid());
+    }
+    Ok((index, count))
 }
 
 /// The source commit: `REPLAYLAB_COMMIT`, else `GITHUB_SHA`, else `git rev-parse HEAD` in the

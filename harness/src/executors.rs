@@ -20,16 +20,10 @@ pub struct ExecutorSpec {
 }
 
 fn reference_factory(run_id: &str) -> Rc<dyn ExecutorFactory> {
-    let location = executor::StoreLocation::SharedMemory(format!("replaylab-{run_id}-{}", unique_suffix()));
+    let location = executor::StoreLocation::fresh_shared_memory(run_id);
     let factory = executor::ReferenceFactory::new(location, executor::ReferenceConfig::default())
         .expect("an in-memory SQLite database always opens");
     Rc::new(factory)
-}
-
-/// In-memory databases are process-wide by name: runs on parallel threads must not share one.
-fn unique_suffix() -> u64 {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Every executor the harness knows, reference first.

@@ -278,6 +278,17 @@ pub enum EventKind {
     WebhookReceived {
         /// The worker.
         worker: String,
+        /// The operation the webhook's job belongs to (harness tag, from the ledger).
+        origin: Option<String>,
+        /// The event id it carried.
+        event_id: Option<String>,
+        /// Effect references it carried (the job id): a receipt the executor has seen.
+        references: Vec<String>,
+    },
+    /// A worker's executor handled a webhook.
+    WebhookHandled {
+        /// The worker.
+        worker: String,
         /// The event id it carried.
         event_id: Option<String>,
         /// What the executor did with it.
@@ -463,8 +474,14 @@ impl Event {
             EventKind::Consumed { envelope_id, worker, result } => {
                 format!("{worker}: envelope {envelope_id} -> {result}")
             }
-            EventKind::WebhookReceived { worker, event_id, ack } => {
-                format!("downstream -> {worker}: webhook {} -> {ack}", event_id.as_deref().unwrap_or("?"))
+            EventKind::WebhookReceived { worker, event_id, references, .. } => {
+                format!(
+                    "downstream -> {worker}: webhook {} {references:?}",
+                    event_id.as_deref().unwrap_or("?")
+                )
+            }
+            EventKind::WebhookHandled { worker, event_id, ack } => {
+                format!("{worker}: webhook {} -> {ack}", event_id.as_deref().unwrap_or("?"))
             }
             EventKind::StoreCommitted { worker, call } => format!("{worker}: store {call} committed"),
             EventKind::SettleStarted => "steps done: faults healed, settling".to_owned(),

@@ -13,6 +13,8 @@ mod agent;
 pub mod cli;
 pub mod executors;
 pub mod exit;
+pub mod explore;
+pub mod explore_cli;
 pub mod history;
 pub mod matrix;
 pub mod oracles;

@@ -123,7 +123,8 @@ impl<'a> Facts<'a> {
                 EventKind::Effect { ledger_seq, .. } => {
                     facts.effect_positions.insert(*ledger_seq, event.seq);
                 }
-                EventKind::DownstreamAnswered { origin, references, .. } => {
+                EventKind::DownstreamAnswered { origin, references, .. }
+                | EventKind::WebhookReceived { origin, references, .. } => {
                     facts.observed.push((event.seq, origin.clone(), references.clone()));
                 }
                 EventKind::Revoked { actor, tool } => {
@@ -187,6 +188,18 @@ fn violation(oracle: usize, operation: Option<&str>, positions: Vec<u64>, explan
         operation: operation.map(str::to_owned),
         positions,
         explanation,
+    }
+}
+
+/// The effect kind a tool's own effect has (a job's completion notice is not the job's call).
+fn kind_of_tool(tool: &str) -> Option<EffectKind> {
+    match tool {
+        "tickets.create" => Some(EffectKind::TicketCreated),
+        "tickets.set_status" => Some(EffectKind::TicketStatusChanged),
+        "payments.charge" => Some(EffectKind::ChargeCreated),
+        "messages.send" => Some(EffectKind::MessageSent),
+        "jobs.submit" => Some(EffectKind::JobAccepted),
+        _ => None,
     }
 }
 
@@ -385,11 +398,16 @@ fn authorization(facts: &Facts<'_>) -> Vec<Violation> {
     for (revoked_at, actor, tool) in &facts.revocations {
         let covers =
             |call: &CallFact| &call.actor == actor && tool.as_ref().is_none_or(|tool| tool == &call.tool);
-        let operations: BTreeSet<&str> =
-            facts.calls.iter().filter(|call| covers(call)).map(|call| call.operation.as_str()).collect();
-        for operation in &operations {
+        let covered: BTreeSet<(&str, Option<EffectKind>)> = facts
+            .calls
+            .iter()
+            .filter(|call| covers(call))
+            .map(|call| (call.operation.as_str(), kind_of_tool(&call.tool)))
+            .collect();
+        for (operation, kind) in &covered {
             for effect in facts.effects_of(operation) {
-                if facts.position(effect) > *revoked_at {
+                let same_tool = kind.is_none_or(|kind| effect.kind == kind);
+                if same_tool && facts.position(effect) > *revoked_at {
                     violations.push(violation(
                         5,
                         Some(operation),
@@ -426,6 +444,11 @@ fn authorization(facts: &Facts<'_>) -> Vec<Violation> {
 /// pointing at reconciliation. Read from the final poll the runner makes.
 fn no_orphan_pending(facts: &Facts<'_>) -> Vec<Violation> {
     let mut violations = Vec::new();
+    let settled = facts.evidence.history.iter().any(|event| matches!(event.kind, EventKind::SettleStarted));
+    if !settled {
+        // The run stopped at a limit before the world could settle: that is its verdict.
+        return violations;
+    }
     let operations: BTreeSet<&str> = facts.calls.iter().map(|call| call.operation.as_str()).collect();
     for operation in operations {
         let label = format!("{FINAL_POLL_PREFIX}{operation}");

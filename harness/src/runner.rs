@@ -60,6 +60,7 @@ struct Runner {
     attempts: BTreeMap<String, u32>,
     faults: BTreeMap<String, fake_downstream::FaultRuleId>,
     expectation_failures: Vec<Violation>,
+    undecided: Vec<String>,
 }
 
 /// Runs `scenario` with `seed` against `executor`.
@@ -78,11 +79,15 @@ pub fn run(scenario: &Scenario, seed: u64, executor: &ExecutorSpec) -> RunRecord
         attempts: BTreeMap::new(),
         faults: BTreeMap::new(),
         expectation_failures: Vec::new(),
+        undecided: Vec::new(),
     };
-    let stopped = runner.play().err();
-    let stopped = match stopped {
-        Some(stop) => Some(stop),
-        None => runner.settle().err(),
+    let stopped = match runner.play() {
+        Err(Stop::Limit(reason)) => Some(Stop::Limit(reason)),
+        Err(Stop::Undecided(reason)) => {
+            runner.undecided.push(reason);
+            runner.settle().err()
+        }
+        Ok(()) => runner.settle().err(),
     };
     runner.finish(scenario, seed, executor, stopped)
 }
@@ -289,9 +294,12 @@ impl Runner {
                     triggered.is_some()
                 })?;
                 let Some(triggered) = triggered.filter(|_| reached) else {
-                    return Err(Stop::Undecided(format!(
+                    // The scenario's premise did not happen (the executor never got there). The
+                    // run goes on, so every oracle still judges it, but cannot pass.
+                    self.undecided.push(format!(
                         "line {line}: {worker} never reached the pause point of {name:?} within {PAUSE_PATIENCE:?}"
-                    )));
+                    ));
+                    return Ok(());
                 };
                 self.record(EventKind::Paused {
                     name: name.clone(),
@@ -339,9 +347,9 @@ impl Runner {
                     })
                     .map(|e| e.effect_reference);
                 let Some(ticket) = ticket else {
-                    return Err(Stop::Undecided(format!(
-                        "line {line}: operation {ticket_of:?} created no ticket to edit"
-                    )));
+                    self.undecided
+                        .push(format!("line {line}: operation {ticket_of:?} created no ticket to edit"));
+                    return Ok(());
                 };
                 let version = self
                     .shared
@@ -565,6 +573,10 @@ impl Runner {
                 verdict = verdict.worst(Verdict::Crashed);
             }
         }
+        for reason in &self.undecided {
+            notes.push(reason.clone());
+            verdict = verdict.worst(Verdict::Unknown);
+        }
         match stopped {
             Some(Stop::Limit(reason)) => {
                 notes.push(reason);
@@ -620,6 +632,9 @@ impl Runner {
 
 /// The one command that reproduces a run.
 pub fn reproduce_command(scenario: &Scenario, seed: u64, executor: &str) -> String {
+    if scenario.seed.is_some() {
+        return format!("replaylab run --case {} --executor {executor}", shell_quote(&scenario.source));
+    }
     let mut command = format!("replaylab run {} --seed {seed} --executor {executor}", scenario.id);
     if !scenario.source.starts_with(scenarios::BUILTIN_SOURCE_PREFIX) {
         command.push_str(&format!(" --scenario-file {}", shell_quote(&scenario.source)));

@@ -116,7 +116,8 @@ fn mark(event: &Event) -> Option<Mark> {
         EventKind::Consumed { worker, result, .. } => {
             make(worker, None, MarkKind::Delivery, format!("consumed: {result}"))
         }
-        EventKind::WebhookReceived { worker, event_id, ack } => make(
+        EventKind::WebhookReceived { .. } => return None,
+        EventKind::WebhookHandled { worker, event_id, ack } => make(
             "downstream",
             Some(worker),
             MarkKind::Delivery,

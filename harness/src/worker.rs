@@ -151,14 +151,20 @@ async fn handle(worker: Rc<Worker>, request: hyper::Request<Incoming>) -> Result
         ("POST", "/v1/webhooks") => {
             let event: Option<serde_json::Value> = serde_json::from_slice(&body).ok();
             let event_id = event.as_ref().and_then(|e| e["event_id"].as_str()).map(str::to_owned);
-            let origin =
-                event.as_ref().and_then(|e| e["job_id"].as_str()).and_then(|job| worker.origin_of_job(job));
+            let job = event.as_ref().and_then(|e| e["job_id"].as_str()).map(str::to_owned);
+            let origin = job.as_deref().and_then(|job| worker.origin_of_job(job));
+            worker.shared.history.push(EventKind::WebhookReceived {
+                worker: worker.name.clone(),
+                origin: origin.clone(),
+                event_id: event_id.clone(),
+                references: job.into_iter().collect(),
+            });
             let executor = worker.executor.clone();
             let ack = worker
                 .guarded("webhook", origin, executor.webhook(WebhookEvent { body: body.to_vec() }))
                 .await;
             let ack_name = ack.map_or("panicked".to_owned(), |ack| snake(&ack));
-            worker.shared.history.push(EventKind::WebhookReceived {
+            worker.shared.history.push(EventKind::WebhookHandled {
                 worker: worker.name.clone(),
                 event_id,
                 ack: ack_name.clone(),

@@ -108,6 +108,7 @@ impl World {
 
     /// The runner's final poll, answered `status`.
     fn settled(&mut self, operation: &str, status: OutcomeStatus, reference: Option<&str>) -> &mut Self {
+        self.settle();
         let label = format!("{FINAL_POLL_PREFIX}{operation}");
         self.push(EventKind::OperationQuery {
             label: label.clone(),
@@ -118,6 +119,14 @@ impl World {
             actor: "agent".into(),
         });
         self.answer(&label, status, reference)
+    }
+
+    /// The runner's settle phase begins (once).
+    fn settle(&mut self) -> &mut Self {
+        if !self.events.iter().any(|event| matches!(event.kind, EventKind::SettleStarted)) {
+            self.push(EventKind::SettleStarted);
+        }
+        self
     }
 
     /// The oracle ids that fire, in order, without repeats.
@@ -229,6 +238,7 @@ fn o6_fires_when_an_operation_is_still_in_flight_after_settling() {
     unknown.next_action = NextAction::Poll;
     let label = format!("{FINAL_POLL_PREFIX}{OP}");
     world
+        .settle()
         .push(EventKind::OperationQuery {
             label: label.clone(),
             kind: RequestKind::Poll,
@@ -242,6 +252,12 @@ fn o6_fires_when_an_operation_is_still_in_flight_after_settling() {
     let mut world = World::default();
     world.call("first", "fp-1").settled(OP, OutcomeStatus::Unknown, None);
     assert_eq!(world.fired(), Vec::<String>::new(), "unknown with reconcile is allowed");
+    let mut world = World::default();
+    world.call("first", "fp-1").settle();
+    assert_eq!(world.fired(), ["O6"], "a settled world whose final poll got no answer");
+    let mut world = World::default();
+    world.call("first", "fp-1");
+    assert_eq!(world.fired(), Vec::<String>::new(), "a run stopped before settling is judged by its limit");
 }
 
 #[test]
@@ -316,16 +332,14 @@ fn o11_fires_on_an_update_applied_over_a_newer_version() {
         expected_version: Some(1),
     });
     world.effect_at(Some(op), "acme", EffectKind::TicketStatusChanged, "ticket_1", 10);
-    world
-        .ledger
-        .last_mut()
-        .map(|effect| effect.versions = Some(VersionChange { from: 2, to: 3, if_match: None }));
+    if let Some(effect) = world.ledger.last_mut() {
+        effect.versions = Some(VersionChange { from: 2, to: 3, if_match: None });
+    }
     world.settled(op, OutcomeStatus::Rejected, None);
     assert_eq!(world.fired(), ["O11"]);
-    world
-        .ledger
-        .last_mut()
-        .map(|effect| effect.versions = Some(VersionChange { from: 1, to: 2, if_match: Some(1) }));
+    if let Some(effect) = world.ledger.last_mut() {
+        effect.versions = Some(VersionChange { from: 1, to: 2, if_match: Some(1) });
+    }
     assert_eq!(world.fired(), Vec::<String>::new());
 }
 
