@@ -290,8 +290,8 @@ fn no_phantom_success(facts: &Facts<'_>) -> Vec<Violation> {
     violations
 }
 
-/// O3: a request whose material content differs from the operation's first one is rejected
-/// and makes no effect.
+/// O3: a request whose material content differs from the operation's first one is refused
+/// (`rejected`, or `expired` once the key is past retention) and makes no effect.
 fn mismatch_no_effect(facts: &Facts<'_>) -> Vec<Violation> {
     let mut violations = Vec::new();
     let mut first: BTreeMap<&str, &CallFact> = BTreeMap::new();
@@ -321,7 +321,8 @@ fn mismatch_no_effect(facts: &Facts<'_>) -> Vec<Violation> {
                 .get(&original.tool, &original.tool_version)
                 .is_some_and(|contract| contract.replay_across_versions);
         if let Some(answer) = answer {
-            let acceptable = answer.outcome.status == OutcomeStatus::Rejected
+            // `expired` refuses too: past retention the key is a tombstone and nothing runs.
+            let acceptable = matches!(answer.outcome.status, OutcomeStatus::Rejected | OutcomeStatus::Expired)
                 || (replay_allowed && answer.outcome.status == OutcomeStatus::Replayed);
             if !acceptable {
                 violations.push(violation(
@@ -337,10 +338,22 @@ fn mismatch_no_effect(facts: &Facts<'_>) -> Vec<Violation> {
                 ));
             }
         }
-        let earlier =
-            facts.effects_of(&call.operation).into_iter().filter(|e| facts.position(e) < call.seq).count();
-        let later: Vec<&Effect> =
-            facts.effects_of(&call.operation).into_iter().filter(|e| facts.position(e) > call.seq).collect();
+        // Only effects of the kind the changed request asks for: a job's completion notice
+        // after a rejected change is the original job's follow-up, not the change's effect.
+        let kind = kind_of_tool(&call.tool);
+        let own = |effect: &&Effect| kind.is_none_or(|kind| effect.kind == kind);
+        let earlier = facts
+            .effects_of(&call.operation)
+            .into_iter()
+            .filter(own)
+            .filter(|e| facts.position(e) < call.seq)
+            .count();
+        let later: Vec<&Effect> = facts
+            .effects_of(&call.operation)
+            .into_iter()
+            .filter(own)
+            .filter(|e| facts.position(e) > call.seq)
+            .collect();
         if earlier > 0 && !later.is_empty() {
             violations.push(violation(
                 3,

@@ -195,6 +195,12 @@ fn o3_fires_when_a_changed_request_is_not_rejected() {
     rejected.operation_key = Some("k".into());
     world.call("changed", "fp-CHANGED").answer_with("changed", rejected);
     assert_eq!(world.fired(), Vec::<String>::new(), "a rejected change is right");
+    let mut world = good();
+    world.call("late-change", "fp-CHANGED").answer("late-change", OutcomeStatus::Expired, Some("ticket_1"));
+    assert_eq!(world.fired(), Vec::<String>::new(), "past retention, expired refuses too");
+    let mut world = good();
+    world.call("changed", "fp-CHANGED").answer("changed", OutcomeStatus::Applied, Some("ticket_1"));
+    assert_eq!(world.fired(), ["O3"], "applied is never right for a changed request");
 }
 
 #[test]
