@@ -97,7 +97,7 @@ fn store_path(store: &ClaimStore, claims: &[NewClaim]) -> Result<Duration, Store
         };
         let reference = format!("ticket_{}", claim.now_ms);
         assert!(
-            store.complete(&owned, &reference, &response(claim), claim.now_ms + 1)?,
+            store.complete(&owned, Some(&reference), &response(claim), claim.now_ms + 1)?,
             "the owner completes"
         );
     }

@@ -132,6 +132,13 @@ impl DownstreamPlan {
         })
     }
 
+    /// The same request without its version precondition (no `If-Match`). The reference
+    /// never sends an absolute update without it; it exists for the `stale_overwrite` mutant.
+    pub(crate) fn without_precondition(mut self) -> Self {
+        self.if_match = None;
+        self
+    }
+
     /// The request, carrying `Idempotency-Key: key` when there is one.
     pub(crate) fn request(&self, key: Option<&str>) -> HttpRequest {
         let mut request = HttpRequest::json(self.method.clone(), self.path.clone(), &self.body);

@@ -19,7 +19,9 @@ use crate::store::{
     ClaimStore, Claimed, GatedStore, NewClaim, OperationRecord, OwnedClaim, RecordStatus, StoreError,
     StoreLocation, TakeOver,
 };
-use crate::strategy::{AuthPoint, KeyInput, RetentionVerdict, Strategies};
+use crate::strategy::{
+    AmbiguityVerdict, AuthPoint, JobRetry, KeyInput, MismatchVerdict, RetentionVerdict, Strategies,
+};
 
 /// How long the executor waits for the downstream by default: longer than a healthy answer
 /// takes in the simulation (tens of milliseconds), shorter than a lease (seconds), so that a
@@ -159,6 +161,9 @@ impl protocol::Executor for ReferenceExecutor {
 /// effect.
 struct Request {
     call: ToolCall,
+    /// The tenant the operation is keyed and stored under (the call's tenant, through
+    /// [`Strategies::tenant_scope`]).
+    tenant: String,
     key: String,
     fingerprint: String,
     plan: DownstreamPlan,
@@ -432,8 +437,9 @@ impl ReferenceExecutor {
             .to_string();
         let arguments =
             contract.validated_arguments(&call).map_err(|error| invalid(None, error.to_string()))?;
+        let tenant = (self.strategies.tenant_scope)(&call.tenant).to_owned();
         let key = (self.strategies.operation_key)(&KeyInput {
-            tenant: &call.tenant,
+            tenant: &tenant,
             environment: &call.environment,
             workflow_id: &call.workflow_id,
             step_id: &call.step_id,
@@ -443,9 +449,12 @@ impl ReferenceExecutor {
         if contract.approval_required && !arguments.contains_key("approval_id") {
             return Err(rejected(&key, ReasonCode::ApprovalRequired, "this tool needs an `approval_id`"));
         }
-        let plan = DownstreamPlan::build(contract, &call.tenant, &arguments)
+        let mut plan = DownstreamPlan::build(contract, &call.tenant, &arguments)
             .map_err(|message| invalid(Some(&key), message))?;
-        Ok((contract, Request { call, key, fingerprint, plan }))
+        if !(self.strategies.version_precondition)(contract) {
+            plan = plan.without_precondition();
+        }
+        Ok((contract, Request { call, tenant, key, fingerprint, plan }))
     }
 
     async fn handle_call(&self, call: ToolCall) -> Outcome {
@@ -463,7 +472,7 @@ impl ReferenceExecutor {
     fn new_claim(&self, contract: &ToolContract, request: &Request) -> NewClaim {
         let (now, call, key) = (self.now_ms(), &request.call, &request.key);
         NewClaim {
-            tenant: call.tenant.clone(),
+            tenant: request.tenant.clone(),
             operation_key: key.clone(),
             tool_name: call.tool.clone(),
             tool_version: call.tool_version.clone(),
@@ -499,18 +508,20 @@ impl ReferenceExecutor {
             Claimed::Existing(record) => match self.retire(record).await {
                 Ok(Some(record)) => self.answer_existing(record, contract, request).await,
                 // Only a mutant forgets records: the late duplicate is then claimed afresh.
-                Ok(None) => {
-                    let claim = self.new_claim(contract, request);
-                    match (self.strategies.claim)(self.gated(), &claim).await {
-                        Ok(Claimed::New(record)) => {
-                            self.perform(&owned_claim(&record), &record, contract, request).await
-                        }
-                        Ok(Claimed::Existing(record)) => self.describe(&record),
-                        Err(error) => store_failure(Some(key), &error),
-                    }
-                }
+                Ok(None) => self.claim_afresh(contract, request).await,
                 Err(error) => store_failure(Some(key), &error),
             },
+        }
+    }
+
+    /// Claims the operation again after its record was deleted (mutants only: the reference
+    /// never deletes a record).
+    async fn claim_afresh(&self, contract: &ToolContract, request: &Request) -> Outcome {
+        let claim = self.new_claim(contract, request);
+        match (self.strategies.claim)(self.gated(), &claim).await {
+            Ok(Claimed::New(record)) => self.perform(&owned_claim(&record), &record, contract, request).await,
+            Ok(Claimed::Existing(record)) => self.describe(&record),
+            Err(error) => store_failure(Some(&request.key), &error),
         }
     }
 
@@ -526,14 +537,19 @@ impl ReferenceExecutor {
             return self.late_arrival(&record).await;
         }
         if record.request_fingerprint != request.fingerprint {
-            return self.mismatch(&record, &request.call);
+            return match (self.strategies.mismatch)(contract) {
+                MismatchVerdict::Reject => self.mismatch(&record, &request.call),
+                MismatchVerdict::ApplyNewest => self.replace_with_newest(&record, contract, request).await,
+            };
         }
         match record.status {
             RecordStatus::Applied => replayed(&record),
             RecordStatus::FailedPermanent | RecordStatus::Tombstone => self.describe(&record),
-            RecordStatus::Pending if record.job_id.is_some() || record.owner_token.is_none() => {
-                self.describe(&record)
-            }
+            RecordStatus::Pending if record.job_id.is_some() => match (self.strategies.job_retry)(contract) {
+                JobRetry::Poll => self.describe(&record),
+                JobRetry::Resubmit => self.resubmit_job(&record, contract, request).await,
+            },
+            RecordStatus::Pending if record.owner_token.is_none() => self.describe(&record),
             RecordStatus::Pending if record.lease_is_live(self.now_ms()) => self.describe(&record),
             RecordStatus::Pending | RecordStatus::Unknown => {
                 let Some(owned) = self.take_over(&record, contract).await else {
@@ -572,6 +588,44 @@ impl ReferenceExecutor {
         )
     }
 
+    /// [`MismatchVerdict::ApplyNewest`] (mutants only): the stored operation is deleted and the
+    /// newer request claimed and carried out in its place.
+    async fn replace_with_newest(
+        &self,
+        record: &OperationRecord,
+        contract: &ToolContract,
+        request: &Request,
+    ) -> Outcome {
+        let (tenant, key) = (&record.tenant, &record.operation_key);
+        if let Err(error) = self.gated().call("forget", |store| store.forget(tenant, key)).await {
+            return store_failure(Some(key), &error);
+        }
+        self.claim_afresh(contract, request).await
+    }
+
+    /// [`JobRetry::Resubmit`] (mutants only): the job is still running, so it is submitted
+    /// again; the record keeps the first job.
+    async fn resubmit_job(
+        &self,
+        record: &OperationRecord,
+        contract: &ToolContract,
+        request: &Request,
+    ) -> Outcome {
+        let call = &request.call;
+        if !self.allowed_at(AuthPoint::BeforeEffect, &call.tenant, &call.actor, &contract.name).await {
+            return unauthorized(&record.operation_key);
+        }
+        let sent = self.send(request.plan.request(record.downstream_key.as_deref())).await;
+        match classify(request.plan.kind, sent) {
+            Answer::Receipt { reference, .. } => in_flight(
+                &record.operation_key,
+                JOB_POLL_AFTER_SECONDS,
+                &format!("the job was submitted again as {reference}; poll"),
+            ),
+            _ => self.describe(record),
+        }
+    }
+
     /// A key arriving after retention: the late-arrival policy of the contract that made it.
     async fn late_arrival(&self, record: &OperationRecord) -> Outcome {
         let contract = self.env.contracts.get(&record.tool_name, &record.tool_version);
@@ -605,7 +659,12 @@ impl ReferenceExecutor {
         match contract.execution {
             Execution::Queued => {
                 if !self
-                    .allowed_at(AuthPoint::BeforeEffect, &owned.tenant, &request.call.actor, &contract.name)
+                    .allowed_at(
+                        AuthPoint::BeforeEffect,
+                        &request.call.tenant,
+                        &request.call.actor,
+                        &contract.name,
+                    )
                     .await
                 {
                     return self
@@ -626,13 +685,39 @@ impl ReferenceExecutor {
         contract: &ToolContract,
         request: &Request,
     ) -> Outcome {
-        if !self.allowed_at(AuthPoint::BeforeEffect, &owned.tenant, &request.call.actor, &contract.name).await
-        {
+        let call = &request.call;
+        if !self.allowed_at(AuthPoint::BeforeEffect, &call.tenant, &call.actor, &contract.name).await {
             return self.fail(owned, ReasonCode::Unauthorized, "the actor may not use this tool now").await;
         }
-        let sent = self.send(request.plan.request(record.downstream_key.as_deref())).await;
-        let answer = classify(request.plan.kind, sent);
-        self.record_answer(owned, contract, answer).await
+        let mut requests_sent = 0;
+        loop {
+            let sent = self.send(request.plan.request(record.downstream_key.as_deref())).await;
+            requests_sent += 1;
+            let answer = classify(request.plan.kind, sent);
+            if let Answer::Ambiguous(why) = &answer {
+                match (self.strategies.ambiguity)(contract, requests_sent) {
+                    AmbiguityVerdict::Unknown => {}
+                    AmbiguityVerdict::Resend => continue,
+                    AmbiguityVerdict::Applied => return self.record_assumed_success(owned, why).await,
+                }
+            }
+            return self.record_answer(owned, contract, answer).await;
+        }
+    }
+
+    /// [`AmbiguityVerdict::Applied`] (mutants only): the ambiguous answer is taken as success.
+    /// There is no receipt, so there is no effect reference to store or to answer with.
+    async fn record_assumed_success(&self, owned: &OwnedClaim, why: &str) -> Outcome {
+        let (now, key) = (self.now_ms(), &owned.operation_key);
+        match self.gated().call("complete", |store| store.complete(owned, None, "{}", now)).await {
+            Ok(true) => {
+                let mut outcome = with_key(Outcome::new(OutcomeStatus::Applied), key);
+                outcome.message = Some(format!("taken as done ({why})"));
+                outcome
+            }
+            Ok(false) => self.reload_and_describe(&owned.tenant, key).await,
+            Err(error) => store_failure(Some(key), &error),
+        }
     }
 
     /// Stores what the downstream answered, by compare-and-set on our claim.
@@ -678,10 +763,12 @@ impl ReferenceExecutor {
                 Err(error) => store_failure(Some(key), &error),
             };
         }
-        let response_json = result.to_string();
+        let stored = (self.strategies.completion)(reference, &result);
+        let (stored_reference, response_json) =
+            (stored.effect_reference.as_deref(), stored.response.to_string());
         match self
             .gated()
-            .call("complete", |store| store.complete(owned, reference, &response_json, now))
+            .call("complete", |store| store.complete(owned, stored_reference, &response_json, now))
             .await
         {
             Ok(true) => {
@@ -821,15 +908,16 @@ impl ReferenceExecutor {
         if let Err(message) = check_operation(&operation) {
             return invalid(None, message);
         }
+        let tenant = (self.strategies.tenant_scope)(&operation.tenant);
         let key = (self.strategies.operation_key)(&KeyInput {
-            tenant: &operation.tenant,
+            tenant,
             environment: &operation.environment,
             workflow_id: &operation.workflow_id,
             step_id: &operation.step_id,
             call_id: None,
             arguments: None,
         });
-        let record = match self.load(&operation.tenant, &key).await {
+        let record = match self.load(tenant, &key).await {
             Ok(Some(record)) => record,
             Ok(None) => return invalid(Some(&key), "no operation with this key"),
             Err(error) => return store_failure(Some(&key), &error),
@@ -917,10 +1005,17 @@ impl ReferenceExecutor {
         let result = json!({"job_id": job_id, "status": "succeeded", "result": job_result});
         let (response_json, now) = (result.to_string(), self.now_ms());
         let (tenant, key) = (&record.tenant, &record.operation_key);
-        let won = self
-            .gated()
-            .call("settle_job", |store| store.settle_job(tenant, key, job_id, &response_json, now))
-            .await?;
+        let won = if (self.strategies.job_settlement)().compare_and_set {
+            self.gated()
+                .call("settle_job", |store| store.settle_job(tenant, key, job_id, &response_json, now))
+                .await?
+        } else {
+            self.gated()
+                .call("write_job_result", |store| {
+                    store.write_job_result(tenant, key, job_id, &response_json, now)
+                })
+                .await?
+        };
         if !won {
             return Ok(None);
         }
@@ -944,33 +1039,30 @@ impl ReferenceExecutor {
         if !ids_fit || event.kind != "job.succeeded" {
             return WebhookAck::Invalid;
         }
+        let tenant = (self.strategies.tenant_scope)(&event.tenant);
         let found = match event.idempotency_key.as_deref() {
             Some(key) => {
                 self.gated()
-                    .call("load_by_downstream_key", |store| store.load_by_downstream_key(&event.tenant, key))
+                    .call("load_by_downstream_key", |store| store.load_by_downstream_key(tenant, key))
                     .await
             }
-            None => {
-                self.gated()
-                    .call("load_by_job", |store| store.load_by_job(&event.tenant, &event.job_id))
-                    .await
-            }
+            None => self.gated().call("load_by_job", |store| store.load_by_job(tenant, &event.job_id)).await,
         };
         let Ok(found) = found else { return WebhookAck::Unmatched };
         // The event must be about this operation's job (when the job is known).
         let record = found.filter(|record| record.job_id.as_deref().is_none_or(|job| job == event.job_id));
         let (now, operation_key) =
             (self.now_ms(), record.as_ref().map(|record| record.operation_key.as_str()));
-        let recorded = self
-            .gated()
-            .call("record_event", |store| {
-                store.record_event(&event.event_id, &event.tenant, operation_key, now)
-            })
-            .await;
-        match recorded {
-            Ok(true) => {}
-            Ok(false) => return WebhookAck::DuplicateEvent,
-            Err(_) => return WebhookAck::Unmatched,
+        if (self.strategies.job_settlement)().dedupe_event_ids {
+            let recorded = self
+                .gated()
+                .call("record_event", |store| store.record_event(&event.event_id, tenant, operation_key, now))
+                .await;
+            match recorded {
+                Ok(true) => {}
+                Ok(false) => return WebhookAck::DuplicateEvent,
+                Err(_) => return WebhookAck::Unmatched,
+            }
         }
         let Some(record) = record else { return WebhookAck::Unmatched };
         let Some(contract) = self.env.contracts.get(&record.tool_name, &record.tool_version) else {
@@ -991,8 +1083,11 @@ impl ReferenceExecutor {
             return Consumed::Ack;
         };
         let Ok((contract, request)) = self.prepare(payload.call) else { return Consumed::Ack };
-        if request.key != envelope.operation_key || request.call.tenant != envelope.tenant {
+        if request.key != envelope.operation_key || request.tenant != envelope.tenant {
             return Consumed::Ack;
+        }
+        if !(self.strategies.consumer_claim)(contract) {
+            return self.consume_unclaimed(contract, &request).await;
         }
         let record = match self.load(&envelope.tenant, &envelope.operation_key).await {
             Ok(Some(record)) => record,
@@ -1028,6 +1123,33 @@ impl ReferenceExecutor {
             | RecordStatus::FailedPermanent
             | RecordStatus::Unknown
             | RecordStatus::Tombstone => Consumed::Ack,
+        }
+    }
+}
+
+impl ReferenceExecutor {
+    /// `consumer_claim` false (mutants only): the delivery is acted on at once; only then is
+    /// the operation looked at, and settled if it is still waiting for a consumer.
+    async fn consume_unclaimed(&self, contract: &ToolContract, request: &Request) -> Consumed {
+        let call = &request.call;
+        if !self.allowed_at(AuthPoint::BeforeEffect, &call.tenant, &call.actor, &contract.name).await {
+            return Consumed::Ack;
+        }
+        let downstream_key = (self.strategies.downstream_key)(contract, &request.key);
+        let answer =
+            classify(request.plan.kind, self.send(request.plan.request(downstream_key.as_deref())).await);
+        let record = match self.load(&request.tenant, &request.key).await {
+            Ok(Some(record)) => record,
+            Ok(None) => return Consumed::Ack,
+            Err(_) => return Consumed::Retry,
+        };
+        if record.status != RecordStatus::Pending || record.job_id.is_some() {
+            return Consumed::Ack;
+        }
+        let Some(owned) = self.take_over(&record, contract).await else { return Consumed::Ack };
+        match self.record_answer(&owned, contract, answer).await.status {
+            OutcomeStatus::InFlight => Consumed::Retry,
+            _ => Consumed::Ack,
         }
     }
 }

@@ -585,11 +585,12 @@ impl ClaimStore {
     }
 
     /// Owner `owned` records the effect: `pending` -> `applied`. False when the claim is no
-    /// longer `owned`'s (its lease was taken over): nothing is written then.
+    /// longer `owned`'s (its lease was taken over): nothing is written then. The reference
+    /// executor always stores `Some` reference; `None` exists for mutants that keep none.
     pub fn complete(
         &self,
         owned: &OwnedClaim,
-        effect_reference: &str,
+        effect_reference: Option<&str>,
         response_json: &str,
         now_ms: u64,
     ) -> Result<bool, StoreError> {
@@ -765,6 +766,33 @@ impl ClaimStore {
                 statement.execute(params![tenant, operation_key, job_id, response_json, sql_ms(now_ms)])
             })
             .map_err(query("settle job"))?;
+        Ok(changed == 1)
+    }
+
+    /// Writes a finished job's result whatever the record's state: -> `applied` with the job
+    /// id as effect reference. True whenever the record exists, so every caller believes it
+    /// made the transition. The reference executor never does this (a redelivered completion
+    /// would settle again and send a second notice); it exists for the `webhook_no_dedupe`
+    /// mutant. Use [`ClaimStore::settle_job`].
+    pub fn write_job_result(
+        &self,
+        tenant: &str,
+        operation_key: &str,
+        job_id: &str,
+        response_json: &str,
+        now_ms: u64,
+    ) -> Result<bool, StoreError> {
+        let changed = self
+            .connection
+            .prepare_cached(
+                "UPDATE tool_operations SET status = 'applied', job_id = ?3, effect_reference = ?3, \
+                 response_json = ?4, owner_token = NULL, lease_until_ms = 0, reason = NULL, updated_at_ms = ?5 \
+                 WHERE tenant = ?1 AND operation_key = ?2",
+            )
+            .and_then(|mut statement| {
+                statement.execute(params![tenant, operation_key, job_id, response_json, sql_ms(now_ms)])
+            })
+            .map_err(query("write job result"))?;
         Ok(changed == 1)
     }
 
@@ -963,7 +991,7 @@ mod tests {
     fn only_the_owner_completes_and_a_taken_over_owner_cannot_overwrite() {
         let store = memory();
         store.claim(&claim("acme", "k1", "A", 0)).unwrap();
-        assert!(!store.complete(&owned("acme", "k1", "B"), "ticket_9", "{}", 1).unwrap());
+        assert!(!store.complete(&owned("acme", "k1", "B"), Some("ticket_9"), "{}", 1).unwrap());
 
         // The lease has not run out: no take-over.
         let mut take_over = TakeOver {
@@ -981,7 +1009,7 @@ mod tests {
         // A second take-over of the same observation loses.
         assert!(!store.take_over(&TakeOver { new_owner: "C".into(), ..take_over.clone() }).unwrap());
 
-        assert!(!store.complete(&owned("acme", "k1", "A"), "ticket_1", r#"{"a":1}"#, 6_000).unwrap());
+        assert!(!store.complete(&owned("acme", "k1", "A"), Some("ticket_1"), r#"{"a":1}"#, 6_000).unwrap());
         assert!(!store.mark_unknown(&owned("acme", "k1", "A"), "late", 6_000).unwrap());
         assert!(!store.fail_permanent(&owned("acme", "k1", "A"), "unauthorized", 6_000).unwrap());
         let record = store.load("acme", "k1").unwrap().unwrap();
@@ -989,13 +1017,13 @@ mod tests {
         assert!(store.reconciliations("acme", "k1").unwrap().is_empty());
 
         assert!(store
-            .complete(&owned("acme", "k1", "B"), "ticket_1", r#"{"ticket_id":"ticket_1"}"#, 7_000)
+            .complete(&owned("acme", "k1", "B"), Some("ticket_1"), r#"{"ticket_id":"ticket_1"}"#, 7_000)
             .unwrap());
         let record = store.load("acme", "k1").unwrap().unwrap();
         assert_eq!(record.status, RecordStatus::Applied);
         assert_eq!(record.effect_reference.as_deref(), Some("ticket_1"));
         assert_eq!(record.owner_token, None);
-        assert!(!store.complete(&owned("acme", "k1", "B"), "ticket_2", "{}", 8_000).unwrap());
+        assert!(!store.complete(&owned("acme", "k1", "B"), Some("ticket_2"), "{}", 8_000).unwrap());
     }
 
     #[test]
@@ -1030,7 +1058,9 @@ mod tests {
         let store = memory();
         store.claim(&claim("acme", "k1", "A", 0)).unwrap();
         assert!(!store.tombstone("acme", "k1", 1).unwrap(), "a pending record is not terminal");
-        store.complete(&owned("acme", "k1", "A"), "ticket_1", r#"{"ticket_id":"ticket_1"}"#, 1).unwrap();
+        store
+            .complete(&owned("acme", "k1", "A"), Some("ticket_1"), r#"{"ticket_id":"ticket_1"}"#, 1)
+            .unwrap();
         assert!(store.tombstone("acme", "k1", 70_000).unwrap());
         let record = store.load("acme", "k1").unwrap().unwrap();
         assert_eq!(record.status, RecordStatus::Tombstone);

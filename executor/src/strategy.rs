@@ -71,6 +71,59 @@ pub enum RetentionVerdict {
     Forget,
 }
 
+/// What an ambiguous answer to an effect request (a timeout, a closed connection, a 5xx, a
+/// body that does not carry the effect reference) is taken to mean.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AmbiguityVerdict {
+    /// The effect may or may not have happened: record `unknown` and leave it to
+    /// reconciliation (the reference).
+    Unknown,
+    /// Take it as done, without a receipt (never chosen by the reference: success inferred
+    /// from silence).
+    Applied,
+    /// Send the request again now (never chosen by the reference: a resend is only safe with
+    /// a key the downstream honours, and recovery decides that after a receipt lookup).
+    Resend,
+}
+
+/// What the claim store keeps when an effect completes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredCompletion {
+    /// The effect reference to store (`None`: the record keeps no reference).
+    pub effect_reference: Option<String>,
+    /// The safe result to store, replayed to later duplicates.
+    pub response: Value,
+}
+
+/// What a retry does when it finds the operation's delayed job accepted and unfinished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobRetry {
+    /// Answer `in_flight` and let polling (or the webhook) settle the job (the reference).
+    Poll,
+    /// Submit the job again (never chosen by the reference: a second job).
+    Resubmit,
+}
+
+/// What a call does when the operation's record holds a different request fingerprint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MismatchVerdict {
+    /// Refuse it; the stored request stands (the reference).
+    Reject,
+    /// Replace the stored operation by the newer request and carry that out (never chosen by
+    /// the reference: one key, two different effects).
+    ApplyNewest,
+}
+
+/// How finished delayed jobs are settled, by the completion webhook or by polling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JobSettlementPlan {
+    /// Record each webhook event id and ignore a redelivered one.
+    pub dedupe_event_ids: bool,
+    /// Settle by compare-and-set (`pending|unknown -> applied`), so that only the first
+    /// settlement wins and sends the completion notice.
+    pub compare_and_set: bool,
+}
+
 /// R: the operation key.
 pub type OperationKeyFn = fn(&KeyInput<'_>) -> String;
 /// E: the request fingerprint (validates the arguments).
@@ -86,6 +139,24 @@ pub type AuthorizeAtFn = fn(AuthPoint) -> bool;
 pub type RetentionFn = fn(&OperationRecord, u64) -> RetentionVerdict;
 /// The `Idempotency-Key` to send downstream for an operation key (`None`: send none).
 pub type DownstreamKeyFn = fn(&ToolContract, &str) -> Option<String>;
+
+/// What an ambiguous answer means, given the contract and how many requests this attempt
+/// has sent so far (1 after the first).
+pub type AmbiguityFn = fn(&ToolContract, u32) -> AmbiguityVerdict;
+/// What is stored on completion, from the downstream's effect reference and safe result.
+pub type CompletionFn = fn(&str, &Value) -> StoredCompletion;
+/// What a retry of an operation whose delayed job is still running does.
+pub type JobRetryFn = fn(&ToolContract) -> JobRetry;
+/// What a fingerprint mismatch does (the contract is the incoming call's).
+pub type MismatchFn = fn(&ToolContract) -> MismatchVerdict;
+/// The tenant value under which the operation is keyed and stored, from the call's tenant.
+pub type TenantScopeFn = for<'a> fn(&'a str) -> &'a str;
+/// Whether an absolute update sends the version it was based on (`If-Match`).
+pub type VersionPreconditionFn = fn(&ToolContract) -> bool;
+/// How finished jobs are settled (webhook deduplication and the settling transition).
+pub type JobSettlementFn = fn() -> JobSettlementPlan;
+/// Whether the queue consumer claims the operation before it acts on a delivery.
+pub type ConsumerClaimFn = fn(&ToolContract) -> bool;
 
 /// The REPLAY decisions an executor is made of. Copy it, replace one field, and hand it to
 /// [`crate::ReferenceFactory::with_strategies`] to build a mutant.
@@ -105,11 +176,27 @@ pub struct Strategies {
     pub retention: RetentionFn,
     /// Downstream key choice.
     pub downstream_key: DownstreamKeyFn,
+    /// What an ambiguous downstream answer means.
+    pub ambiguity: AmbiguityFn,
+    /// What is stored when an effect completes.
+    pub completion: CompletionFn,
+    /// What a retry of a running delayed job does.
+    pub job_retry: JobRetryFn,
+    /// What a fingerprint mismatch does.
+    pub mismatch: MismatchFn,
+    /// The tenant scope of keys and store records.
+    pub tenant_scope: TenantScopeFn,
+    /// Whether absolute updates carry their version precondition.
+    pub version_precondition: VersionPreconditionFn,
+    /// Webhook deduplication and the job-settling transition.
+    pub job_settlement: JobSettlementFn,
+    /// Whether the queue consumer claims before it acts.
+    pub consumer_claim: ConsumerClaimFn,
 }
 
 impl Strategies {
     /// The correct decisions.
-    pub fn reference() -> Self {
+    pub const fn reference() -> Self {
         Self {
             operation_key: reference_operation_key,
             fingerprint: reference_fingerprint,
@@ -118,6 +205,14 @@ impl Strategies {
             authorize_at: reference_authorize_at,
             retention: reference_retention,
             downstream_key: reference_downstream_key,
+            ambiguity: reference_ambiguity,
+            completion: reference_completion,
+            job_retry: reference_job_retry,
+            mismatch: reference_mismatch,
+            tenant_scope: reference_tenant_scope,
+            version_precondition: reference_version_precondition,
+            job_settlement: reference_job_settlement,
+            consumer_claim: reference_consumer_claim,
         }
     }
 }
@@ -180,6 +275,55 @@ pub fn reference_retention(record: &OperationRecord, now_ms: u64) -> RetentionVe
 pub fn reference_downstream_key(contract: &ToolContract, operation_key: &str) -> Option<String> {
     let useful = contract.downstream.honours_key || contract.downstream.receipt_lookup;
     useful.then(|| downstream_key_for(operation_key))
+}
+
+/// Ambiguity: the effect may have happened, so the record becomes `unknown` with a
+/// reconciliation row, whatever the tool; never success, never an immediate resend.
+pub fn reference_ambiguity(_contract: &ToolContract, _requests_sent: u32) -> AmbiguityVerdict {
+    AmbiguityVerdict::Unknown
+}
+
+/// Completion: the downstream's effect reference and the safe result, so that a replay
+/// returns exactly what the first answer did.
+pub fn reference_completion(effect_reference: &str, result: &Value) -> StoredCompletion {
+    StoredCompletion { effect_reference: Some(effect_reference.to_owned()), response: result.clone() }
+}
+
+/// Job retry: the job id is stored and the job is never submitted again; the retry is told
+/// to poll.
+pub fn reference_job_retry(_contract: &ToolContract) -> JobRetry {
+    JobRetry::Poll
+}
+
+/// Mismatch: the stored request is never replaced and the changed one never executed.
+pub fn reference_mismatch(_contract: &ToolContract) -> MismatchVerdict {
+    MismatchVerdict::Reject
+}
+
+/// Tenant scope: the call's own tenant, so that the same key string under two tenants is
+/// two operations (it is the first part of both the operation key and the store's primary
+/// key).
+pub fn reference_tenant_scope(tenant: &str) -> &str {
+    tenant
+}
+
+/// Version precondition: always sent where the tool has one (`If-Match` with the version the
+/// caller read), so that a stale absolute update is refused instead of applied.
+pub fn reference_version_precondition(_contract: &ToolContract) -> bool {
+    true
+}
+
+/// Job settlement: webhook event ids are recorded and a redelivery ignored, and the
+/// `pending -> applied` transition is a compare-and-set whose only winner sends the
+/// completion notice.
+pub fn reference_job_settlement() -> JobSettlementPlan {
+    JobSettlementPlan { dedupe_event_ids: true, compare_and_set: true }
+}
+
+/// Consumer claim: a queue consumer takes the operation over by compare-and-set before it
+/// acts, because the queue delivers at least once.
+pub fn reference_consumer_claim(_contract: &ToolContract) -> bool {
+    true
 }
 
 /// The operation key as a header-safe downstream key (see [`reference_downstream_key`]).

@@ -1,0 +1,900 @@
+//! The mutant zoo of MATRIX.md: eighteen executors, each the reference with exactly one
+//! classic defect, plugged in through the same public [`protocol::ExecutorFactory`]
+//! interface as any user's executor.
+//!
+//! Every defect is code doing the wrong thing (a read then an insert with a store call in
+//! between, a claim table in the worker's private memory, a resend after a timeout without a
+//! key, ...), never a flag that tells the harness to fail: a mutant is killed only when a
+//! scenario makes its defect produce a wrong outcome or a second effect on the downstream's
+//! ledger. Seventeen of them replace one decision of [`Strategies`] (two fields for
+//! `blind_retry`, whose single defect needs both; see there); `in_memory_claims` keeps every
+//! decision and moves the claim store into the worker's private memory.
+//!
+//! ```
+//! let zoo = executor::mutants::all();
+//! assert_eq!(zoo.len(), 18);
+//! let blind_retry = executor::mutants::find("blind_retry").expect("in the zoo");
+//! assert_eq!((blind_retry.id, blind_retry.caught_by), ("M05", &["S02"][..]));
+//! // The harness makes one factory per run (scenario and seed), named by a unique label.
+//! let factory = (blind_retry.factory)("S02-seed-1")?;
+//! # let _ = factory;
+//! # Ok::<(), executor::StoreError>(())
+//! ```
+
+use protocol::{ContractError, ExecutorFactory, Fingerprint, LocalBoxFuture, ToolCall, ToolContract};
+use serde_json::{json, Map, Value};
+use sha2::{Digest, Sha256};
+
+use crate::machine::{ReferenceConfig, ReferenceFactory};
+use crate::store::{Claimed, GatedStore, NewClaim, OperationRecord, StoreError, StoreLocation};
+use crate::strategy::{
+    reference_operation_key, AmbiguityVerdict, AuthPoint, JobRetry, JobSettlementPlan, KeyInput,
+    MismatchVerdict, RecoveryPlan, RetentionVerdict, StoredCompletion, Strategies,
+};
+
+/// Makes the executor factory of one run from the run's label (unique per scenario and seed).
+pub type MutantFactoryFn = fn(&str) -> Result<Box<dyn ExecutorFactory + Send + Sync>, StoreError>;
+
+/// One mutant of the zoo.
+#[derive(Debug, Clone, Copy)]
+pub struct Mutant {
+    /// MATRIX.md's id, `M01`..`M18`.
+    pub id: &'static str,
+    /// MATRIX.md's name; the harness calls it `mutant:<name>`.
+    pub name: &'static str,
+    /// The defect, in one line.
+    pub defect: &'static str,
+    /// The scenarios MATRIX.md says must catch it (at least).
+    pub caught_by: &'static [&'static str],
+    /// The decisions its executors make. For `in_memory_claims` these are the reference's:
+    /// its defect is where the claims live, not a decision.
+    pub strategies: Strategies,
+    /// Makes its factory for one run.
+    pub factory: MutantFactoryFn,
+}
+
+/// The zoo, `M01` to `M18` in MATRIX.md's order.
+pub fn all() -> Vec<Mutant> {
+    vec![
+        Mutant {
+            id: "M01",
+            name: "args_hash_as_key",
+            defect: "the operation key is a hash of the arguments, so a deliberate second action is a duplicate",
+            caught_by: &["S07"],
+            strategies: ARGS_HASH_AS_KEY,
+            factory: |run| boxed(args_hash_as_key(run)),
+        },
+        Mutant {
+            id: "M02",
+            name: "in_memory_claims",
+            defect: "claims live in the worker's private memory: a crash empties them, other workers never see them",
+            caught_by: &["S03", "S04", "S05"],
+            strategies: Strategies::reference(),
+            factory: |run| boxed(in_memory_claims(run)),
+        },
+        Mutant {
+            id: "M03",
+            name: "read_then_insert",
+            defect: "the claim is a read followed by a separate insert whose answer is not checked",
+            caught_by: &["S05"],
+            strategies: READ_THEN_INSERT,
+            factory: |run| boxed(read_then_insert(run)),
+        },
+        Mutant {
+            id: "M04",
+            name: "no_fingerprint",
+            defect: "the key is trusted without comparing the request: a changed request replays the old result",
+            caught_by: &["S06"],
+            strategies: NO_FINGERPRINT,
+            factory: |run| boxed(no_fingerprint(run)),
+        },
+        Mutant {
+            id: "M05",
+            name: "blind_retry",
+            defect: "resends the downstream call after a timeout or other ambiguous answer, without a downstream key",
+            caught_by: &["S02"],
+            strategies: BLIND_RETRY,
+            factory: |run| boxed(blind_retry(run)),
+        },
+        Mutant {
+            id: "M06",
+            name: "timeout_is_success",
+            defect: "reports applied after a timeout or other ambiguous answer, without a receipt",
+            caught_by: &["S02", "S12"],
+            strategies: TIMEOUT_IS_SUCCESS,
+            factory: |run| boxed(timeout_is_success(run)),
+        },
+        Mutant {
+            id: "M07",
+            name: "no_auth_recheck",
+            defect: "trusts the first authorization decision: an existing key skips authorization",
+            caught_by: &["S08"],
+            strategies: NO_AUTH_RECHECK,
+            factory: |run| boxed(no_auth_recheck(run)),
+        },
+        Mutant {
+            id: "M08",
+            name: "short_ttl_delete",
+            defect: "deletes records when their retention runs out and treats a late duplicate as new",
+            caught_by: &["S09"],
+            strategies: SHORT_TTL_DELETE,
+            factory: |run| boxed(short_ttl_delete(run)),
+        },
+        Mutant {
+            id: "M09",
+            name: "pending_means_nothing",
+            defect: "after a lease expires, re-executes without asking the downstream for a receipt",
+            caught_by: &["S04", "S19"],
+            strategies: PENDING_MEANS_NOTHING,
+            factory: |run| boxed(pending_means_nothing(run)),
+        },
+        Mutant {
+            id: "M10",
+            name: "call_id_as_key",
+            defect: "uses the model's tool-call id as the operation key",
+            caught_by: &["S02", "S03"],
+            strategies: CALL_ID_AS_KEY,
+            factory: |run| boxed(call_id_as_key(run)),
+        },
+        Mutant {
+            id: "M11",
+            name: "boolean_success",
+            defect: "stores only that the call succeeded, not the effect reference or result",
+            caught_by: &["S01"],
+            strategies: BOOLEAN_SUCCESS,
+            factory: |run| boxed(boolean_success(run)),
+        },
+        Mutant {
+            id: "M12",
+            name: "resubmit_job",
+            defect: "resubmits a delayed job that is still running when the call is retried",
+            caught_by: &["S10"],
+            strategies: RESUBMIT_JOB,
+            factory: |run| boxed(resubmit_job(run)),
+        },
+        Mutant {
+            id: "M13",
+            name: "raw_json_fingerprint",
+            defect: "fingerprints the raw JSON text, so key order, whitespace and ignored fields count",
+            caught_by: &["S14"],
+            strategies: RAW_JSON_FINGERPRINT,
+            factory: |run| boxed(raw_json_fingerprint(run)),
+        },
+        Mutant {
+            id: "M14",
+            name: "newest_payload_wins",
+            defect: "on a fingerprint mismatch, replaces the stored operation and applies the newer payload",
+            caught_by: &["S06"],
+            strategies: NEWEST_PAYLOAD_WINS,
+            factory: |run| boxed(newest_payload_wins(run)),
+        },
+        Mutant {
+            id: "M15",
+            name: "no_tenant_scope",
+            defect: "keys and stores every operation under one tenant: the same key string under two tenants collides",
+            caught_by: &["S13"],
+            strategies: NO_TENANT_SCOPE,
+            factory: |run| boxed(no_tenant_scope(run)),
+        },
+        Mutant {
+            id: "M16",
+            name: "stale_overwrite",
+            defect: "sends absolute updates without their version precondition (no If-Match)",
+            caught_by: &["S18"],
+            strategies: STALE_OVERWRITE,
+            factory: |run| boxed(stale_overwrite(run)),
+        },
+        Mutant {
+            id: "M17",
+            name: "webhook_no_dedupe",
+            defect: "processes every webhook delivery: no event-id check, and every delivery settles the job and sends the notice",
+            caught_by: &["S17"],
+            strategies: WEBHOOK_NO_DEDUPE,
+            factory: |run| boxed(webhook_no_dedupe(run)),
+        },
+        Mutant {
+            id: "M18",
+            name: "consumer_no_claim",
+            defect: "the queue consumer acts on every delivery before it claims the operation",
+            caught_by: &["S16"],
+            strategies: CONSUMER_NO_CLAIM,
+            factory: |run| boxed(consumer_no_claim(run)),
+        },
+    ]
+}
+
+/// The mutant called `name` (`blind_retry`, without the harness's `mutant:` prefix).
+pub fn find(name: &str) -> Option<Mutant> {
+    all().into_iter().find(|mutant| mutant.name == name)
+}
+
+fn boxed(
+    factory: Result<ReferenceFactory, StoreError>,
+) -> Result<Box<dyn ExecutorFactory + Send + Sync>, StoreError> {
+    Ok(Box::new(factory?))
+}
+
+/// A factory over a fresh shared-memory store named after the run, like the reference's.
+fn on_shared_store(run_label: &str, strategies: Strategies) -> Result<ReferenceFactory, StoreError> {
+    ReferenceFactory::with_strategies(
+        StoreLocation::fresh_shared_memory(run_label),
+        ReferenceConfig::default(),
+        strategies,
+    )
+}
+
+// ------------------------------------------------------------------ the mutants
+
+const ARGS_HASH_AS_KEY: Strategies = Strategies { operation_key: args_hash_key, ..Strategies::reference() };
+
+/// M01 args_hash_as_key — MATRIX.md: "the key is a hash of the arguments"; must be caught by
+/// S07.
+///
+/// Difference from the reference: `operation_key: args_hash_key` (the tenant and a SHA-256
+/// of the canonical arguments instead of tenant, environment, workflow id and step id).
+///
+/// Plausible because "the same request is the same action" sounds like idempotency, needs no
+/// workflow context, and survives every retry and every new tool-call id. But a user who
+/// deliberately asks for a second identical ticket (a new step) gets the first one replayed.
+pub fn args_hash_as_key(run_label: &str) -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(run_label, ARGS_HASH_AS_KEY)
+}
+
+/// M02 in_memory_claims — MATRIX.md: "claims live in process memory"; must be caught by S03,
+/// S04 and S05 (workers on different hosts).
+///
+/// Difference from the reference: the store is [`StoreLocation::PrivateMemory`] instead of a
+/// shared database, so each worker incarnation opens its own empty claim table
+/// (`run_label` is not needed: nothing is shared).
+///
+/// Plausible because an in-process map of claimed keys is the first thing anyone writes,
+/// passes every single-process test, and is fast. But a crash empties it (the restarted
+/// worker claims the operation again and repeats the effect) and two workers on two hosts
+/// never see each other's claims.
+pub fn in_memory_claims(_run_label: &str) -> Result<ReferenceFactory, StoreError> {
+    ReferenceFactory::with_strategies(
+        StoreLocation::PrivateMemory,
+        ReferenceConfig::default(),
+        Strategies::reference(),
+    )
+}
+
+const READ_THEN_INSERT: Strategies = Strategies { claim: read_then_insert_claim, ..Strategies::reference() };
+
+/// M03 read_then_insert — MATRIX.md: "claim is a read followed by a separate insert"; must be
+/// caught by S05.
+///
+/// Difference from the reference: `claim: read_then_insert_claim` (load; if nothing is there,
+/// insert and take ownership without checking what the insert said).
+///
+/// Plausible because "if not exists then insert" reads like a claim and is what most ORMs
+/// make easy. But the two statements are two store calls: another worker can read "nothing"
+/// in between, and both go on to carry the effect out.
+pub fn read_then_insert(run_label: &str) -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(run_label, READ_THEN_INSERT)
+}
+
+const NO_FINGERPRINT: Strategies =
+    Strategies { fingerprint: arguments_blind_fingerprint, ..Strategies::reference() };
+
+/// M04 no_fingerprint — MATRIX.md: "the key is trusted without comparing the request"; must
+/// be caught by S06.
+///
+/// Difference from the reference: `fingerprint: arguments_blind_fingerprint` (the material
+/// request without its arguments: tool, version and tenant only), so the stored and the
+/// incoming fingerprints of one operation never differ.
+///
+/// Plausible because the key already names the operation, so comparing the request looks
+/// redundant. But a changed amount under the same key is then answered with the old
+/// charge's replay, and the caller believes the new amount was charged.
+pub fn no_fingerprint(run_label: &str) -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(run_label, NO_FINGERPRINT)
+}
+
+const BLIND_RETRY: Strategies = Strategies {
+    ambiguity: resend_when_ambiguous,
+    downstream_key: no_downstream_key,
+    ..Strategies::reference()
+};
+
+/// M05 blind_retry — MATRIX.md: "retries the downstream call after a timeout, without a
+/// downstream key"; must be caught by S02.
+///
+/// Difference from the reference: `ambiguity: resend_when_ambiguous` (up to
+/// [`BLIND_RETRY_REQUESTS`] requests in all) with `downstream_key: no_downstream_key`. One
+/// defect in two fields: a resend under a key the downstream honours is exactly what the
+/// reference's recovery may do (the downstream replays instead of acting again), so the
+/// retry is *blind* only because it carries no key.
+///
+/// Plausible because retrying a timeout is what every HTTP client library offers, and a
+/// request without an `Idempotency-Key` is what a tool call becomes when nobody thought of
+/// one. But the first request may have committed before its answer was lost.
+pub fn blind_retry(run_label: &str) -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(run_label, BLIND_RETRY)
+}
+
+const TIMEOUT_IS_SUCCESS: Strategies =
+    Strategies { ambiguity: ambiguous_is_applied, ..Strategies::reference() };
+
+/// M06 timeout_is_success — MATRIX.md: "reports `applied` after a timeout"; must be caught by
+/// S02 and S12.
+///
+/// Difference from the reference: `ambiguity: ambiguous_is_applied` (a timeout, a closed
+/// connection, a 5xx or a garbled body completes the record as `applied`, without a
+/// reference).
+///
+/// Plausible because most timeouts happen after the downstream did the work, and "no error"
+/// is easy to read as success. But a request swallowed before it committed is then reported
+/// done, and even a committed one is reported without any receipt.
+pub fn timeout_is_success(run_label: &str) -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(run_label, TIMEOUT_IS_SUCCESS)
+}
+
+const NO_AUTH_RECHECK: Strategies =
+    Strategies { authorize_at: authorize_new_keys_only, ..Strategies::reference() };
+
+/// M07 no_auth_recheck — MATRIX.md: "trusts the first authorization decision"; must be
+/// caught by S08.
+///
+/// Difference from the reference: `authorize_at: authorize_new_keys_only` (ask once, right
+/// after the claim that created the record; never before the claim, never before an effect).
+///
+/// Plausible because authorizing the operation when it is created looks sufficient and
+/// saves a round trip on every retry. But a permission revoked between the first attempt
+/// and the retry is then never seen: the existing key is a bypass.
+pub fn no_auth_recheck(run_label: &str) -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(run_label, NO_AUTH_RECHECK)
+}
+
+const SHORT_TTL_DELETE: Strategies =
+    Strategies { retention: forget_after_retention, ..Strategies::reference() };
+
+/// M08 short_ttl_delete — MATRIX.md: "deletes records on a short timer and treats a late
+/// duplicate as new"; must be caught by S09.
+///
+/// Difference from the reference: `retention: forget_after_retention` (a terminal record past
+/// its retention is deleted, [`RetentionVerdict::Forget`], instead of becoming a tombstone).
+/// The timer is the retention window itself: whatever its length, the key that arrives after
+/// it finds nothing and is claimed afresh.
+///
+/// Plausible because a TTL index that deletes old rows is how key tables are usually kept
+/// small. But a duplicate that arrives late (a resumed workflow, a redelivered message) then
+/// becomes a new effect.
+pub fn short_ttl_delete(run_label: &str) -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(run_label, SHORT_TTL_DELETE)
+}
+
+const PENDING_MEANS_NOTHING: Strategies =
+    Strategies { recovery: re_execute_without_lookup, ..Strategies::reference() };
+
+/// M09 pending_means_nothing — MATRIX.md: "after a lease expires, re-executes without asking
+/// the downstream"; must be caught by S04 and S19.
+///
+/// Difference from the reference: `recovery: re_execute_without_lookup` (no receipt lookup;
+/// always send again with the same key, whether the downstream honours it or not).
+///
+/// Plausible because "the owner's lease ran out, so it died before doing anything" is the
+/// optimistic reading of a `pending` record. But the owner may have died (or be slow) after
+/// the downstream committed, and a downstream that ignores keys acts again.
+pub fn pending_means_nothing(run_label: &str) -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(run_label, PENDING_MEANS_NOTHING)
+}
+
+const CALL_ID_AS_KEY: Strategies = Strategies { operation_key: call_id_key, ..Strategies::reference() };
+
+/// M10 call_id_as_key — MATRIX.md: "uses the model's tool-call id as the key"; must be caught
+/// by S02 and S03.
+///
+/// Difference from the reference: `operation_key: call_id_key` (the tool-call id when the
+/// call has one; polls and reconciliations, which have none, keep the workflow key and so
+/// find nothing).
+///
+/// Plausible because the call id is right there on every call, unique and opaque, which is
+/// what a key is supposed to be. But the model mints a new one on every turn, so a retry of
+/// the same step is a new operation and the downstream's dedupe never sees the old key.
+pub fn call_id_as_key(run_label: &str) -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(run_label, CALL_ID_AS_KEY)
+}
+
+const BOOLEAN_SUCCESS: Strategies = Strategies { completion: success_flag_only, ..Strategies::reference() };
+
+/// M11 boolean_success — MATRIX.md: "stores only "succeeded", not the effect reference"; must
+/// be caught by S01 (O8/O2).
+///
+/// Difference from the reference: `completion: success_flag_only` (the record keeps
+/// `{"succeeded": true}` and no effect reference).
+///
+/// Plausible because "was it done?" is the question a duplicate check asks, and a flag
+/// answers it. But a replay must hand the agent the original effect (which ticket, which
+/// charge), and a flag cannot.
+pub fn boolean_success(run_label: &str) -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(run_label, BOOLEAN_SUCCESS)
+}
+
+const RESUBMIT_JOB: Strategies = Strategies { job_retry: resubmit_running_job, ..Strategies::reference() };
+
+/// M12 resubmit_job — MATRIX.md: "resubmits a slow delayed job on retry"; must be caught by
+/// S10.
+///
+/// Difference from the reference: `job_retry: resubmit_running_job` (a retry that finds the
+/// operation's job accepted but unfinished submits it again).
+///
+/// Plausible because a job that has not finished looks stuck, and submitting again is the
+/// obvious way to unstick it. But the first job is running, so the downstream now runs two.
+pub fn resubmit_job(run_label: &str) -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(run_label, RESUBMIT_JOB)
+}
+
+const RAW_JSON_FINGERPRINT: Strategies =
+    Strategies { fingerprint: raw_text_fingerprint, ..Strategies::reference() };
+
+/// M13 raw_json_fingerprint — MATRIX.md: "hashes the raw JSON text"; must be caught by S14.
+///
+/// Difference from the reference: `fingerprint: raw_text_fingerprint` (SHA-256 over tool,
+/// version, tenant and the arguments' text exactly as received, instead of the JCS form of
+/// the material fields after defaults).
+///
+/// Plausible because hashing the body is one line and looks exact. But the same request
+/// with its keys reordered, other whitespace, an omitted default or a new trace id is then
+/// "a different request", and an honest retry is rejected.
+pub fn raw_json_fingerprint(run_label: &str) -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(run_label, RAW_JSON_FINGERPRINT)
+}
+
+const NEWEST_PAYLOAD_WINS: Strategies =
+    Strategies { mismatch: apply_newest_payload, ..Strategies::reference() };
+
+/// M14 newest_payload_wins — MATRIX.md: "on mismatch, applies the newer payload"; must be
+/// caught by S06.
+///
+/// Difference from the reference: `mismatch: apply_newest_payload` (the stored operation is
+/// deleted and the newer request claimed and carried out in its place).
+///
+/// Plausible because "the latest instruction wins" is how most update APIs behave, and the
+/// model did change its mind. But the original effect already happened: the key now stands
+/// for two effects.
+pub fn newest_payload_wins(run_label: &str) -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(run_label, NEWEST_PAYLOAD_WINS)
+}
+
+const NO_TENANT_SCOPE: Strategies = Strategies { tenant_scope: one_tenant_scope, ..Strategies::reference() };
+
+/// M15 no_tenant_scope — MATRIX.md: "the key is not scoped by tenant"; must be caught by S13.
+///
+/// Difference from the reference: `tenant_scope: one_tenant_scope` (every operation is keyed
+/// and stored under the tenant [`SINGLE_TENANT`], so the key and the store's primary key no
+/// longer carry the caller's tenant; the downstream request still does).
+///
+/// Plausible because workflow and step ids look globally unique, and the code was written
+/// for one customer first. But two tenants reuse the same workflow and step ids: the second
+/// finds the first one's operation (its request differs only by tenant, so it is refused as
+/// a changed request, and a poll replays the other tenant's effect reference).
+pub fn no_tenant_scope(run_label: &str) -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(run_label, NO_TENANT_SCOPE)
+}
+
+const STALE_OVERWRITE: Strategies =
+    Strategies { version_precondition: no_version_precondition, ..Strategies::reference() };
+
+/// M16 stale_overwrite — MATRIX.md: "absolute update without a version precondition"; must be
+/// caught by S18.
+///
+/// Difference from the reference: `version_precondition: no_version_precondition` (the
+/// `If-Match` header with the version the caller read is not sent).
+///
+/// Plausible because setting a status is naturally idempotent (closing a closed ticket
+/// changes nothing), so the duplicate looks harmless without any check. But an update based
+/// on an old read then overwrites a newer human change.
+pub fn stale_overwrite(run_label: &str) -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(run_label, STALE_OVERWRITE)
+}
+
+const WEBHOOK_NO_DEDUPE: Strategies =
+    Strategies { job_settlement: settle_every_delivery, ..Strategies::reference() };
+
+/// M17 webhook_no_dedupe — MATRIX.md: "processes every webhook delivery"; must be caught by
+/// S17.
+///
+/// Difference from the reference: `job_settlement: settle_every_delivery` (event ids are not
+/// recorded, and settling a job is a plain write, so every delivery "makes" the transition
+/// and sends the completion notice).
+///
+/// Plausible because a completion event looks like a fact that can be applied any number of
+/// times ("mark the job done"). But the side effects of the transition (the notice to
+/// operations) are not, and providers deliver webhooks at least once, sometimes under new
+/// event ids.
+pub fn webhook_no_dedupe(run_label: &str) -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(run_label, WEBHOOK_NO_DEDUPE)
+}
+
+const CONSUMER_NO_CLAIM: Strategies =
+    Strategies { consumer_claim: act_before_claiming, ..Strategies::reference() };
+
+/// M18 consumer_no_claim — MATRIX.md: "the queue consumer acts without claiming the
+/// operation"; must be caught by S16.
+///
+/// Difference from the reference: `consumer_claim: act_before_claiming` (the consumer sends
+/// at once and only afterwards looks the operation up and settles it).
+///
+/// Plausible because the caller already claimed the operation before it enqueued the
+/// envelope, so the consumer seems to hold it by construction. But queues deliver at least
+/// once: every redelivery sends the message again.
+pub fn consumer_no_claim(run_label: &str) -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(run_label, CONSUMER_NO_CLAIM)
+}
+
+// ------------------------------------------------------------------ the defective decisions
+
+/// How many requests [`resend_when_ambiguous`] sends in all for one effect: the usual
+/// "three tries" of an HTTP client's retry policy.
+pub const BLIND_RETRY_REQUESTS: u32 = 3;
+
+/// The tenant every operation is stored under by [`one_tenant_scope`].
+pub const SINGLE_TENANT: &str = "default";
+
+/// M01: the tenant and a SHA-256 of the arguments' canonical form. Without arguments (polls,
+/// reconciliations) it falls back to the workflow key.
+pub fn args_hash_key(input: &KeyInput<'_>) -> String {
+    match input.arguments {
+        Some(arguments) => {
+            let digest = Fingerprint::of(&Value::Object(arguments.clone())).digest;
+            format!("{}:args:{digest}", input.tenant)
+        }
+        None => reference_operation_key(input),
+    }
+}
+
+/// M03: read, and when nothing is there, insert and take ownership, ignoring whether the
+/// insert found the key taken in the meantime.
+pub fn read_then_insert_claim<'a>(
+    store: GatedStore<'a>,
+    claim: &'a NewClaim,
+) -> LocalBoxFuture<'a, Result<Claimed, StoreError>> {
+    Box::pin(async move {
+        let seen = store.call("load", |store| store.load(&claim.tenant, &claim.operation_key)).await?;
+        if let Some(record) = seen {
+            return Ok(Claimed::Existing(record));
+        }
+        store.call("insert", |store| store.claim(claim)).await?;
+        Ok(Claimed::New(claim.to_record()))
+    })
+}
+
+/// M04: validates the arguments, then fingerprints tool, version and tenant only.
+pub fn arguments_blind_fingerprint(
+    contract: &ToolContract,
+    call: &ToolCall,
+) -> Result<Fingerprint, ContractError> {
+    contract.validated_arguments(call)?;
+    Ok(Fingerprint::of(&contract.material_request(&call.tenant, &Map::new())))
+}
+
+/// M05: resend an ambiguous answer's request until [`BLIND_RETRY_REQUESTS`] were sent.
+pub fn resend_when_ambiguous(_contract: &ToolContract, requests_sent: u32) -> AmbiguityVerdict {
+    if requests_sent < BLIND_RETRY_REQUESTS {
+        AmbiguityVerdict::Resend
+    } else {
+        AmbiguityVerdict::Unknown
+    }
+}
+
+/// M05: never send an `Idempotency-Key`.
+pub fn no_downstream_key(_contract: &ToolContract, _operation_key: &str) -> Option<String> {
+    None
+}
+
+/// M06: an ambiguous answer is success.
+pub fn ambiguous_is_applied(_contract: &ToolContract, _requests_sent: u32) -> AmbiguityVerdict {
+    AmbiguityVerdict::Applied
+}
+
+/// M07: authorize only right after a claim that created the record.
+pub fn authorize_new_keys_only(point: AuthPoint) -> bool {
+    matches!(point, AuthPoint::AfterClaim { new_claim: true })
+}
+
+/// M08: a terminal record past its retention is deleted.
+pub fn forget_after_retention(record: &OperationRecord, now_ms: u64) -> RetentionVerdict {
+    if record.status.is_terminal() && now_ms >= record.expires_at_ms {
+        RetentionVerdict::Forget
+    } else {
+        RetentionVerdict::Keep
+    }
+}
+
+/// M09: recovery never asks for a receipt and always sends again.
+pub fn re_execute_without_lookup(_contract: &ToolContract) -> RecoveryPlan {
+    RecoveryPlan { look_up_receipt: false, resend_with_same_key: true }
+}
+
+/// M10: the model's tool-call id, when there is one.
+pub fn call_id_key(input: &KeyInput<'_>) -> String {
+    input.call_id.map_or_else(|| reference_operation_key(input), str::to_owned)
+}
+
+/// M11: a success flag, no reference.
+pub fn success_flag_only(_effect_reference: &str, _result: &Value) -> StoredCompletion {
+    StoredCompletion { effect_reference: None, response: json!({"succeeded": true}) }
+}
+
+/// M12: a running job is submitted again.
+pub fn resubmit_running_job(_contract: &ToolContract) -> JobRetry {
+    JobRetry::Resubmit
+}
+
+/// M13: SHA-256 over tool, version, tenant and the arguments' text as received.
+pub fn raw_text_fingerprint(contract: &ToolContract, call: &ToolCall) -> Result<Fingerprint, ContractError> {
+    contract.validated_arguments(call)?;
+    let text = format!("{}\n{}\n{}\n{}", call.tool, call.tool_version, call.tenant, call.arguments.get());
+    let digest = Sha256::digest(text.as_bytes()).iter().map(|byte| format!("{byte:02x}")).collect();
+    Ok(Fingerprint { algorithm: "sha256".into(), canonicalization: "raw-text".into(), digest })
+}
+
+/// M14: the newer payload replaces the stored operation.
+pub fn apply_newest_payload(_contract: &ToolContract) -> MismatchVerdict {
+    MismatchVerdict::ApplyNewest
+}
+
+/// M15: every tenant is [`SINGLE_TENANT`].
+pub fn one_tenant_scope(_tenant: &str) -> &str {
+    SINGLE_TENANT
+}
+
+/// M16: no `If-Match`.
+pub fn no_version_precondition(_contract: &ToolContract) -> bool {
+    false
+}
+
+/// M17: no event-id check, no compare-and-set.
+pub fn settle_every_delivery() -> JobSettlementPlan {
+    JobSettlementPlan { dedupe_event_ids: false, compare_and_set: false }
+}
+
+/// M18: the consumer acts first.
+pub fn act_before_claiming(_contract: &ToolContract) -> bool {
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use protocol::ContractSet;
+    use serde_json::value::RawValue;
+
+    use super::*;
+    use crate::store::RecordStatus;
+    use crate::strategy::{
+        reference_ambiguity, reference_authorize_at, reference_completion, reference_consumer_claim,
+        reference_downstream_key, reference_fingerprint, reference_job_retry, reference_job_settlement,
+        reference_mismatch, reference_recovery, reference_retention, reference_tenant_scope,
+        reference_version_precondition,
+    };
+
+    fn contract(name: &str) -> ToolContract {
+        ContractSet::builtin().iter().find(|contract| contract.name == name).unwrap().clone()
+    }
+
+    fn call(tenant: &str, call_id: &str, arguments: &str) -> ToolCall {
+        ToolCall {
+            tenant: tenant.into(),
+            environment: "production".into(),
+            workflow_id: "run_1".into(),
+            step_id: "step_1".into(),
+            tool: "tickets.create".into(),
+            tool_version: "2026-08-18".into(),
+            arguments: RawValue::from_string(arguments.into()).unwrap(),
+            actor: "agent".into(),
+            call_id: call_id.into(),
+            trace_id: None,
+            attempt: 0,
+        }
+    }
+
+    /// MATRIX.md's zoo table: id, name, the scenarios that must catch it.
+    const MATRIX_ZOO: [(&str, &str, &[&str]); 18] = [
+        ("M01", "args_hash_as_key", &["S07"]),
+        ("M02", "in_memory_claims", &["S03", "S04", "S05"]),
+        ("M03", "read_then_insert", &["S05"]),
+        ("M04", "no_fingerprint", &["S06"]),
+        ("M05", "blind_retry", &["S02"]),
+        ("M06", "timeout_is_success", &["S02", "S12"]),
+        ("M07", "no_auth_recheck", &["S08"]),
+        ("M08", "short_ttl_delete", &["S09"]),
+        ("M09", "pending_means_nothing", &["S04", "S19"]),
+        ("M10", "call_id_as_key", &["S02", "S03"]),
+        ("M11", "boolean_success", &["S01"]),
+        ("M12", "resubmit_job", &["S10"]),
+        ("M13", "raw_json_fingerprint", &["S14"]),
+        ("M14", "newest_payload_wins", &["S06"]),
+        ("M15", "no_tenant_scope", &["S13"]),
+        ("M16", "stale_overwrite", &["S18"]),
+        ("M17", "webhook_no_dedupe", &["S17"]),
+        ("M18", "consumer_no_claim", &["S16"]),
+    ];
+
+    #[test]
+    fn the_zoo_is_matrix_md_in_order() {
+        let zoo = all();
+        let listed: Vec<_> = zoo.iter().map(|mutant| (mutant.id, mutant.name, mutant.caught_by)).collect();
+        assert_eq!(listed, MATRIX_ZOO.to_vec());
+        let names: BTreeSet<_> = zoo.iter().map(|mutant| mutant.name).collect();
+        assert_eq!(names.len(), zoo.len(), "names are unique");
+        assert!(zoo.iter().all(|mutant| !mutant.defect.is_empty()));
+        assert_eq!(find("blind_retry").map(|mutant| mutant.id), Some("M05"));
+        assert!(find("mutant:blind_retry").is_none(), "the prefix is the harness's");
+        assert!(find("reference").is_none());
+    }
+
+    #[test]
+    fn every_factory_opens_and_can_be_shared_across_threads() {
+        fn shareable<T: Send + Sync + ?Sized>(_: &T) {}
+        for mutant in all() {
+            let factory = (mutant.factory)(&format!("mutants-unit-{}", mutant.name))
+                .unwrap_or_else(|error| panic!("{}: {error}", mutant.name));
+            shareable(factory.as_ref());
+        }
+        let store = in_memory_claims("ignored").unwrap().location().clone();
+        assert_eq!(store, StoreLocation::PrivateMemory);
+        let shared = blind_retry("S02 seed 1").unwrap().location().clone();
+        assert!(matches!(shared, StoreLocation::SharedMemory(ref name) if name.starts_with("S02_seed_1-")));
+    }
+
+    #[test]
+    fn args_hash_and_call_id_keys_ignore_the_workflow_step() {
+        let first: Map<String, Value> = serde_json::from_str(r#"{"subject":"s","queue":"q"}"#).unwrap();
+        let reordered: Map<String, Value> = serde_json::from_str(r#"{"queue":"q","subject":"s"}"#).unwrap();
+        let input = |step_id, call_id, arguments| KeyInput {
+            tenant: "acme",
+            environment: "production",
+            workflow_id: "run_1",
+            step_id,
+            call_id: Some(call_id),
+            arguments: Some(arguments),
+        };
+        let (a, b) = (input("step_1", "call_1", &first), input("step_2", "call_2", &reordered));
+        assert_ne!(reference_operation_key(&a), reference_operation_key(&b));
+        assert_eq!(args_hash_key(&a), args_hash_key(&b), "two steps, one key");
+        assert!(args_hash_key(&a).starts_with("acme:args:"));
+        let c = input("step_1", "call_2", &first);
+        assert_eq!(reference_operation_key(&a), reference_operation_key(&c));
+        assert_eq!(
+            (call_id_key(&a), call_id_key(&c)),
+            ("call_1".into(), "call_2".into()),
+            "one step, two keys"
+        );
+        let poll = KeyInput { call_id: None, arguments: None, ..a };
+        assert_eq!(args_hash_key(&poll), reference_operation_key(&poll));
+        assert_eq!(call_id_key(&poll), reference_operation_key(&poll));
+    }
+
+    #[test]
+    fn the_defective_fingerprints_miss_or_invent_differences() {
+        let tickets = contract("tickets.create");
+        let original = call("acme", "c1", r#"{"queue":"support","subject":"s","body":"b"}"#);
+        let changed = call("acme", "c2", r#"{"queue":"support","subject":"s","body":"other"}"#);
+        let reordered = call("acme", "c3", r#"{ "body": "b", "subject": "s" }"#);
+        let fingerprint = |function: crate::strategy::FingerprintFn, call: &ToolCall| {
+            function(&tickets, call).unwrap().to_string()
+        };
+        assert_ne!(
+            fingerprint(reference_fingerprint, &original),
+            fingerprint(reference_fingerprint, &changed)
+        );
+        assert_eq!(
+            fingerprint(arguments_blind_fingerprint, &original),
+            fingerprint(arguments_blind_fingerprint, &changed),
+            "no_fingerprint misses a changed request"
+        );
+        assert_eq!(
+            fingerprint(reference_fingerprint, &original),
+            fingerprint(reference_fingerprint, &reordered)
+        );
+        assert_ne!(
+            fingerprint(raw_text_fingerprint, &original),
+            fingerprint(raw_text_fingerprint, &reordered),
+            "raw_json_fingerprint invents a difference"
+        );
+        let invalid = call("acme", "c4", r#"{"queue":"support"}"#);
+        for function in [reference_fingerprint, arguments_blind_fingerprint, raw_text_fingerprint] {
+            assert!(function(&tickets, &invalid).is_err(), "every fingerprint still validates");
+        }
+    }
+
+    #[test]
+    fn the_defective_decisions_differ_from_the_reference_as_intended() {
+        let tickets = contract("tickets.create");
+        let (no_dedupe, charges) = (
+            {
+                let mut messages = contract("messages.send");
+                messages.downstream.honours_key = false;
+                messages
+            },
+            contract("payments.charge"),
+        );
+
+        assert_eq!(reference_ambiguity(&tickets, 1), AmbiguityVerdict::Unknown);
+        assert_eq!(ambiguous_is_applied(&tickets, 1), AmbiguityVerdict::Applied);
+        assert_eq!(resend_when_ambiguous(&tickets, 1), AmbiguityVerdict::Resend);
+        assert_eq!(resend_when_ambiguous(&tickets, BLIND_RETRY_REQUESTS - 1), AmbiguityVerdict::Resend);
+        assert_eq!(
+            resend_when_ambiguous(&tickets, BLIND_RETRY_REQUESTS),
+            AmbiguityVerdict::Unknown,
+            "bounded"
+        );
+        assert_eq!(reference_downstream_key(&tickets, "k"), Some("k".into()));
+        assert_eq!(no_downstream_key(&tickets, "k"), None);
+
+        for point in
+            [AuthPoint::BeforeClaim, AuthPoint::BeforeEffect, AuthPoint::AfterClaim { new_claim: false }]
+        {
+            assert!(!authorize_new_keys_only(point), "{point:?}");
+        }
+        assert!(authorize_new_keys_only(AuthPoint::AfterClaim { new_claim: true }));
+        assert!(reference_authorize_at(AuthPoint::BeforeEffect));
+
+        let record = OperationRecord {
+            tenant: "acme".into(),
+            operation_key: "k".into(),
+            tool_name: "tickets.create".into(),
+            tool_version: "2026-08-18".into(),
+            request_fingerprint: "f".into(),
+            status: RecordStatus::Applied,
+            effect_reference: Some("ticket_1".into()),
+            response_json: None,
+            owner_token: None,
+            lease_until_ms: 0,
+            job_id: None,
+            downstream_key: None,
+            reason: None,
+            created_at_ms: 0,
+            updated_at_ms: 0,
+            expires_at_ms: 100,
+        };
+        assert_eq!(reference_retention(&record, 100), RetentionVerdict::Tombstone);
+        assert_eq!(forget_after_retention(&record, 100), RetentionVerdict::Forget);
+        assert_eq!(forget_after_retention(&record, 99), RetentionVerdict::Keep);
+        let pending = OperationRecord { status: RecordStatus::Pending, ..record };
+        assert_eq!(forget_after_retention(&pending, 500), RetentionVerdict::Keep);
+
+        for contract in [&no_dedupe, &charges] {
+            assert!(reference_recovery(contract).look_up_receipt);
+            assert_eq!(
+                re_execute_without_lookup(contract),
+                RecoveryPlan { look_up_receipt: false, resend_with_same_key: true }
+            );
+        }
+        assert!(!reference_recovery(&no_dedupe).resend_with_same_key);
+
+        let result = json!({"ticket_id": "ticket_1", "version": 1});
+        assert_eq!(
+            reference_completion("ticket_1", &result),
+            StoredCompletion { effect_reference: Some("ticket_1".into()), response: result.clone() }
+        );
+        assert_eq!(success_flag_only("ticket_1", &result).effect_reference, None);
+
+        let jobs = contract("jobs.submit");
+        assert_eq!(
+            (reference_job_retry(&jobs), resubmit_running_job(&jobs)),
+            (JobRetry::Poll, JobRetry::Resubmit)
+        );
+        assert_eq!(
+            (reference_mismatch(&tickets), apply_newest_payload(&tickets)),
+            (MismatchVerdict::Reject, MismatchVerdict::ApplyNewest)
+        );
+        assert_eq!((reference_tenant_scope("acme"), reference_tenant_scope("globex")), ("acme", "globex"));
+        assert_eq!(one_tenant_scope("acme"), one_tenant_scope("globex"));
+        let set_status = contract("tickets.set_status");
+        assert!(reference_version_precondition(&set_status) && !no_version_precondition(&set_status));
+        assert_eq!(
+            reference_job_settlement(),
+            JobSettlementPlan { dedupe_event_ids: true, compare_and_set: true }
+        );
+        assert_eq!(
+            settle_every_delivery(),
+            JobSettlementPlan { dedupe_event_ids: false, compare_and_set: false }
+        );
+        let messages = contract("messages.send");
+        assert!(reference_consumer_claim(&messages) && !act_before_claiming(&messages));
+    }
+}
