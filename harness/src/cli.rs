@@ -118,6 +118,12 @@ enum Command {
     },
     /// List the executors that can be named with --executor.
     Executors,
+    /// Measure: `sim` (harness runs/s against a raw turmoil yardstick) or `store` (executor
+    /// claims/s against hand-written SQL).
+    Bench {
+        #[command(subcommand)]
+        what: BenchCommand,
+    },
     /// Serve the fake downstream on a real TCP port, like WireMock, until interrupted.
     ///
     /// Prints `listening on http://HOST:PORT` as its first line. Fault rules go to
@@ -130,6 +136,33 @@ enum Command {
         /// service, job duration, webhook).
         #[arg(long)]
         config: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchCommand {
+    /// Harness runs per second against a raw turmoil program with the same message count and
+    /// simulated span, in the same process.
+    Sim {
+        /// Runs of each.
+        #[arg(long, default_value_t = 2000)]
+        runs: u64,
+        /// Threads (default: the machine's cores).
+        #[arg(long)]
+        jobs: Option<usize>,
+        /// The scenario run (a typical case).
+        #[arg(long, default_value = "S01")]
+        scenario: String,
+        /// The executor run.
+        #[arg(long, default_value = "reference")]
+        executor: String,
+    },
+    /// Executor claims per second (claim + complete through the store API) against plain
+    /// INSERT .. ON CONFLICT + UPDATE on the same SQLite settings.
+    Store {
+        /// Operations of each.
+        #[arg(long, default_value_t = 20_000)]
+        operations: u64,
     },
 }
 
@@ -298,6 +331,46 @@ fn run(cli: Cli) -> Result<u8, Failure> {
                     scenario.summary
                 );
             }
+            Ok(exit::SUCCESS)
+        }
+        Command::Bench { what: BenchCommand::Sim { runs, jobs, scenario, executor } } => {
+            let executor = find_executor(&executor)?;
+            if runs == 0 {
+                return Err(bad_input(anyhow::anyhow!("--runs must be at least 1")));
+            }
+            let scenarios = load_scenarios(&[])?;
+            let chosen = scenarios
+                .iter()
+                .find(|s| s.id == scenario || s.name == scenario || s.full_name() == scenario)
+                .ok_or_else(|| bad_input(anyhow::anyhow!("no scenario {scenario:?}")))?;
+            let jobs =
+                jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from)).max(1);
+            let result = crate::bench::sim(chosen, &executor, runs, jobs);
+            println!(
+                "scenario {} with {}: {} HTTP exchanges over {} ms simulated per run; {runs} runs of each on {jobs} thread(s)",
+                chosen.full_name(),
+                executor.name,
+                result.shape.messages,
+                result.shape.simulated.as_millis()
+            );
+            println!(
+                "sim: harness runs/s={:.0} turmoil baseline runs/s={:.0} ratio={:.2}",
+                result.harness_runs_per_second,
+                result.baseline_runs_per_second,
+                result.ratio()
+            );
+            Ok(exit::SUCCESS)
+        }
+        Command::Bench { what: BenchCommand::Store { operations } } => {
+            if operations == 0 {
+                return Err(bad_input(anyhow::anyhow!("--operations must be at least 1")));
+            }
+            let result = executor::bench::store_bench(operations)
+                .map_err(|error| Failure { code: exit::CHECK_FAILED, error: error.into() })?;
+            println!(
+                "store: executor claims/s={:.0} raw inserts/s={:.0} ratio={:.2}",
+                result.claims_per_second, result.raw_inserts_per_second, result.ratio
+            );
             Ok(exit::SUCCESS)
         }
         Command::Executors => {

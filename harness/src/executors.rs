@@ -1,12 +1,18 @@
-//! The executors the command line can name: `reference`, and (later) the mutant zoo.
-//! Each is plugged in through the public [`protocol::ExecutorFactory`] interface only.
+//! The executors the command line can name: `reference`, and the mutant zoo of MATRIX.md as
+//! `mutant:<name>` (`executor::mutants`). Each is plugged in through the public
+//! [`protocol::ExecutorFactory`] interface only.
 
 use std::rc::Rc;
+use std::sync::Arc;
 
 use protocol::ExecutorFactory;
 
+/// Makes the factory for one run; the argument names the run (unique per scenario and seed),
+/// e.g. for an in-memory database.
+pub type MakeFactory = Arc<dyn Fn(&str) -> Rc<dyn ExecutorFactory> + Send + Sync>;
+
 /// A named executor the harness can run.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ExecutorSpec {
     /// The name on the command line (`reference`, `mutant:blind_retry`).
     pub name: String,
@@ -14,9 +20,18 @@ pub struct ExecutorSpec {
     pub version: String,
     /// One line: what it is.
     pub description: String,
-    /// Makes the factory for one run; the argument names the run (unique per scenario and
-    /// seed), e.g. for an in-memory database.
-    pub factory: fn(&str) -> Rc<dyn ExecutorFactory>,
+    /// Makes the factory for one run.
+    pub factory: MakeFactory,
+}
+
+impl std::fmt::Debug for ExecutorSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecutorSpec")
+            .field("name", &self.name)
+            .field("version", &self.version)
+            .field("description", &self.description)
+            .finish_non_exhaustive()
+    }
 }
 
 fn reference_factory(run_id: &str) -> Rc<dyn ExecutorFactory> {
@@ -26,14 +41,33 @@ fn reference_factory(run_id: &str) -> Rc<dyn ExecutorFactory> {
     Rc::new(factory)
 }
 
-/// Every executor the harness knows, reference first.
+/// The spec of one mutant of the zoo: `mutant:<name>`, described by its defect.
+fn mutant_spec(mutant: executor::mutants::Mutant) -> ExecutorSpec {
+    let make = mutant.factory;
+    let name = mutant.name;
+    ExecutorSpec {
+        name: format!("mutant:{name}"),
+        version: env!("CARGO_PKG_VERSION").into(),
+        description: format!("{} {name}: {}", mutant.id, mutant.defect),
+        factory: Arc::new(move |run_id| {
+            let factory = make(run_id).unwrap_or_else(|error| {
+                panic!("mutant {name}: an in-memory SQLite database always opens: {error}")
+            });
+            let factory: Rc<dyn ExecutorFactory + Send + Sync> = Rc::from(factory);
+            factory
+        }),
+    }
+}
+
+/// Every executor the harness knows, reference first, then the mutants M01..M18.
 pub fn all() -> Vec<ExecutorSpec> {
-    vec![ExecutorSpec {
+    let reference = ExecutorSpec {
         name: "reference".into(),
         version: env!("CARGO_PKG_VERSION").into(),
         description: "the reference executor: REPLAY over a SQLite claim store".into(),
-        factory: reference_factory,
-    }]
+        factory: Arc::new(reference_factory),
+    };
+    std::iter::once(reference).chain(executor::mutants::all().into_iter().map(mutant_spec)).collect()
 }
 
 /// The executor called `name`.

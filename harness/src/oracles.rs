@@ -322,8 +322,9 @@ fn mismatch_no_effect(facts: &Facts<'_>) -> Vec<Violation> {
                 .is_some_and(|contract| contract.replay_across_versions);
         if let Some(answer) = answer {
             // `expired` refuses too: past retention the key is a tombstone and nothing runs.
-            let acceptable = matches!(answer.outcome.status, OutcomeStatus::Rejected | OutcomeStatus::Expired)
-                || (replay_allowed && answer.outcome.status == OutcomeStatus::Replayed);
+            let acceptable =
+                matches!(answer.outcome.status, OutcomeStatus::Rejected | OutcomeStatus::Expired)
+                    || (replay_allowed && answer.outcome.status == OutcomeStatus::Replayed);
             if !acceptable {
                 violations.push(violation(
                     3,

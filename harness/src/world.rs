@@ -22,16 +22,23 @@ use crate::{agent, worker};
 
 /// The port every simulated server listens on.
 pub const PORT: u16 = 80;
-/// Simulated time per step. Coarser ticks make runs cheaper; 5 ms keeps message latency
-/// (1 to 10 ms) meaningful.
-pub const TICK: Duration = Duration::from_millis(5);
+/// Simulated time per step. Each step costs the same wall time whatever happens in it, so
+/// coarser ticks make runs cheaper; latencies span several ticks so that the seed still
+/// decides the order in which messages and store calls land.
+pub const TICK: Duration = Duration::from_millis(10);
 /// The longest a run may last in simulated time before it is stopped as a liveness failure.
 pub const MAX_SIMULATED: Duration = Duration::from_secs(600);
 /// The fixed epoch of every simulation (the default would leak wall-clock time).
 pub const EPOCH_SECONDS: u64 = 1_767_225_600;
-/// Message latency on the simulated network.
-const MIN_LATENCY: Duration = Duration::from_millis(1);
-const MAX_LATENCY: Duration = Duration::from_millis(10);
+/// Message latency on the simulated network: one to four ticks.
+pub const MIN_LATENCY: Duration = Duration::from_millis(1);
+/// See [`MIN_LATENCY`].
+pub const MAX_LATENCY: Duration = Duration::from_millis(40);
+/// Store-call latency through the store gate: one to three ticks.
+const MAX_STORE_LATENCY_MS: u64 = 25;
+/// The lease every contract gets in the simulation unless the scenario sets one: short, so
+/// that recovery happens within a short settle (real contracts say seconds to minutes).
+pub const SIMULATED_LEASE: Duration = Duration::from_secs(2);
 
 /// The fixed parameters of every simulated world, for the reports.
 pub fn parameters() -> reports::WorldParameters {
@@ -252,9 +259,9 @@ impl Shared {
         hash
     }
 
-    /// A store-call latency, 1 to 3 ms.
+    /// A store-call latency, 1 to [`MAX_STORE_LATENCY_MS`] ms.
     pub fn store_latency(&self) -> Duration {
-        Duration::from_millis(1 + self.rng.borrow_mut().next_u64() % 3)
+        Duration::from_millis(1 + self.rng.borrow_mut().next_u64() % MAX_STORE_LATENCY_MS)
     }
 }
 
@@ -270,13 +277,11 @@ pub fn contracts_for(scenario: &Scenario, downstream: &DownstreamConfig) -> Cont
             config.receipts,
         );
     }
-    if scenario.timing.lease.is_some() || scenario.timing.retention.is_some() {
-        let sample = contracts.iter().next().expect("built-in contracts exist").clone();
-        contracts.set_timing(
-            scenario.timing.lease.unwrap_or(sample.lease),
-            scenario.timing.retention.unwrap_or(sample.retention),
-        );
-    }
+    let sample = contracts.iter().next().expect("built-in contracts exist").clone();
+    contracts.set_timing(
+        scenario.timing.lease.unwrap_or(SIMULATED_LEASE),
+        scenario.timing.retention.unwrap_or(sample.retention),
+    );
     contracts
 }
 

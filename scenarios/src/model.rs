@@ -10,7 +10,7 @@ use protocol::{OutcomeStatus, ReasonCode};
 pub const DEFAULT_TOOL_VERSION: &str = "2026-08-18";
 /// How long the world runs after the last step, with every fault healed, before the final
 /// polls and the oracles: longer than any lease, so that recovery can happen.
-pub const DEFAULT_SETTLE: Duration = Duration::from_secs(20);
+pub const DEFAULT_SETTLE: Duration = Duration::from_secs(5);
 
 /// A row of the source document's tables that a scenario covers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

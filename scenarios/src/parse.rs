@@ -284,7 +284,10 @@ impl Validator<'_> {
     fn scenario(&self, form: FileForm) -> Result<Scenario, ScenarioError> {
         let err = |key: &str, message: String| Err((self.at)((self.key)(key), message));
         if !is_scenario_id(&form.id) {
-            return err("id", format!("`id` must look like S01 (a capital letter and digits), not {:?}", form.id));
+            return err(
+                "id",
+                format!("`id` must look like S01 (a capital letter and digits), not {:?}", form.id),
+            );
         }
         if form.name.is_empty()
             || !form.name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
@@ -614,7 +617,9 @@ impl StepContext {
 }
 
 fn is_scenario_id(id: &str) -> bool {
-    id.len() >= 2 && id.starts_with(|c: char| c.is_ascii_uppercase()) && id[1..].chars().all(|c| c.is_ascii_digit())
+    id.len() >= 2
+        && id.starts_with(|c: char| c.is_ascii_uppercase())
+        && id[1..].chars().all(|c| c.is_ascii_digit())
 }
 
 fn line_and_column(text: &str, offset: usize) -> (usize, usize) {
