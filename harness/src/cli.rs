@@ -109,6 +109,9 @@ enum Command {
         /// Stop at the first failing seed.
         #[arg(long)]
         stop_at_first: bool,
+        /// Run every case twice and fail on any history difference.
+        #[arg(long)]
+        check_determinism: bool,
     },
     /// List the scenarios and the rows they cover.
     Scenarios {
@@ -303,7 +306,17 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             print!("{}", render_run(&record.result));
             Ok(if verdict == Verdict::Pass { exit::SUCCESS } else { exit::CHECK_FAILED })
         }
-        Command::Explore { seeds, start, shard, executor, jobs, regressions, out, stop_at_first } => {
+        Command::Explore {
+            seeds,
+            start,
+            shard,
+            executor,
+            jobs,
+            regressions,
+            out,
+            stop_at_first,
+            check_determinism,
+        } => {
             let executor = find_executor(&executor)?;
             let shard = shard.as_deref().map(parse_shard).transpose()?;
             let jobs =
@@ -317,6 +330,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
                 regressions,
                 out,
                 stop_at_first,
+                check_determinism,
             };
             crate::explore_cli::run(&config).map_err(|error| Failure { code: exit::BAD_INPUT, error })
         }

@@ -557,6 +557,8 @@ pub struct CaseResult {
     pub violations: Vec<Violation>,
     /// Why it was unknown or crashed.
     pub notes: Vec<String>,
+    /// `sha256:` of the run's history.
+    pub history_digest: String,
 }
 
 impl CaseResult {
@@ -577,6 +579,7 @@ pub fn check_case(case: &Case, executor: &ExecutorSpec) -> CaseResult {
         verdict: record.result.verdict,
         violations: record.result.violations,
         notes: record.result.notes,
+        history_digest: record.result.history_digest,
     }
 }
 

@@ -33,6 +33,8 @@ pub struct ExploreConfig {
     pub out: PathBuf,
     /// Stop at the first failing seed.
     pub stop_at_first: bool,
+    /// Run every case twice and fail on any history difference.
+    pub check_determinism: bool,
 }
 
 /// One line of the regressions file.
@@ -123,6 +125,7 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
     let next = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
     let findings: Mutex<Vec<Finding>> = Mutex::new(Vec::new());
+    let nondeterministic: Mutex<Vec<u64>> = Mutex::new(Vec::new());
     let verdicts: Mutex<std::collections::BTreeMap<Verdict, u64>> =
         Mutex::new(std::collections::BTreeMap::new());
     let started = std::time::Instant::now();
@@ -136,6 +139,11 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
                 let Some(&seed) = seeds.get(position) else { break };
                 let case = explore::case_for_seed(seed);
                 let result = explore::check_case(&case, executor);
+                if config.check_determinism
+                    && explore::check_case(&case, executor).history_digest != result.history_digest
+                {
+                    nondeterministic.lock().unwrap_or_else(|p| p.into_inner()).push(seed);
+                }
                 *verdicts.lock().unwrap_or_else(|p| p.into_inner()).entry(result.verdict).or_insert(0) += 1;
                 if result.failure().is_some() {
                     if let Some(finding) = explore::explore_seed(seed, executor) {
@@ -165,6 +173,19 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
         count(Verdict::Unknown),
         count(Verdict::Crashed)
     );
+    let mut nondeterministic = nondeterministic.into_inner().unwrap_or_else(|p| p.into_inner());
+    nondeterministic.sort_unstable();
+    if config.check_determinism {
+        if nondeterministic.is_empty() {
+            println!("determinism: every case gave the same history twice");
+        } else {
+            failed = true;
+            println!(
+                "determinism: {} seed(s) gave different histories: {nondeterministic:?}",
+                nondeterministic.len()
+            );
+        }
+    }
     for finding in &findings {
         failed = true;
         let path = write_case(&config.out, finding)?;
