@@ -1,0 +1,304 @@
+//! A small custom executor, to show how to plug your own into replaylab and property-test it.
+//!
+//! `TinyExecutor` handles one tool, `tickets.create`, for a downstream that honours
+//! idempotency keys. Its claims live in a map owned by the factory: the factory outlives
+//! worker crashes and is shared by every worker of a run, like an external database would be.
+//! Within one simulation everything runs on one thread and the map is checked and written
+//! without an `.await` in between, so a claim is atomic.
+//!
+//! What it does, in order: look up the contract, validate and fingerprint the arguments,
+//! derive the operation key from the workflow context, ask the authorizer, claim or load,
+//! compare fingerprints, then call the downstream with the key as `Idempotency-Key`. An
+//! ambiguous answer (timeout, closed connection, 5xx, unreadable body) is `unknown`; a later
+//! call, poll or reconciliation resends with the same key, which the downstream deduplicates.
+//!
+//! It is deliberately narrow: every other tool is rejected, and it trusts the downstream to
+//! honour keys (see `tests/property.rs`, which tests it only on such worlds).
+#![deny(missing_docs)]
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::time::Duration;
+
+use protocol::{
+    AuthRequest, Consumed, Envelope, Executor, ExecutorFactory, LocalBoxFuture, NextAction, OperationRef,
+    Outcome, OutcomeStatus, ReasonCode, ToolCall, ToolContract, WebhookAck, WebhookEvent, WorkerEnv,
+};
+use wire::HttpRequest;
+
+/// The one tool this executor knows.
+pub const TOOL: &str = "tickets.create";
+/// How long one downstream request may take before its outcome is unknown.
+const DOWNSTREAM_TIMEOUT: Duration = Duration::from_secs(2);
+
+#[derive(Debug, Clone, PartialEq)]
+enum State {
+    /// Owned by a worker until `lease_until_ms`.
+    Pending { owner: String, lease_until_ms: u64 },
+    /// Done: the downstream's ticket.
+    Applied { ticket_id: String, result: serde_json::Value },
+    /// The downstream may have created it: resend with the same key to find out.
+    Unknown,
+}
+
+#[derive(Debug, Clone)]
+struct Record {
+    fingerprint: String,
+    tool_version: String,
+    state: State,
+}
+
+type Claims = Rc<RefCell<BTreeMap<(String, String), Record>>>;
+
+/// Starts [`TinyExecutor`]s that share one claim map.
+#[derive(Debug, Default)]
+pub struct TinyFactory {
+    claims: Claims,
+}
+
+impl ExecutorFactory for TinyFactory {
+    fn start(&self, env: WorkerEnv) -> Box<dyn Executor> {
+        let owner = format!("{}#{}", env.worker_id, env.incarnation);
+        Box::new(TinyExecutor { env, owner, claims: self.claims.clone() })
+    }
+}
+
+/// The executor of one worker.
+pub struct TinyExecutor {
+    env: WorkerEnv,
+    owner: String,
+    claims: Claims,
+}
+
+impl std::fmt::Debug for TinyExecutor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TinyExecutor").field("owner", &self.owner).finish_non_exhaustive()
+    }
+}
+
+fn outcome(status: OutcomeStatus, key: &str) -> Outcome {
+    let mut outcome = Outcome::new(status);
+    outcome.operation_key = Some(key.to_owned());
+    outcome
+}
+
+fn rejected(reason: ReasonCode, message: &str, key: Option<&str>) -> Outcome {
+    let mut outcome = Outcome::rejected(reason, message);
+    outcome.operation_key = key.map(str::to_owned);
+    outcome
+}
+
+impl TinyExecutor {
+    fn contract(&self, version: &str) -> Option<&ToolContract> {
+        self.env.contracts.get(TOOL, version)
+    }
+
+    async fn authorized(&self, tenant: &str, actor: &str) -> bool {
+        let request =
+            AuthRequest { tenant: tenant.to_owned(), actor: actor.to_owned(), tool: TOOL.to_owned() };
+        self.env.authorizer.authorize(request).await.allowed
+    }
+
+    fn answer(&self, record: &Record, key: &str) -> Outcome {
+        match &record.state {
+            State::Applied { ticket_id, result } => {
+                let mut replayed = outcome(OutcomeStatus::Replayed, key);
+                replayed.effect_reference = Some(ticket_id.clone());
+                replayed.result = Some(result.clone());
+                replayed
+            }
+            State::Pending { lease_until_ms, .. } => {
+                let mut in_flight = outcome(OutcomeStatus::InFlight, key);
+                let remaining_ms = lease_until_ms.saturating_sub(self.env.clock.now_ms());
+                in_flight.retry_after_seconds =
+                    Some(u32::try_from(remaining_ms.div_ceil(1000)).unwrap_or(1).max(1));
+                in_flight
+            }
+            State::Unknown => outcome(OutcomeStatus::Unknown, key),
+        }
+    }
+
+    /// Sends the ticket with the operation key and records what came back.
+    async fn effect(
+        &self,
+        tenant: &str,
+        key: &str,
+        arguments: &serde_json::Map<String, serde_json::Value>,
+    ) -> Outcome {
+        let body = serde_json::json!({
+            "tenant": tenant,
+            "queue": arguments.get("queue"),
+            "subject": arguments.get("subject"),
+            "body": arguments.get("body"),
+        });
+        let request =
+            HttpRequest::json(http::Method::POST, "/v1/tickets", &body).header("Idempotency-Key", key);
+        let answer = tokio::time::timeout(DOWNSTREAM_TIMEOUT, self.env.downstream.send(request)).await;
+        let ticket = match &answer {
+            Ok(Ok(response)) if (200..300).contains(&response.status) => response
+                .json::<serde_json::Value>()
+                .ok()
+                .and_then(|body| body["ticket_id"].as_str().map(|id| (id.to_owned(), body.clone()))),
+            _ => None,
+        };
+        let scope = (tenant.to_owned(), key.to_owned());
+        let mut claims = self.claims.borrow_mut();
+        let Some(record) = claims.get_mut(&scope) else { return outcome(OutcomeStatus::Unknown, key) };
+        match ticket {
+            Some((ticket_id, body)) => {
+                let result = serde_json::json!({ "ticket_id": ticket_id, "version": body["version"] });
+                record.state = State::Applied { ticket_id: ticket_id.clone(), result: result.clone() };
+                let mut applied = outcome(OutcomeStatus::Applied, key);
+                applied.effect_reference = Some(ticket_id);
+                applied.result = Some(result);
+                applied
+            }
+            None => {
+                let refused = matches!(&answer, Ok(Ok(response)) if (400..500).contains(&response.status) && response.status != 409);
+                if refused {
+                    claims.remove(&scope);
+                    return rejected(
+                        ReasonCode::DownstreamRejected,
+                        "the ticket service refused the request",
+                        Some(key),
+                    );
+                }
+                record.state = State::Unknown;
+                let mut unknown = outcome(OutcomeStatus::Unknown, key);
+                unknown.next_action = NextAction::Reconcile;
+                unknown
+            }
+        }
+    }
+
+    /// Takes a record over when it is unknown or its owner's lease ran out; says whether
+    /// this worker now owns it.
+    fn take_over(&self, scope: &(String, String)) -> bool {
+        let now_ms = self.env.clock.now_ms();
+        let lease_ms = self.contract(protocol_version()).map_or(2_000, |c| c.lease.as_millis() as u64);
+        let mut claims = self.claims.borrow_mut();
+        let Some(record) = claims.get_mut(scope) else { return false };
+        let abandoned = match &record.state {
+            State::Unknown => true,
+            State::Pending { lease_until_ms, .. } => *lease_until_ms <= now_ms,
+            State::Applied { .. } => false,
+        };
+        if abandoned {
+            record.state = State::Pending { owner: self.owner.clone(), lease_until_ms: now_ms + lease_ms };
+        }
+        abandoned
+    }
+
+    async fn settle(&self, operation: &OperationRef) -> Outcome {
+        let key = ToolContract::operation_key(
+            &operation.tenant,
+            &operation.environment,
+            &operation.workflow_id,
+            &operation.step_id,
+        );
+        if !self.authorized(&operation.tenant, &operation.actor).await {
+            return rejected(ReasonCode::Unauthorized, "the actor may not use this tool", Some(&key));
+        }
+        let scope = (operation.tenant.clone(), key.clone());
+        let Some(record) = self.claims.borrow().get(&scope).cloned() else {
+            return rejected(ReasonCode::InvalidRequest, "no operation with this key", Some(&key));
+        };
+        if !self.take_over(&scope) {
+            return self.answer(&record, &key);
+        }
+        // The request body is not kept (privacy); without it the key alone cannot be resent,
+        // so an abandoned operation stays unknown until the agent calls again.
+        let mut unknown = outcome(OutcomeStatus::Unknown, &key);
+        if let Some(record) = self.claims.borrow_mut().get_mut(&scope) {
+            record.state = State::Unknown;
+        }
+        unknown.next_action = NextAction::Reconcile;
+        unknown
+    }
+}
+
+/// The contract version this example was written against.
+fn protocol_version() -> &'static str {
+    "2026-08-18"
+}
+
+impl Executor for TinyExecutor {
+    fn call(&self, call: ToolCall) -> LocalBoxFuture<'_, Outcome> {
+        Box::pin(async move {
+            if call.tool != TOOL {
+                return rejected(ReasonCode::InvalidRequest, "this executor only knows tickets.create", None);
+            }
+            let Some(contract) = self.contract(&call.tool_version) else {
+                return rejected(ReasonCode::InvalidRequest, "unknown tool version", None);
+            };
+            if let Err(error) = call.check_identifiers() {
+                return rejected(ReasonCode::InvalidRequest, &error.to_string(), None);
+            }
+            let (arguments, fingerprint) =
+                match (contract.validated_arguments(&call), contract.fingerprint(&call)) {
+                    (Ok(arguments), Ok(fingerprint)) => (arguments, fingerprint.to_string()),
+                    (Err(error), _) | (_, Err(error)) => {
+                        return rejected(ReasonCode::InvalidRequest, &error.to_string(), None)
+                    }
+                };
+            let key = ToolContract::operation_key(
+                &call.tenant,
+                &call.environment,
+                &call.workflow_id,
+                &call.step_id,
+            );
+            if !self.authorized(&call.tenant, &call.actor).await {
+                return rejected(ReasonCode::Unauthorized, "the actor may not use this tool", Some(&key));
+            }
+            let scope = (call.tenant.clone(), key.clone());
+            let now_ms = self.env.clock.now_ms();
+            let existing = {
+                let mut claims = self.claims.borrow_mut();
+                match claims.get(&scope) {
+                    Some(record) => Some(record.clone()),
+                    None => {
+                        let lease_until_ms = now_ms + contract.lease.as_millis() as u64;
+                        let record = Record {
+                            fingerprint: fingerprint.clone(),
+                            tool_version: call.tool_version.clone(),
+                            state: State::Pending { owner: self.owner.clone(), lease_until_ms },
+                        };
+                        claims.insert(scope.clone(), record);
+                        None
+                    }
+                }
+            };
+            if let Some(record) = existing {
+                if record.fingerprint != fingerprint {
+                    let reason = if record.tool_version == call.tool_version {
+                        ReasonCode::IdempotencyKeyReusedWithDifferentRequest
+                    } else {
+                        ReasonCode::ToolVersionChanged
+                    };
+                    return rejected(reason, "the key was used with a different request", Some(&key));
+                }
+                if !self.take_over(&scope) {
+                    return self.answer(&record, &key);
+                }
+            }
+            self.effect(&call.tenant, &key, &arguments).await
+        })
+    }
+
+    fn poll(&self, operation: OperationRef) -> LocalBoxFuture<'_, Outcome> {
+        Box::pin(async move { self.settle(&operation).await })
+    }
+
+    fn reconcile(&self, operation: OperationRef) -> LocalBoxFuture<'_, Outcome> {
+        Box::pin(async move { self.settle(&operation).await })
+    }
+
+    fn consume(&self, _envelope: Envelope) -> LocalBoxFuture<'_, Consumed> {
+        Box::pin(async { Consumed::Ack })
+    }
+
+    fn webhook(&self, _event: WebhookEvent) -> LocalBoxFuture<'_, WebhookAck> {
+        Box::pin(async { WebhookAck::Unmatched })
+    }
+}
