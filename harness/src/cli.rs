@@ -113,6 +113,19 @@ enum Command {
         #[arg(long)]
         check_determinism: bool,
     },
+    /// Run the matrix against the reference and every mutant of the zoo; exit 0 only when the
+    /// reference passes every row and every mutant is killed.
+    Mutants {
+        /// Seeds per scenario.
+        #[arg(long, default_value_t = 10)]
+        seeds: u64,
+        /// Where to write mutants.json and mutants.md.
+        #[arg(long, default_value = "replaylab-report")]
+        out: PathBuf,
+        /// Threads (default: the machine's cores).
+        #[arg(long)]
+        jobs: Option<usize>,
+    },
     /// List the scenarios and the rows they cover.
     Scenarios {
         /// Also list these scenario files.
@@ -333,6 +346,40 @@ fn run(cli: Cli) -> Result<u8, Failure> {
                 check_determinism,
             };
             crate::explore_cli::run(&config).map_err(|error| Failure { code: exit::BAD_INPUT, error })
+        }
+        Command::Mutants { seeds, out, jobs } => {
+            if seeds == 0 {
+                return Err(bad_input(anyhow::anyhow!("--seeds must be at least 1")));
+            }
+            let jobs =
+                jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from)).max(1);
+            let base = MatrixConfig {
+                executor: find_executor("reference")?,
+                scenarios: load_scenarios(&[])?,
+                seeds,
+                first_seed: 0,
+                check_determinism: false,
+                jobs,
+                commit: source_commit(),
+            };
+            let started = std::time::Instant::now();
+            let result = crate::mutants::run(&base);
+            print!("{}", crate::mutants::render_terminal(&result));
+            println!("ran in {:.1}s", started.elapsed().as_secs_f64());
+            std::fs::create_dir_all(&out)
+                .with_context(|| format!("failed to create {}", out.display()))
+                .map_err(bad_input)?;
+            let json = serde_json::to_string_pretty(&result).expect("the zoo result serialises") + "\n";
+            for (name, text) in
+                [("mutants.json", json), ("mutants.md", crate::mutants::render_markdown(&result))]
+            {
+                let path = out.join(name);
+                std::fs::write(&path, text)
+                    .with_context(|| format!("failed to write {}", path.display()))
+                    .map_err(|error| Failure { code: exit::CHECK_FAILED, error })?;
+                println!("wrote {}", path.display());
+            }
+            Ok(if result.verdict == Verdict::Pass { exit::SUCCESS } else { exit::CHECK_FAILED })
         }
         Command::Scenarios { scenario_files } => {
             for scenario in load_scenarios(&scenario_files)? {

@@ -18,6 +18,7 @@ pub mod explore;
 pub mod explore_cli;
 pub mod history;
 pub mod matrix;
+pub mod mutants;
 pub mod oracles;
 pub mod runner;
 pub mod timeline;

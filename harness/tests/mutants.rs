@@ -1,0 +1,137 @@
+//! The mutant zoo: each mutant is killed, by the scenario and the oracle expected for it; and
+//! exploration finds a mutant's defect and prints a command that reproduces it.
+
+use std::process::Command;
+
+use harness::{executors, runner};
+
+const REPLAYLAB: &str = env!("CARGO_BIN_EXE_replaylab");
+
+/// (mutant, scenario that kills it, oracle that must fire there). `expect` is a scenario
+/// expectation (for M13 the defect is a refusal of an equivalent request: no effect-safety
+/// oracle can see it, the scenario's expectation does).
+const KILLS: [(&str, &str, &str); 18] = [
+    ("args_hash_as_key", "S07", "O2"),
+    ("in_memory_claims", "S03", "O1"),
+    ("read_then_insert", "S05", "O1"),
+    ("no_fingerprint", "S06", "O3"),
+    ("blind_retry", "S02", "O1"),
+    ("timeout_is_success", "S02", "O2"),
+    ("no_auth_recheck", "S08", "O5"),
+    ("short_ttl_delete", "S09", "O7"),
+    ("pending_means_nothing", "S04", "O1"),
+    ("call_id_as_key", "S02", "O1"),
+    ("boolean_success", "S01", "O2"),
+    ("resubmit_job", "S10", "O10"),
+    ("raw_json_fingerprint", "S14", "expect"),
+    ("newest_payload_wins", "S06", "O3"),
+    ("no_tenant_scope", "S13", "O9"),
+    ("stale_overwrite", "S18", "O11"),
+    ("webhook_no_dedupe", "S17", "O1"),
+    ("consumer_no_claim", "S16", "O1"),
+];
+
+/// Seeds tried per mutant: a race may need a few interleavings.
+const SEEDS: u64 = 5;
+
+#[test]
+fn every_mutant_is_killed_by_its_scenario_and_oracle() {
+    let zoo = executor::mutants::all();
+    assert_eq!(zoo.len(), KILLS.len(), "the table covers the whole zoo");
+    for (name, scenario_id, oracle) in KILLS {
+        let mutant = zoo.iter().find(|m| m.name == name).unwrap_or_else(|| panic!("no mutant {name}"));
+        assert!(mutant.caught_by.contains(&scenario_id), "{name}: {scenario_id} is one MATRIX.md expects");
+        let spec = executors::find(&format!("mutant:{name}")).expect("registered");
+        let scenario = scenarios::builtin().into_iter().find(|s| s.id == scenario_id).expect("built-in");
+        let fired: Vec<Vec<String>> = (0..SEEDS)
+            .map(|seed| {
+                let record = runner::run(&scenario, seed, &spec);
+                record.result.violations.iter().map(|v| v.oracle.clone()).collect()
+            })
+            .collect();
+        assert!(
+            fired.iter().any(|oracles| oracles.iter().any(|o| o == oracle)),
+            "mutant:{name} on {scenario_id}: {oracle} never fired in {SEEDS} seeds; fired: {fired:?}"
+        );
+    }
+}
+
+#[test]
+fn the_reference_survives_what_kills_the_mutants() {
+    let reference = executors::find("reference").expect("registered");
+    for (_, scenario_id, _) in KILLS {
+        let scenario = scenarios::builtin().into_iter().find(|s| s.id == scenario_id).expect("built-in");
+        for seed in 0..SEEDS {
+            let record = runner::run(&scenario, seed, &reference);
+            assert!(
+                record.result.violations.is_empty(),
+                "{scenario_id} seed {seed}: {:?}",
+                record.result.violations
+            );
+        }
+    }
+}
+
+#[test]
+fn exploration_finds_a_mutant_and_its_reproduce_command_reproduces_it() {
+    let dir = std::env::temp_dir().join(format!("replaylab-explore-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let regressions = dir.join("regressions.jsonl");
+    let out = dir.join("cases");
+    let output = Command::new(REPLAYLAB)
+        .args([
+            "explore",
+            "--executor",
+            "mutant:blind_retry",
+            "--seeds",
+            "200",
+            "--stop-at-first",
+            "--jobs",
+            "1",
+        ])
+        .arg("--regressions")
+        .arg(&regressions)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("replaylab runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{stdout}");
+    let oracle = stdout
+        .lines()
+        .find_map(|line| {
+            line.split_once(" fails ").map(|(_, rest)| rest.split(';').next().unwrap_or_default().to_owned())
+        })
+        .unwrap_or_else(|| panic!("no finding in {stdout}"));
+    let command = stdout
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("reproduce: "))
+        .unwrap_or_else(|| panic!("no reproduce line in {stdout}"))
+        .to_owned();
+    assert!(command.starts_with("replaylab run --case "), "{command}");
+    let saved = std::fs::read_to_string(&regressions).expect("the case was appended to the regressions file");
+    assert_eq!(saved.lines().count(), 1);
+
+    let again =
+        Command::new("sh").arg("-c").arg(command.replacen("replaylab", REPLAYLAB, 1)).output().expect("runs");
+    let again_stdout = String::from_utf8_lossy(&again.stdout);
+    assert_eq!(again.status.code(), Some(1), "{again_stdout}");
+    assert!(
+        again_stdout.lines().any(|line| line.trim().starts_with(&format!("violation: {oracle} "))),
+        "the reproduction did not fail with {oracle}:\n{again_stdout}"
+    );
+
+    // Saved cases are replayed first on the next exploration, and still fail.
+    let replay = Command::new(REPLAYLAB)
+        .args(["explore", "--executor", "mutant:blind_retry", "--seeds", "0"])
+        .arg("--regressions")
+        .arg(&regressions)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("replaylab runs");
+    let replay_stdout = String::from_utf8_lossy(&replay.stdout);
+    assert_eq!(replay.status.code(), Some(1), "{replay_stdout}");
+    assert!(replay_stdout.contains("replaying 1 saved case(s)"), "{replay_stdout}");
+    assert!(replay_stdout.contains(&format!("FAILS: {oracle}")), "{replay_stdout}");
+}
