@@ -50,9 +50,12 @@
 //! its downstream key.
 //!
 //! Each REPLAY decision (key derivation, fingerprinting, claim, lease recovery,
-//! authorization recheck, retention, downstream key) is one small function in
-//! [`Strategies`]; a mutant replaces one of them through
-//! [`ReferenceFactory::with_strategies`].
+//! authorization recheck, retention, downstream key, what an ambiguous answer means, what is
+//! stored on completion, what a retry of a running job does, what a fingerprint mismatch
+//! does, the tenant scope, the version precondition, webhook settlement, the consumer's
+//! claim) is one small function in [`Strategies`]; a mutant replaces one of them through
+//! [`ReferenceFactory::with_strategies`]. [`mutants`] is the zoo of MATRIX.md built that way:
+//! eighteen executors with one classic defect each.
 //!
 //! [`bench::store_bench`] measures the claim path against hand-written SQL.
 #![deny(missing_docs)]
