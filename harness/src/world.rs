@@ -314,6 +314,9 @@ pub fn build(scenario: &Scenario, seed: u64, factory: Rc<dyn ExecutorFactory>) -
         .min_message_latency(MIN_LATENCY)
         .max_message_latency(MAX_LATENCY)
         .simulation_duration(MAX_SIMULATED)
+        // Hosts run in a seeded random order each tick, so the seed also decides which of two
+        // workers acts first within a tick.
+        .enable_random_order()
         .build();
     let history = History::default();
     let config = downstream_config(scenario);
