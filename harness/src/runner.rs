@@ -588,7 +588,11 @@ impl Runner {
             }
             None => {}
         }
-        if !violations.is_empty() {
+        // An oracle violation is always a failure. A failed expectation is one too, unless the
+        // executor panicked or a limit was hit: then the expectations failed because of that,
+        // and the run is `crashed`.
+        let oracle_violated = violations.iter().any(|violation| violation.oracle != "expect");
+        if oracle_violated || (!violations.is_empty() && verdict != Verdict::Crashed) {
             verdict = Verdict::Fail;
         }
         let business: Vec<&Effect> =

@@ -186,3 +186,61 @@ fn bad_usage_exits_2() {
         assert!(stderr.contains(expected), "{args:?}: {stderr}");
     }
 }
+
+/// An executor that panics on every call.
+struct Panicking;
+
+impl protocol::Executor for Panicking {
+    fn call(&self, _call: protocol::ToolCall) -> protocol::LocalBoxFuture<'_, protocol::Outcome> {
+        Box::pin(async { panic!("the executor under test fell over") })
+    }
+    fn poll(&self, _operation: protocol::OperationRef) -> protocol::LocalBoxFuture<'_, protocol::Outcome> {
+        Box::pin(async { protocol::Outcome::new(protocol::OutcomeStatus::Unknown) })
+    }
+    fn reconcile(
+        &self,
+        _operation: protocol::OperationRef,
+    ) -> protocol::LocalBoxFuture<'_, protocol::Outcome> {
+        Box::pin(async { protocol::Outcome::new(protocol::OutcomeStatus::Unknown) })
+    }
+    fn consume(&self, _envelope: protocol::Envelope) -> protocol::LocalBoxFuture<'_, protocol::Consumed> {
+        Box::pin(async { protocol::Consumed::Ack })
+    }
+    fn webhook(&self, _event: protocol::WebhookEvent) -> protocol::LocalBoxFuture<'_, protocol::WebhookAck> {
+        Box::pin(async { protocol::WebhookAck::Unmatched })
+    }
+}
+
+struct PanickingFactory;
+
+impl protocol::ExecutorFactory for PanickingFactory {
+    fn start(&self, _env: protocol::WorkerEnv) -> Box<dyn protocol::Executor> {
+        Box::new(Panicking)
+    }
+}
+
+#[test]
+fn an_executor_panic_is_caught_and_the_run_is_crashed_not_aborted() {
+    let spec = executors::ExecutorSpec {
+        name: "panicking".into(),
+        version: "0".into(),
+        description: "panics on every call".into(),
+        factory: std::sync::Arc::new(|_run: &str| {
+            std::rc::Rc::new(PanickingFactory) as std::rc::Rc<dyn protocol::ExecutorFactory>
+        }),
+    };
+    let record = runner::run(&scenario("S01"), 1, &spec);
+    assert_eq!(record.result.verdict, harness::verdict::Verdict::Crashed, "{:?}", record.result);
+    assert!(
+        record.result.notes.iter().any(|note| note.contains("the executor under test fell over")),
+        "{:?}",
+        record.result.notes
+    );
+    assert!(record.ledger.is_empty());
+    let final_polls = record
+        .history
+        .iter()
+        .filter(|event| matches!(event.kind, harness::history::EventKind::OperationQuery { .. }))
+        .count();
+    assert!(final_polls > 0, "the run went on to its final polls after the panics");
+}
