@@ -71,6 +71,8 @@ struct Facts<'a> {
     effect_positions: BTreeMap<u64, u64>,
     /// (history seq, origin, references) of downstream answers the executors saw
     observed: Vec<(u64, Option<String>, Vec<String>)>,
+    /// (history seq, origin, method, path) of requests workers sent downstream
+    sent: Vec<(u64, Option<String>, String, String)>,
     revocations: Vec<(u64, String, Option<String>)>,
 }
 
@@ -83,6 +85,7 @@ impl<'a> Facts<'a> {
             answers: Vec::new(),
             effect_positions: BTreeMap::new(),
             observed: Vec::new(),
+            sent: Vec::new(),
             revocations: Vec::new(),
         };
         for event in evidence.history {
@@ -127,6 +130,9 @@ impl<'a> Facts<'a> {
                 | EventKind::WebhookReceived { origin, references, .. } => {
                     facts.observed.push((event.seq, origin.clone(), references.clone()));
                 }
+                EventKind::DownstreamSent { origin, method, path, .. } => {
+                    facts.sent.push((event.seq, origin.clone(), method.clone(), path.clone()));
+                }
                 EventKind::Revoked { actor, tool } => {
                     facts.revocations.push((event.seq, actor.clone(), tool.clone()))
                 }
@@ -151,6 +157,20 @@ impl<'a> Facts<'a> {
 
     fn request_of(&self, label: &str) -> Option<&(String, String)> {
         self.requests.get(label)
+    }
+
+    /// When the request that made `effect` left its worker: the last mutating request of the
+    /// same operation to the same service before the effect.
+    fn sent_at(&self, effect: &Effect) -> Option<u64> {
+        let prefix = format!("/v1/{}", effect.service.as_str());
+        let position = self.position(effect);
+        self.sent
+            .iter()
+            .filter(|(seq, origin, method, path)| {
+                *seq < position && origin == &effect.origin && method != "GET" && path.starts_with(&prefix)
+            })
+            .map(|(seq, ..)| *seq)
+            .next_back()
     }
 
     fn first_call_of(&self, operation: &str) -> Option<&CallFact> {
@@ -405,23 +425,30 @@ fn no_success_from_ambiguity(facts: &Facts<'_>) -> Vec<Violation> {
     violations
 }
 
-/// O5: no effect for an actor after its permission was revoked, and calls made after the
-/// revocation are not answered applied/replayed.
+/// O5: no effect for an actor whose request left the worker after its permission was
+/// revoked, and calls made after the revocation are not answered applied/replayed.
 fn authorization(facts: &Facts<'_>) -> Vec<Violation> {
     let mut violations = Vec::new();
     for (revoked_at, actor, tool) in &facts.revocations {
         let covers =
             |call: &CallFact| &call.actor == actor && tool.as_ref().is_none_or(|tool| tool == &call.tool);
+        // An operation is the first call's: a later call with another tool under the same key
+        // is a changed request (O3's business), and never owns the operation's effects.
         let covered: BTreeSet<(&str, Option<EffectKind>)> = facts
             .calls
             .iter()
+            .filter(|call| facts.first_call_of(&call.operation).is_some_and(|first| first.seq == call.seq))
             .filter(|call| covers(call))
             .map(|call| (call.operation.as_str(), kind_of_tool(&call.tool)))
             .collect();
         for (operation, kind) in &covered {
             for effect in facts.effects_of(operation) {
                 let same_tool = kind.is_none_or(|kind| effect.kind == kind);
-                if same_tool && facts.position(effect) > *revoked_at {
+                // The executor's last chance to check was when the request left the worker: a
+                // request already on the wire when the permission was revoked is no violation.
+                let sent_after =
+                    facts.sent_at(effect).unwrap_or_else(|| facts.position(effect)) > *revoked_at;
+                if same_tool && sent_after {
                     violations.push(violation(
                         5,
                         Some(operation),

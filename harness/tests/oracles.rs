@@ -230,6 +230,34 @@ fn o5_fires_on_an_effect_or_a_success_after_revocation() {
 }
 
 #[test]
+fn o5_judges_an_effect_by_when_its_request_left_the_worker() {
+    let sent = |world: &mut World| {
+        world.push(EventKind::DownstreamSent {
+            worker: "worker-1".into(),
+            origin: Some(OP.into()),
+            method: "POST".into(),
+            path: "/v1/tickets".into(),
+            idempotency_key: None,
+        });
+    };
+    let revoke = |world: &mut World| {
+        world.push(EventKind::Revoked { actor: "agent".into(), tool: None });
+    };
+    let mut on_the_wire = World::default();
+    on_the_wire.call("first", "fp-1");
+    sent(&mut on_the_wire);
+    revoke(&mut on_the_wire);
+    on_the_wire.effect("ticket_1").settled(OP, OutcomeStatus::Rejected, None);
+    assert_eq!(on_the_wire.fired(), Vec::<String>::new(), "a request already sent cannot be recalled");
+    let mut sent_after = World::default();
+    sent_after.call("first", "fp-1");
+    revoke(&mut sent_after);
+    sent(&mut sent_after);
+    sent_after.effect("ticket_1").settled(OP, OutcomeStatus::Rejected, None);
+    assert_eq!(sent_after.fired(), ["O5"]);
+}
+
+#[test]
 fn o6_fires_when_an_operation_is_still_in_flight_after_settling() {
     let mut world = World::default();
     world.call("first", "fp-1").answer("first", OutcomeStatus::InFlight, None).settled(
