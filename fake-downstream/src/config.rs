@@ -99,7 +99,7 @@ pub struct DownstreamConfig {
     #[serde(default)]
     pub jobs: ServiceConfig,
     /// How long an accepted job runs before it succeeds.
-    #[serde(default = "default_job_duration", with = "humantime_serde_compat")]
+    #[serde(default = "default_job_duration", with = "humantime_serde")]
     pub job_duration: Duration,
     /// Completion webhooks; none are sent when absent.
     #[serde(default)]
@@ -142,22 +142,5 @@ impl DownstreamConfig {
             Service::Messages => self.messages = config,
             Service::Jobs => self.jobs = config,
         }
-    }
-}
-
-/// Durations in files and admin bodies are written like `250ms` or `3s`.
-pub(crate) mod humantime_serde_compat {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(value: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&humantime::format_duration(*value).to_string())
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        humantime::parse_duration(&text)
-            .map_err(|error| serde::de::Error::custom(format!("invalid duration {text:?}: {error}")))
     }
 }

@@ -4,14 +4,14 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use scenarios::Scenario;
 
 use crate::executors::ExecutorSpec;
 use crate::history::EventKind;
 use crate::runner;
-use crate::world::{EPOCH_SECONDS, MAX_LATENCY, MAX_SIMULATED, MIN_LATENCY, PORT, TICK};
+use crate::world::{self, PORT};
 
 /// What one harness run looked like, for the yardstick to copy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,17 +94,10 @@ fn parallel(runs: u64, jobs: usize, work: impl Fn(u64) + Sync) -> f64 {
 
 /// A raw turmoil program: one axum server, one client sending `shape.messages` HTTP requests
 /// one after another, then idling until `shape.simulated` (turmoil's cost grows with
-/// simulated time, so the yardstick covers the same span), with the harness's tick and
-/// latencies.
+/// simulated time, so the yardstick covers the same span), built like every simulated world
+/// (`world::builder`: same tick, latencies and host order).
 pub fn baseline_run(seed: u64, shape: RunShape) {
-    let mut sim = turmoil::Builder::new()
-        .rng_seed(seed)
-        .epoch(UNIX_EPOCH + Duration::from_secs(EPOCH_SECONDS))
-        .tick_duration(TICK)
-        .min_message_latency(MIN_LATENCY)
-        .max_message_latency(MAX_LATENCY)
-        .simulation_duration(MAX_SIMULATED)
-        .build();
+    let mut sim = world::builder(seed).build();
     sim.host("server", || async {
         let router = axum::Router::new()
             .route("/echo", axum::routing::post(|body: axum::body::Bytes| async move { body }));

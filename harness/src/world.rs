@@ -305,9 +305,11 @@ pub fn downstream_config(scenario: &Scenario) -> DownstreamConfig {
     config
 }
 
-/// Builds the simulation for `scenario` and `seed`: hosts started, nothing sent yet.
-pub fn build(scenario: &Scenario, seed: u64, factory: Rc<dyn ExecutorFactory>) -> (Sim<'static>, Rc<Shared>) {
-    let sim = turmoil::Builder::new()
+/// The turmoil builder every simulated world (and the benchmark's yardstick) starts from:
+/// fixed epoch, the seed, the tick, the latencies, the run limit, seeded host order.
+pub fn builder(seed: u64) -> turmoil::Builder {
+    let mut builder = turmoil::Builder::new();
+    builder
         .rng_seed(seed)
         .epoch(UNIX_EPOCH + Duration::from_secs(EPOCH_SECONDS))
         .tick_duration(TICK)
@@ -316,8 +318,13 @@ pub fn build(scenario: &Scenario, seed: u64, factory: Rc<dyn ExecutorFactory>) -
         .simulation_duration(MAX_SIMULATED)
         // Hosts run in a seeded random order each tick, so the seed also decides which of two
         // workers acts first within a tick.
-        .enable_random_order()
-        .build();
+        .enable_random_order();
+    builder
+}
+
+/// Builds the simulation for `scenario` and `seed`: hosts started, nothing sent yet.
+pub fn build(scenario: &Scenario, seed: u64, factory: Rc<dyn ExecutorFactory>) -> (Sim<'static>, Rc<Shared>) {
+    let sim = builder(seed).build();
     let history = History::default();
     let config = downstream_config(scenario);
     let contracts = Arc::new(contracts_for(scenario, &config));

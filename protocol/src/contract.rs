@@ -116,10 +116,10 @@ pub struct ToolContract {
     /// The downstream.
     pub downstream: DownstreamCapabilities,
     /// How long a claim is owned before another worker may recover it.
-    #[serde(with = "duration_text")]
+    #[serde(with = "humantime_serde")]
     pub lease: Duration,
     /// How long the full record is kept; a tombstone remains after.
-    #[serde(with = "duration_text")]
+    #[serde(with = "humantime_serde")]
     pub retention: Duration,
     /// What a key arriving after retention gets.
     pub late_arrival: LateArrivalPolicy,
@@ -391,22 +391,6 @@ impl ContractSet {
             contract.lease = lease;
             contract.retention = retention;
         }
-    }
-}
-
-mod duration_text {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(value: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&humantime::format_duration(*value).to_string())
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        humantime::parse_duration(&text)
-            .map_err(|error| serde::de::Error::custom(format!("invalid duration {text:?}: {error}")))
     }
 }
 
