@@ -56,6 +56,8 @@ pub enum CaseTool {
     Message,
     /// `jobs.submit` (delayed job).
     Job,
+    /// `tickets.set_status` on `ticket_1` (the run's first ticket), based on a version.
+    SetStatus,
 }
 
 /// One logical operation of a case.
@@ -155,6 +157,8 @@ pub enum CaseAction {
         /// Index into the operations.
         operation: u8,
     },
+    /// A person edits the ticket the first ticket-creating operation made.
+    HumanEdit,
 }
 
 /// A random workload and fault schedule.
@@ -186,6 +190,7 @@ struct Mix {
     advance: u32,
     revoke: u32,
     poll: u32,
+    edit: u32,
 }
 
 fn service_choice() -> impl Strategy<Value = ServiceChoice> {
@@ -197,7 +202,13 @@ fn operation() -> impl Strategy<Value = CaseOperation> {
     (
         prop::bool::weighted(0.2).prop_map(u8::from),
         0u8..3,
-        prop_oneof![4 => Just(CaseTool::Ticket), 3 => Just(CaseTool::Charge), 2 => Just(CaseTool::Message), 2 => Just(CaseTool::Job)],
+        prop_oneof![
+            4 => Just(CaseTool::Ticket),
+            3 => Just(CaseTool::Charge),
+            2 => Just(CaseTool::Message),
+            2 => Just(CaseTool::Job),
+            2 => Just(CaseTool::SetStatus),
+        ],
         0u8..2,
     )
         .prop_map(|(tenant, step, tool, content)| CaseOperation { tenant, step, tool, content })
@@ -252,6 +263,7 @@ fn action(mix: Mix) -> impl Strategy<Value = CaseAction> {
                 .boxed(),
         ),
         (mix.revoke, operation().prop_map(|operation| CaseAction::Revoke { operation }).boxed()),
+        (mix.edit, Just(CaseAction::HumanEdit).boxed()),
         (
             mix.poll,
             prop_oneof![
@@ -265,8 +277,8 @@ fn action(mix: Mix) -> impl Strategy<Value = CaseAction> {
 }
 
 fn mix() -> impl Strategy<Value = Mix> {
-    (1u32..10, 0u32..4, 0u32..8, 0u32..5, 0u32..6, 0u32..2, 0u32..4).prop_map(
-        |(call, concurrent, fault, crash, advance, revoke, poll)| Mix {
+    (1u32..10, 0u32..4, 0u32..8, 0u32..5, 0u32..6, 0u32..2, 0u32..4, 0u32..4).prop_map(
+        |(call, concurrent, fault, crash, advance, revoke, poll, edit)| Mix {
             call,
             concurrent,
             fault,
@@ -274,6 +286,7 @@ fn mix() -> impl Strategy<Value = Mix> {
             advance,
             revoke,
             poll,
+            edit,
         },
     )
 }
@@ -313,6 +326,15 @@ impl CaseTool {
             CaseTool::Charge => "payments.charge",
             CaseTool::Message => "messages.send",
             CaseTool::Job => "jobs.submit",
+            CaseTool::SetStatus => "tickets.set_status",
+        }
+    }
+
+    fn method(self) -> &'static str {
+        if self == CaseTool::SetStatus {
+            "PATCH"
+        } else {
+            "POST"
         }
     }
 
@@ -322,6 +344,7 @@ impl CaseTool {
             CaseTool::Charge => "/v1/charges",
             CaseTool::Message => "/v1/messages",
             CaseTool::Job => "/v1/jobs",
+            CaseTool::SetStatus => "/v1/tickets/*",
         }
     }
 
@@ -352,6 +375,19 @@ impl CaseTool {
             (CaseTool::Job, false) => format!(r#"{{"job_type":"report","input":{{"month":"m{n}"}}}}"#),
             (CaseTool::Job, true) => {
                 format!("{{\"input\": {{ \"month\": \"m{n}\" }}, \"job_type\": \"report\"}}")
+            }
+            (CaseTool::SetStatus, reordered) => {
+                // Based on version 1 or 2 of the run's first ticket; a changed request asks for
+                // another status.
+                let version = 1 + u32::from(content % 2);
+                let status = if variant == Variant::Changed { "pending" } else { "closed" };
+                if reordered {
+                    format!(
+                        "{{ \"expected_version\": {version}, \"status\": \"{status}\", \"ticket_id\": \"ticket_1\" }}"
+                    )
+                } else {
+                    format!(r#"{{"ticket_id":"ticket_1","status":"{status}","expected_version":{version}}}"#)
+                }
             }
         }
     }
@@ -464,7 +500,7 @@ impl Case {
                     let Some((_, op)) = self.operation_name(operation) else { continue };
                     let rule = FaultRule {
                         matches: RuleMatch {
-                            method: Some("POST".into()),
+                            method: Some(op.tool.method().into()),
                             path: Some(op.tool.path().into()),
                             ..RuleMatch::default()
                         },
@@ -502,6 +538,14 @@ impl Case {
                     let Some((name, op)) = self.operation_name(operation) else { continue };
                     let actor = operations.get(&name).map(|spec| spec.actor.clone()).unwrap_or_default();
                     push(StepKind::Revoke { actor, tool: Some(op.tool.name().to_owned()) });
+                }
+                CaseAction::HumanEdit => {
+                    let creator = (0..self.operations.len() as u8)
+                        .filter_map(|index| self.operation_name(index))
+                        .find(|(_, op)| op.tool == CaseTool::Ticket);
+                    if let Some((name, _)) = creator {
+                        push(StepKind::HumanEdit { ticket_of: name });
+                    }
                 }
                 CaseAction::Poll { operation } | CaseAction::Reconcile { operation } => {
                     let Some((name, _)) = self.operation_name(operation) else { continue };
