@@ -6,7 +6,7 @@ use std::time::Duration;
 use protocol::{
     AuthRequest, Consumed, Envelope, Execution, ExecutorFactory, LateArrivalPolicy, LocalBoxFuture,
     OperationRef, Outcome, OutcomeStatus, ReasonCode, ToolCall, ToolContract, WebhookAck, WebhookEvent,
-    WorkerEnv, MAX_ID_CHARS,
+    WorkerEnv,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -289,27 +289,9 @@ fn duration_ms(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// An identifier of an [`OperationRef`]: non-empty, at most [`MAX_ID_CHARS`], no control
-/// characters (the same rules a [`ToolCall`] is checked with).
-fn check_identifier(field: &str, value: &str) -> Result<(), String> {
-    if value.is_empty() {
-        return Err(format!("`{field}` must not be empty"));
-    }
-    if value.chars().count() > MAX_ID_CHARS {
-        return Err(format!("`{field}` is longer than {MAX_ID_CHARS} characters"));
-    }
-    if value.chars().any(char::is_control) {
-        return Err(format!("`{field}` contains control characters"));
-    }
-    Ok(())
-}
-
+/// Checks an [`OperationRef`]'s identifiers by the protocol's rules (those of a call).
 fn check_operation(operation: &OperationRef) -> Result<(), String> {
-    check_identifier("tenant", &operation.tenant)?;
-    check_identifier("environment", &operation.environment)?;
-    check_identifier("workflow_id", &operation.workflow_id)?;
-    check_identifier("step_id", &operation.step_id)?;
-    check_identifier("actor", &operation.actor)
+    operation.check_identifiers().map_err(|error| error.to_string())
 }
 
 impl ReferenceExecutor {
@@ -1035,7 +1017,7 @@ impl ReferenceExecutor {
         let ids_fit = [&event.event_id, &event.tenant, &event.job_id]
             .into_iter()
             .chain(event.idempotency_key.as_ref())
-            .all(|value| check_identifier("id", value).is_ok());
+            .all(|value| protocol::check_identifier("id", value).is_ok());
         if !ids_fit || event.kind != "job.succeeded" {
             return WebhookAck::Invalid;
         }
@@ -1227,7 +1209,7 @@ mod tests {
         assert!(check_operation(&operation("s1")).is_ok());
         assert!(check_operation(&operation("")).unwrap_err().contains("must not be empty"));
         assert!(check_operation(&operation("a\u{7}")).unwrap_err().contains("control characters"));
-        let long = "x".repeat(MAX_ID_CHARS + 1);
+        let long = "x".repeat(protocol::MAX_ID_CHARS + 1);
         assert!(check_operation(&operation(&long)).unwrap_err().contains("longer than"));
     }
 }

@@ -301,7 +301,7 @@ fn escape_key_part(part: &str) -> String {
 
 /// Checks an identifier field of a call: non-empty, at most [`MAX_ID_CHARS`], no control
 /// characters.
-pub(crate) fn check_identifier(field: &str, value: &str) -> Result<(), ContractError> {
+pub fn check_identifier(field: &str, value: &str) -> Result<(), ContractError> {
     if value.is_empty() {
         return Err(ContractError::InvalidArguments(format!("`{field}` must not be empty")));
     }
@@ -314,6 +314,23 @@ pub(crate) fn check_identifier(field: &str, value: &str) -> Result<(), ContractE
         return Err(ContractError::InvalidArguments(format!("`{field}` contains control characters")));
     }
     Ok(())
+}
+
+impl crate::call::OperationRef {
+    /// Checks the identifier fields (tenant, environment, workflow, step, actor) by the same
+    /// rules as a [`ToolCall`]'s.
+    pub fn check_identifiers(&self) -> Result<(), ContractError> {
+        for (field, value) in [
+            ("tenant", &self.tenant),
+            ("environment", &self.environment),
+            ("workflow_id", &self.workflow_id),
+            ("step_id", &self.step_id),
+            ("actor", &self.actor),
+        ] {
+            check_identifier(field, value)?;
+        }
+        Ok(())
+    }
 }
 
 impl ToolCall {

@@ -22,8 +22,8 @@ pub use call::{
     WebhookEvent, MAX_ID_CHARS,
 };
 pub use contract::{
-    ArgumentType, ContractError, ContractSet, DownstreamCapabilities, EffectClass, Execution, Fingerprint,
-    LateArrivalPolicy, ToolContract, CANONICALIZATION_VERSION,
+    check_identifier, ArgumentType, ContractError, ContractSet, DownstreamCapabilities, EffectClass,
+    Execution, Fingerprint, LateArrivalPolicy, ToolContract, CANONICALIZATION_VERSION,
 };
 pub use env::{
     AuthDecision, AuthRequest, Authorizer, DownstreamClient, Entropy, Executor, ExecutorFactory,
