@@ -372,11 +372,17 @@ impl ContractSet {
     /// The shipped contracts: tickets.create (two versions), tickets.set_status,
     /// payments.charge, messages.send (queued) and jobs.submit (delayed job).
     pub fn builtin() -> Self {
-        let mut set = Self::default();
-        for text in BUILTIN {
-            set.insert(ToolContract::from_toml(text).expect("built-in contracts are valid"));
-        }
-        set
+        // Parsed once per process: every simulated run starts from a copy.
+        static PARSED: std::sync::OnceLock<ContractSet> = std::sync::OnceLock::new();
+        PARSED
+            .get_or_init(|| {
+                let mut set = Self::default();
+                for text in BUILTIN {
+                    set.insert(ToolContract::from_toml(text).expect("built-in contracts are valid"));
+                }
+                set
+            })
+            .clone()
     }
 
     /// Adds or replaces a contract.
