@@ -334,19 +334,13 @@ impl crate::call::OperationRef {
 }
 
 impl ToolCall {
-    /// Checks the identifier fields (tenant, environment, workflow, step, tool, version,
-    /// actor, call id).
+    /// Checks the identifier fields (tenant, environment, workflow, step, actor, tool,
+    /// version, call id).
     pub fn check_identifiers(&self) -> Result<(), ContractError> {
-        for (field, value) in [
-            ("tenant", &self.tenant),
-            ("environment", &self.environment),
-            ("workflow_id", &self.workflow_id),
-            ("step_id", &self.step_id),
-            ("tool", &self.tool),
-            ("tool_version", &self.tool_version),
-            ("actor", &self.actor),
-            ("call_id", &self.call_id),
-        ] {
+        self.operation().check_identifiers()?;
+        for (field, value) in
+            [("tool", &self.tool), ("tool_version", &self.tool_version), ("call_id", &self.call_id)]
+        {
             check_identifier(field, value)?;
         }
         Ok(())
