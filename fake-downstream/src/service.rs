@@ -1,6 +1,7 @@
 //! The service's state and its in-process handle, [`Downstream`].
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -171,6 +172,24 @@ pub(crate) struct Inner {
     clock: Arc<dyn Clock>,
     connector: Arc<dyn Connect>,
     released: Notify,
+    /// Requests being processed plus jobs not yet finished (with their webhooks).
+    active: AtomicUsize,
+}
+
+/// Counts one piece of work in [`Inner::active`] while it lives.
+struct Active(Arc<Inner>);
+
+impl Active {
+    fn new(inner: &Arc<Inner>) -> Self {
+        inner.active.fetch_add(1, Ordering::SeqCst);
+        Self(inner.clone())
+    }
+}
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// The fake downstream: shared state behind the HTTP router ([`Downstream::router`]) and the
@@ -196,7 +215,13 @@ impl Downstream {
     pub fn new(config: DownstreamConfig, clock: Arc<dyn Clock>, connector: Arc<dyn Connect>) -> Self {
         let state = State { config, next_rule_id: 1, ..State::default() };
         Self {
-            inner: Arc::new(Inner { state: Mutex::new(state), clock, connector, released: Notify::new() }),
+            inner: Arc::new(Inner {
+                state: Mutex::new(state),
+                clock,
+                connector,
+                released: Notify::new(),
+                active: AtomicUsize::new(0),
+            }),
         }
     }
 
@@ -208,6 +233,13 @@ impl Downstream {
 
     pub(crate) fn now_ms(&self) -> u64 {
         self.inner.clock.now_ms()
+    }
+
+    /// Whether nothing is in progress: no request being processed (held, delayed, or between
+    /// commit and answer) and no job waiting to finish or to deliver its webhooks. A
+    /// simulation may skip idle time only then.
+    pub fn is_idle(&self) -> bool {
+        self.inner.active.load(Ordering::SeqCst) == 0
     }
 
     /// The current configuration.
@@ -348,6 +380,7 @@ impl Downstream {
         exchange: Exchange,
         process: impl FnOnce(&mut State, &Exchange, u64) -> Processed,
     ) -> Answer {
+        let _active = Active::new(&self.inner);
         // 1. Fault rule and idempotency decision, atomically.
         let (fault, decision) = {
             let mut state = self.lock();
@@ -492,7 +525,11 @@ impl Downstream {
     fn start_job(&self, job_id: String) {
         let downstream = self.clone();
         let generation = self.lock().generation;
-        tokio::spawn(async move { downstream.run_job(generation, job_id).await });
+        let active = Active::new(&self.inner);
+        tokio::spawn(async move {
+            downstream.run_job(generation, job_id).await;
+            drop(active);
+        });
     }
 
     async fn run_job(&self, generation: u64, job_id: String) {

@@ -18,8 +18,11 @@ use crate::world::{self, PORT};
 pub struct RunShape {
     /// HTTP exchanges in the run (agent to worker, worker to downstream, webhooks).
     pub messages: u64,
-    /// Simulated length of the run.
+    /// Simulated time the run stepped through (idle time it skipped costs nothing and is
+    /// not counted: the yardstick steps through all of its span).
     pub simulated: Duration,
+    /// The run's whole span by the world clock, skipped idle time included.
+    pub span: Duration,
 }
 
 /// The result of `bench sim`.
@@ -56,8 +59,8 @@ pub fn shape_of(scenario: &Scenario, seed: u64, executor: &ExecutorSpec) -> RunS
             )
         })
         .count() as u64;
-    let simulated = Duration::from_millis(record.history.last().map_or(0, |event| event.at_ms));
-    RunShape { messages, simulated }
+    let span = Duration::from_millis(record.history.last().map_or(0, |event| event.at_ms));
+    RunShape { messages, simulated: record.stepped, span }
 }
 
 /// Runs `runs` harness runs of `scenario` and `runs` raw turmoil runs of the same shape, each

@@ -408,10 +408,11 @@ fn run(cli: Cli) -> Result<u8, Failure> {
                 jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from)).max(1);
             let result = crate::bench::sim(chosen, &executor, runs, jobs);
             println!(
-                "scenario {} with {}: {} HTTP exchanges over {} ms simulated per run; {runs} runs of each on {jobs} thread(s)",
+                "scenario {} with {}: {} HTTP exchanges, {} ms simulated per run ({} ms stepped, the rest idle and skipped); {runs} runs of each on {jobs} thread(s)",
                 chosen.full_name(),
                 executor.name,
                 result.shape.messages,
+                result.shape.span.as_millis(),
                 result.shape.simulated.as_millis()
             );
             println!(

@@ -2,13 +2,14 @@
 //! crash and effect, with simulated time. Oracles read it (and the ledger); the report's
 //! timelines draw it. It is deterministic: the same seed gives the same bytes.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use fake_downstream::{Disposition, Effect, EffectKind, RequestRecord, Service, VersionChange};
 use protocol::Outcome;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+
+use crate::clock::WorldClock;
 
 /// One entry of the history.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -238,6 +239,12 @@ pub enum EventKind {
         /// How much.
         by_ms: u64,
     },
+    /// Nothing in the world was active, so the runner skipped this much simulated time
+    /// instead of stepping through it (see [`crate::clock`]).
+    IdleSkipped {
+        /// How much.
+        by_ms: u64,
+    },
     /// A person edited a ticket.
     HumanEdit {
         /// The ticket.
@@ -319,8 +326,8 @@ pub struct History {
 #[derive(Debug, Default)]
 struct HistoryInner {
     events: Mutex<Vec<Event>>,
-    /// The runner's idea of now, for events pushed outside a simulated host.
-    now_ms: AtomicU64,
+    /// What every event is timed by.
+    clock: WorldClock,
 }
 
 impl History {
@@ -328,17 +335,14 @@ impl History {
         self.inner.events.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Sets the time used for events pushed from outside a simulated host.
-    pub fn set_now_ms(&self, now_ms: u64) {
-        self.inner.now_ms.store(now_ms, Ordering::Relaxed);
+    /// A history timed by `clock`.
+    pub fn new(clock: WorldClock) -> Self {
+        Self { inner: Arc::new(HistoryInner { events: Mutex::default(), clock }) }
     }
 
-    /// Appends an event at the current simulated time.
+    /// Appends an event at the world clock's current time.
     pub fn push(&self, kind: EventKind) {
-        let at_ms = match turmoil::sim_elapsed() {
-            Some(elapsed) => u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
-            None => self.inner.now_ms.load(Ordering::Relaxed),
-        };
+        let at_ms = self.inner.clock.now_ms();
         let mut events = self.lock();
         let seq = events.len() as u64 + 1;
         events.push(Event { seq, at_ms, kind });
@@ -462,6 +466,7 @@ impl Event {
             EventKind::Crashed { worker } => format!("{worker} CRASHED"),
             EventKind::Restarted { worker } => format!("{worker} restarted"),
             EventKind::ClockAdvanced { by_ms } => format!("clock advanced by {by_ms} ms"),
+            EventKind::IdleSkipped { by_ms } => format!("idle: skipped {by_ms} ms"),
             EventKind::HumanEdit { ticket, version } => {
                 format!("a person edited {ticket} (now version {version})")
             }

@@ -12,6 +12,7 @@
 mod agent;
 pub mod bench;
 pub mod cli;
+pub mod clock;
 pub mod executors;
 pub mod exit;
 pub mod explore;

@@ -29,6 +29,10 @@ const PAUSE_PATIENCE: Duration = Duration::from_secs(30);
 const CALL_SLACK: Duration = Duration::from_secs(5);
 /// After settling, how long the final reconciliations and polls may take.
 const FINAL_QUERY_PATIENCE: Duration = Duration::from_secs(30);
+/// How long the world must have been idle, in stepped time, before the runner skips ahead: a
+/// few ticks, so that every host has run whatever the last activity left ready to run
+/// (closing connections, finishing tasks), and that shows up as activity again if it is.
+pub const QUIET_WINDOW: Duration = Duration::from_millis(30);
 
 /// Everything a finished run leaves behind.
 #[derive(Debug, Clone)]
@@ -39,6 +43,9 @@ pub struct RunRecord {
     pub history: Vec<Event>,
     /// The downstream's ledger.
     pub ledger: Vec<Effect>,
+    /// Simulated time turmoil stepped through; the rest of the run's span was idle time
+    /// skipped (see [`crate::clock`]). What a run costs grows with this.
+    pub stepped: Duration,
 }
 
 /// Why a run stopped early.
@@ -93,34 +100,82 @@ pub fn run(scenario: &Scenario, seed: u64, executor: &ExecutorSpec) -> RunRecord
 }
 
 impl Runner {
+    /// Now by the world clock (turmoil's time plus skipped idle time).
     fn now_ms(&self) -> u64 {
-        self.sim.elapsed().as_millis() as u64
+        self.shared.clock.now_ms()
     }
 
     /// One simulation step; a turmoil error (time limit, a host's software failing) stops
     /// the run.
     fn step(&mut self) -> Result<(), Stop> {
         let stepped = self.sim.step();
-        self.shared.history.set_now_ms(self.now_ms());
+        self.shared.clock.set_simulated_ms(self.sim.elapsed().as_millis() as u64);
         match stepped {
             Ok(_) => Ok(()),
             Err(error) => Err(Stop::Limit(format!("the simulation stopped: {error}"))),
         }
     }
 
+    /// Lets `duration` of world time pass: steps while anything is active, and skips idle
+    /// stretches (see [`Runner::idle_until`]).
     fn run_for(&mut self, duration: Duration) -> Result<(), Stop> {
-        let until = self.sim.elapsed() + duration;
-        while self.sim.elapsed() < until {
+        let until = self.now_ms() + duration.as_millis() as u64;
+        let mut quiet_since = None;
+        while self.now_ms() < until {
+            let now = self.now_ms();
+            match self.idle_until(until) {
+                Some(next) if next > now => {
+                    let since = *quiet_since.get_or_insert(now);
+                    if now - since >= QUIET_WINDOW.as_millis() as u64 {
+                        self.record(EventKind::IdleSkipped { by_ms: next - now });
+                        self.shared.clock.skip(next - now);
+                        quiet_since = None;
+                        continue;
+                    }
+                }
+                _ => quiet_since = None,
+            }
             self.step()?;
         }
         Ok(())
     }
 
-    /// Steps until `done` or `patience` of simulated time passed; says whether `done`.
+    /// When nothing the harness can see is active — the agent has nothing outstanding, no
+    /// executor call is in progress on any worker, no worker is paused, the downstream has no
+    /// request or job in progress, and no message is on the network — the world time up to
+    /// which nothing is due: the queue's next delivery, capped at `until`. `None` while
+    /// anything is active.
+    ///
+    /// Executors act only when called (the [`protocol::Executor`] contract), so this is
+    /// everything that can happen; the caller still waits [`QUIET_WINDOW`] of stepped time
+    /// before it skips.
+    fn idle_until(&mut self, until: u64) -> Option<u64> {
+        let agent = &self.shared.agent;
+        let busy = !agent.outstanding.borrow().is_empty()
+            || !agent.inbox.borrow().is_empty()
+            || self.shared.executor_busy.get() > 0
+            || !self.paused.is_empty()
+            || !self.shared.downstream.is_idle();
+        if busy {
+            return None;
+        }
+        let mut in_flight = 0;
+        self.sim.links(|links| {
+            for link in links {
+                in_flight += link.count();
+            }
+        });
+        if in_flight > 0 {
+            return None;
+        }
+        Some(self.shared.queue.borrow().next_due_ms().map_or(until, |due| due.min(until)))
+    }
+
+    /// Steps until `done` or `patience` of world time passed; says whether `done`.
     fn run_until(&mut self, patience: Duration, mut done: impl FnMut(&Self) -> bool) -> Result<bool, Stop> {
-        let until = self.sim.elapsed() + patience;
+        let until = self.now_ms() + patience.as_millis() as u64;
         while !done(self) {
-            if self.sim.elapsed() >= until {
+            if self.now_ms() >= until {
                 return Ok(false);
             }
             self.step()?;
@@ -129,7 +184,6 @@ impl Runner {
     }
 
     fn record(&self, kind: EventKind) {
-        self.shared.history.set_now_ms(self.now_ms());
         self.shared.record(kind);
     }
 
@@ -630,7 +684,7 @@ impl Runner {
             fingerprints,
             reproduce: reproduce_command(scenario, seed, &executor.name),
         };
-        RunRecord { result, history, ledger }
+        RunRecord { result, history, ledger, stepped: self.sim.elapsed() }
     }
 }
 

@@ -104,6 +104,9 @@ fn mark(event: &Event) -> Option<Mark> {
         EventKind::ClockAdvanced { by_ms } => {
             make("agent", None, MarkKind::Clock, format!("wait {by_ms} ms"))
         }
+        EventKind::IdleSkipped { by_ms } => {
+            make("agent", None, MarkKind::Clock, format!("idle {by_ms} ms skipped"))
+        }
         EventKind::HumanEdit { ticket, version } => {
             make("downstream", None, MarkKind::Decision, format!("human edit {ticket} -> v{version}"))
         }

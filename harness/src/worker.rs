@@ -69,7 +69,7 @@ pub async fn run(shared: Rc<Shared>, name: String) -> turmoil::Result {
             shared: shared.clone(),
             client: HttpClient::new(Arc::new(SimConnector), "downstream", PORT),
         }),
-        clock: Arc::new(|| turmoil::sim_elapsed().map_or(0, |elapsed| elapsed.as_millis() as u64)),
+        clock: Arc::new(shared.clock.clone()),
         authorizer: Rc::new(SimAuthorizer { worker: name.clone(), shared: shared.clone() }),
         outbox: Rc::new(SimOutbox { shared: shared.clone() }),
         store_gate: Rc::new(SimStoreGate { worker: name.clone(), shared: shared.clone() }),
@@ -192,6 +192,7 @@ impl Worker {
         origin: Option<String>,
         future: LocalBoxFuture<'_, T>,
     ) -> Option<T> {
+        let _busy = Busy::new(&self.shared);
         match ORIGIN.scope(origin, CatchUnwind(AssertUnwindSafe(future))).await {
             Ok(value) => Some(value),
             Err(message) => {
@@ -252,6 +253,23 @@ impl<F: Future + Unpin> Future for CatchUnwind<F> {
                 Poll::Ready(Err(message))
             }
         }
+    }
+}
+
+/// Counts an executor call in progress in [`Shared::executor_busy`] while it lives; dropped
+/// when the call ends, panics, or the worker crashes (turmoil drops the task's future).
+struct Busy<'a>(&'a Shared);
+
+impl<'a> Busy<'a> {
+    fn new(shared: &'a Shared) -> Self {
+        shared.executor_busy.set(shared.executor_busy.get() + 1);
+        Self(shared)
+    }
+}
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.0.executor_busy.set(self.0.executor_busy.get() - 1);
     }
 }
 

@@ -4,7 +4,7 @@
 //! Everything here runs on one thread. State that must survive a worker crash (the executor
 //! factory, the queue, the history) lives in [`Shared`], outside the host closures.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::rc::Rc;
 use std::sync::Arc;
@@ -17,6 +17,7 @@ use rand_core::{RngCore, SeedableRng};
 use scenarios::Scenario;
 use turmoil::Sim;
 
+use crate::clock::WorldClock;
 use crate::history::{EventKind, History, RequestKind};
 use crate::{agent, worker};
 
@@ -173,6 +174,13 @@ impl Queue {
         }
     }
 
+    /// When the queue next needs a consumer: `Some(now_ms)` or earlier when an entry is
+    /// deliverable now, the earliest time one becomes deliverable (a retry delay or a
+    /// visibility timeout running out), or `None` when the queue is empty.
+    pub fn next_due_ms(&self) -> Option<u64> {
+        self.entries.iter().map(|entry| entry.visible_at_ms.max(entry.in_flight_until_ms.unwrap_or(0))).min()
+    }
+
     /// How many entries are not yet acknowledged.
     pub fn pending(&self) -> usize {
         self.entries.len()
@@ -215,6 +223,10 @@ pub struct AgentState {
 pub struct Shared {
     /// The run's seed.
     pub seed: u64,
+    /// The world clock every host and the runner read.
+    pub clock: WorldClock,
+    /// Executor calls (tool calls, polls, deliveries, webhooks) in progress on any worker.
+    pub executor_busy: Cell<usize>,
     /// The ordered history.
     pub history: History,
     /// The fake downstream.
@@ -244,9 +256,9 @@ impl std::fmt::Debug for Shared {
 }
 
 impl Shared {
-    /// Simulated milliseconds since the start (inside a host).
+    /// Simulated milliseconds since the start, by the world clock.
     pub fn now_ms(&self) -> u64 {
-        turmoil::sim_elapsed().map_or(0, |elapsed| elapsed.as_millis() as u64)
+        self.clock.now_ms()
     }
 
     /// A seed for something named `what` (a worker's entropy, ...), derived from the run seed.
@@ -325,14 +337,16 @@ pub fn builder(seed: u64) -> turmoil::Builder {
 /// Builds the simulation for `scenario` and `seed`: hosts started, nothing sent yet.
 pub fn build(scenario: &Scenario, seed: u64, factory: Rc<dyn ExecutorFactory>) -> (Sim<'static>, Rc<Shared>) {
     let sim = builder(seed).build();
-    let history = History::default();
+    let clock = WorldClock::default();
+    let history = History::new(clock.clone());
     let config = downstream_config(scenario);
     let contracts = Arc::new(contracts_for(scenario, &config));
-    let clock = || turmoil::sim_elapsed().map_or(0, |elapsed| elapsed.as_millis() as u64);
-    let downstream = Downstream::new(config, Arc::new(clock), Arc::new(wire::SimConnector));
+    let downstream = Downstream::new(config, Arc::new(clock.clone()), Arc::new(wire::SimConnector));
     downstream.set_observer(Arc::new(history.clone()));
     let shared = Rc::new(Shared {
         seed,
+        clock,
+        executor_busy: Cell::new(0),
         history,
         downstream,
         contracts,

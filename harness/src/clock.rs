@@ -1,0 +1,78 @@
+//! The world clock of one run: turmoil's simulated time plus the idle time the runner skipped.
+//!
+//! turmoil costs the same wall time for every tick, busy or idle, and most of a run's
+//! simulated time is waiting (a settle, a lease running out, a retention window). When nothing
+//! in the world is active, the runner skips ahead instead of stepping (see
+//! `runner::Runner::run_for`): it adds the skipped span here. Every clock the harness hands
+//! out (the executor's, the downstream's, the queue's, the history's) reads this one, so a skip
+//! looks to everybody like time that passed with nothing happening.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Simulated milliseconds since the start of the run, skips included. Clones share the time.
+#[derive(Debug, Clone, Default)]
+pub struct WorldClock {
+    inner: Arc<ClockInner>,
+}
+
+#[derive(Debug, Default)]
+struct ClockInner {
+    /// turmoil's elapsed time as the runner last saw it, for readings outside any host.
+    outside_ms: AtomicU64,
+    /// Idle time skipped so far.
+    skipped_ms: AtomicU64,
+}
+
+impl WorldClock {
+    /// Now: inside a simulated host, that host's turmoil time; outside (the runner), the time
+    /// the runner last set; plus every skip so far.
+    pub fn now_ms(&self) -> u64 {
+        let simulated = match turmoil::sim_elapsed() {
+            Some(elapsed) => u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+            None => self.inner.outside_ms.load(Ordering::Relaxed),
+        };
+        simulated.saturating_add(self.skipped_ms())
+    }
+
+    /// Sets turmoil's elapsed time, for readings outside a simulated host (the runner calls
+    /// this after every step).
+    pub fn set_simulated_ms(&self, simulated_ms: u64) {
+        self.inner.outside_ms.store(simulated_ms, Ordering::Relaxed);
+    }
+
+    /// Moves the clock on by `by_ms` without stepping the simulation.
+    pub fn skip(&self, by_ms: u64) {
+        self.inner.skipped_ms.fetch_add(by_ms, Ordering::Relaxed);
+    }
+
+    /// Idle time skipped so far.
+    pub fn skipped_ms(&self) -> u64 {
+        self.inner.skipped_ms.load(Ordering::Relaxed)
+    }
+}
+
+impl wire::Clock for WorldClock {
+    fn now_ms(&self) -> u64 {
+        WorldClock::now_ms(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outside_a_host_the_clock_reads_the_runners_time_plus_skips() {
+        let clock = WorldClock::default();
+        let reader = clock.clone();
+        clock.set_simulated_ms(120);
+        assert_eq!(reader.now_ms(), 120);
+        clock.skip(5_000);
+        assert_eq!(reader.now_ms(), 5_120);
+        clock.set_simulated_ms(130);
+        clock.skip(70);
+        assert_eq!(reader.now_ms(), 5_200);
+        assert_eq!(reader.skipped_ms(), 5_070);
+    }
+}
