@@ -19,8 +19,9 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use protocol::{
-    AuthDecision, AuthRequest, Authorizer, Consumed, DownstreamClient, Entropy, Envelope, Executor,
-    LocalBoxFuture, OperationRef, Outbox, OutboxError, Outcome, StoreGate, ToolCall, WebhookEvent, WorkerEnv,
+    AuthDecision, AuthRequest, Authorizer, Background, Consumed, DownstreamClient, Entropy, Envelope,
+    Executor, LocalBoxFuture, OperationRef, Outbox, OutboxError, Outcome, StoreGate, ToolCall, WebhookEvent,
+    WorkerEnv,
 };
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
@@ -73,6 +74,7 @@ pub async fn run(shared: Rc<Shared>, name: String) -> turmoil::Result {
         authorizer: Rc::new(SimAuthorizer { worker: name.clone(), shared: shared.clone() }),
         outbox: Rc::new(SimOutbox { shared: shared.clone() }),
         store_gate: Rc::new(SimStoreGate { worker: name.clone(), shared: shared.clone() }),
+        background: Rc::new(SimBackground { worker: name.clone(), shared: shared.clone() }),
         entropy: Rc::new(SimEntropy(RefCell::new(ChaCha8Rng::seed_from_u64(
             shared.derived_seed(&format!("{name}#{incarnation}")),
         )))),
@@ -256,18 +258,19 @@ impl<F: Future + Unpin> Future for CatchUnwind<F> {
     }
 }
 
-/// Counts an executor call in progress in [`Shared::executor_busy`] while it lives; dropped
-/// when the call ends, panics, or the worker crashes (turmoil drops the task's future).
-struct Busy<'a>(&'a Shared);
+/// Counts an executor call or background task in progress in [`Shared::executor_busy`] while
+/// it lives; dropped when the work ends, panics, or the worker crashes (turmoil drops the
+/// task's future).
+struct Busy(Rc<Shared>);
 
-impl<'a> Busy<'a> {
-    fn new(shared: &'a Shared) -> Self {
+impl Busy {
+    fn new(shared: &Rc<Shared>) -> Self {
         shared.executor_busy.set(shared.executor_busy.get() + 1);
-        Self(shared)
+        Self(shared.clone())
     }
 }
 
-impl Drop for Busy<'_> {
+impl Drop for Busy {
     fn drop(&mut self) {
         self.0.executor_busy.set(self.0.executor_busy.get() - 1);
     }
@@ -454,6 +457,32 @@ impl StoreGate for SimStoreGate {
             })
             .await;
         })
+    }
+}
+
+/// Background work runs on the worker's host (it dies with a crash), counts as activity, and
+/// keeps the operation tag of the call that started it.
+struct SimBackground {
+    worker: String,
+    shared: Rc<Shared>,
+}
+
+impl Background for SimBackground {
+    fn spawn(&self, task: LocalBoxFuture<'static, ()>) {
+        let busy = Busy::new(&self.shared);
+        let origin = current_origin();
+        let worker = self.worker.clone();
+        tokio::task::spawn_local(async move {
+            let result = ORIGIN.scope(origin, CatchUnwind(AssertUnwindSafe(task))).await;
+            if let Err(message) = result {
+                busy.0.history.push(EventKind::ExecutorPanicked {
+                    worker,
+                    during: "background".to_owned(),
+                    message,
+                });
+            }
+            drop(busy);
+        });
     }
 }
 

@@ -115,6 +115,17 @@ pub trait Entropy {
     fn next_u64(&self) -> u64;
 }
 
+/// Runs an executor's own background work: a sweeper, a delayed retry, a lease renewal.
+///
+/// An executor acts when it is called; work it wants done later it starts here, never with
+/// `tokio::task::spawn_local` or the like. Inside the simulation the harness counts such work
+/// as activity: it never skips idle time while background work is pending, the work stops
+/// when its worker crashes, and its panics are caught and reported like any other.
+pub trait Background {
+    /// Starts `task` on this worker.
+    fn spawn(&self, task: LocalBoxFuture<'static, ()>);
+}
+
 /// Everything a worker's executor may use to reach the world.
 #[derive(Clone)]
 pub struct WorkerEnv {
@@ -134,6 +145,8 @@ pub struct WorkerEnv {
     pub store_gate: Rc<dyn StoreGate>,
     /// Randomness.
     pub entropy: Rc<dyn Entropy>,
+    /// Where background work starts.
+    pub background: Rc<dyn Background>,
     /// The tool contracts, true to this world's downstream.
     pub contracts: Arc<ContractSet>,
 }

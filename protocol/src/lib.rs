@@ -26,6 +26,6 @@ pub use contract::{
     Execution, Fingerprint, LateArrivalPolicy, ToolContract, CANONICALIZATION_VERSION,
 };
 pub use env::{
-    AuthDecision, AuthRequest, Authorizer, DownstreamClient, Entropy, Executor, ExecutorFactory,
+    AuthDecision, AuthRequest, Authorizer, Background, DownstreamClient, Entropy, Executor, ExecutorFactory,
     LocalBoxFuture, Outbox, OutboxError, StoreGate, WorkerEnv,
 };

@@ -270,6 +270,7 @@ impl World {
             outbox: self.outbox.clone(),
             store_gate: gate,
             entropy: self.entropy.clone(),
+            background: Rc::new(LocalBackground),
             contracts: self.contracts.clone(),
         })
     }
@@ -353,4 +354,13 @@ pub async fn eventually(what: &str, condition: impl Fn() -> bool) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     panic!("timed out waiting until {what}");
+}
+
+/// Background work on the current `LocalSet` (the reference starts none).
+struct LocalBackground;
+
+impl protocol::Background for LocalBackground {
+    fn spawn(&self, task: protocol::LocalBoxFuture<'static, ()>) {
+        tokio::task::spawn_local(task);
+    }
 }

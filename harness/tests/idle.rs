@@ -1,0 +1,182 @@
+//! Skipping idle time: the runner skips stretches in which nothing is active, every clock
+//! agrees about the skipped time, and an executor's background work is waited for rather than
+//! skipped over.
+
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use harness::executors::{self, ExecutorSpec};
+use harness::history::EventKind;
+use harness::runner;
+use harness::verdict::Verdict;
+use protocol::{
+    Consumed, Envelope, Executor, ExecutorFactory, LocalBoxFuture, OperationRef, Outcome, OutcomeStatus,
+    ToolCall, WebhookAck, WebhookEvent, WorkerEnv,
+};
+use wire::HttpRequest;
+
+fn builtin(id: &str) -> scenarios::Scenario {
+    scenarios::builtin().into_iter().find(|s| s.id == id).expect("a built-in scenario")
+}
+
+fn skipped_ms(history: &[harness::history::Event]) -> u64 {
+    history
+        .iter()
+        .map(|event| match event.kind {
+            EventKind::IdleSkipped { by_ms } => by_ms,
+            _ => 0,
+        })
+        .sum()
+}
+
+#[test]
+fn idle_time_is_skipped_and_the_world_clock_counts_it() {
+    let reference = executors::find("reference").expect("registered");
+    // S09 lets a key outlive its retention: a long wait with nothing in flight.
+    let record = runner::run(&builtin("S09"), 3, &reference);
+    assert_eq!(record.result.verdict, Verdict::Pass, "{:?}", record.result);
+    let skipped = skipped_ms(&record.history);
+    let span = record.history.last().expect("events").at_ms;
+    assert!(skipped > 0, "nothing was skipped");
+    let total = record.stepped.as_millis() as u64 + skipped;
+    let tick = harness::world::TICK.as_millis() as u64;
+    assert!(
+        span <= total && total - span <= tick,
+        "the span by the world clock ({span} ms) is the stepped time plus the skipped time ({total} ms), \
+         to within the last tick"
+    );
+    assert!(record.stepped < Duration::from_millis(span / 4), "stepped {:?} of {span} ms", record.stepped);
+    // The late call of S09 came after the retention window by the executor's clock too: it
+    // was answered `expired`, which the scenario's expectations check; the run passing says so.
+}
+
+#[test]
+fn no_time_is_skipped_while_a_job_is_pending() {
+    let reference = executors::find("reference").expect("registered");
+    // S10: the downstream finishes a job some seconds after accepting it.
+    let scenario = builtin("S10");
+    let record = runner::run(&scenario, 0, &reference);
+    assert_eq!(record.result.verdict, Verdict::Pass, "{:?}", record.result);
+    let accepted = record
+        .ledger
+        .iter()
+        .find(|effect| effect.kind == fake_downstream::EffectKind::JobAccepted)
+        .expect("the job was accepted");
+    let job_duration = scenario.downstream.job_duration.expect("S10 sets a job duration").as_millis() as u64;
+    let pending = accepted.at_ms..accepted.at_ms + job_duration;
+    let skips: Vec<_> = record
+        .history
+        .iter()
+        .filter(|event| matches!(event.kind, EventKind::IdleSkipped { .. }) && pending.contains(&event.at_ms))
+        .collect();
+    assert!(skips.is_empty(), "time was skipped while the job ran ({pending:?}): {skips:?}");
+    assert!(skipped_ms(&record.history) > 0, "the run skipped idle time elsewhere");
+}
+
+/// Creates the ticket once, answers `applied`, then, as background work, creates it again two
+/// seconds later without a key: a late duplicate that only waiting can reveal.
+struct LateDuplicate {
+    env: WorkerEnv,
+}
+
+fn create_ticket(env: &WorkerEnv, call: &ToolCall) -> LocalBoxFuture<'static, Option<String>> {
+    let downstream = env.downstream.clone();
+    let body = serde_json::json!({
+        "tenant": call.tenant,
+        "queue": "support",
+        "subject": "late duplicate",
+        "body": "created twice",
+    });
+    Box::pin(async move {
+        let request = HttpRequest::json(http::Method::POST, "/v1/tickets", &body);
+        let response = downstream.send(request).await.ok()?;
+        let body: serde_json::Value = response.json().ok()?;
+        body["ticket_id"].as_str().map(str::to_owned)
+    })
+}
+
+impl Executor for LateDuplicate {
+    fn call(&self, call: ToolCall) -> LocalBoxFuture<'_, Outcome> {
+        Box::pin(async move {
+            let Some(ticket) = create_ticket(&self.env, &call).await else {
+                return Outcome::new(OutcomeStatus::Unknown);
+            };
+            let again = create_ticket(&self.env, &call);
+            self.env.background.spawn(Box::pin(async move {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                again.await;
+            }));
+            let mut outcome = Outcome::new(OutcomeStatus::Applied);
+            outcome.effect_reference = Some(ticket);
+            outcome
+        })
+    }
+    fn poll(&self, _operation: OperationRef) -> LocalBoxFuture<'_, Outcome> {
+        Box::pin(async { Outcome::new(OutcomeStatus::Unknown) })
+    }
+    fn reconcile(&self, _operation: OperationRef) -> LocalBoxFuture<'_, Outcome> {
+        Box::pin(async { Outcome::new(OutcomeStatus::Unknown) })
+    }
+    fn consume(&self, _envelope: Envelope) -> LocalBoxFuture<'_, Consumed> {
+        Box::pin(async { Consumed::Ack })
+    }
+    fn webhook(&self, _event: WebhookEvent) -> LocalBoxFuture<'_, WebhookAck> {
+        Box::pin(async { WebhookAck::Unmatched })
+    }
+}
+
+struct LateDuplicateFactory;
+
+impl ExecutorFactory for LateDuplicateFactory {
+    fn start(&self, env: WorkerEnv) -> Box<dyn Executor> {
+        Box::new(LateDuplicate { env })
+    }
+}
+
+#[test]
+fn background_work_is_waited_for_so_a_late_duplicate_is_caught() {
+    let spec = ExecutorSpec {
+        name: "late-duplicate".into(),
+        version: "0".into(),
+        description: "creates the ticket again in the background two seconds later".into(),
+        factory: Arc::new(|_run: &str| Rc::new(LateDuplicateFactory) as Rc<dyn ExecutorFactory>),
+    };
+    let scenario = scenarios::Scenario::from_toml(
+        r#"
+id = "T1"
+name = "one_call"
+rows = ["C1"]
+summary = "One call, then the world settles."
+expected = "One effect."
+
+[operations.ticket]
+tenant = "acme"
+workflow = "run_1"
+step = "record_issue"
+
+[[step]]
+action = "call"
+id = "only"
+worker = "worker-1"
+operation = "ticket"
+tool = "tickets.create"
+arguments = '{"queue": "support", "subject": "s", "body": "b"}'
+"#,
+        "idle-test.toml",
+    )
+    .expect("the test scenario parses");
+    let record = runner::run(&scenario, 0, &spec);
+    let created = record
+        .ledger
+        .iter()
+        .filter(|effect| effect.kind == fake_downstream::EffectKind::TicketCreated)
+        .count();
+    assert_eq!(created, 2, "the background duplicate ran before the run ended: {:?}", record.ledger);
+    assert_eq!(record.result.verdict, Verdict::Fail, "{:?}", record.result);
+    assert!(
+        record.result.violations.iter().any(|violation| violation.oracle == "O1"),
+        "{:?}",
+        record.result.violations
+    );
+}
