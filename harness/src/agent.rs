@@ -30,6 +30,23 @@ pub async fn run(shared: Rc<Shared>) -> turmoil::Result {
     }
 }
 
+/// Waits until the world clock reads `deadline_ms`: sleeps in simulated time, and re-checks
+/// whenever the runner skipped idle time (a skip moves the world clock, not tokio's).
+async fn until_world_time(shared: &Shared, deadline_ms: u64) {
+    loop {
+        let now = shared.now_ms();
+        if now >= deadline_ms {
+            return;
+        }
+        let moved = shared.agent.clock_moved.notified();
+        tokio::select! {
+            biased;
+            () = moved => {}
+            () = tokio::time::sleep(Duration::from_millis(deadline_ms - now)) => {}
+        }
+    }
+}
+
 async fn execute(shared: Rc<Shared>, command: AgentCommand) {
     let (label, worker, request, lose_answer) = match command {
         AgentCommand::Call { label, worker, call, lose_answer } => {
@@ -46,8 +63,16 @@ async fn execute(shared: Rc<Shared>, command: AgentCommand) {
     };
     let request = request.header(REQUEST_LABEL_HEADER, label.clone());
     let client = HttpClient::new(Arc::new(SimConnector), worker, PORT);
-    let result = match tokio::time::timeout(AGENT_TIMEOUT, client.send(request)).await {
-        Err(_) => AgentResult::NoAnswer("timeout".into()),
+    let deadline_ms = shared.now_ms() + AGENT_TIMEOUT.as_millis() as u64;
+    shared.agent.deadlines.borrow_mut().insert(label.clone(), deadline_ms);
+    let answer = tokio::select! {
+        biased;
+        answer = client.send(request) => Ok(answer),
+        () = until_world_time(&shared, deadline_ms) => Err(()),
+    };
+    shared.agent.deadlines.borrow_mut().remove(&label);
+    let result = match answer {
+        Err(()) => AgentResult::NoAnswer("timeout".into()),
         Ok(Err(TransportError::ClosedWithoutResponse(_))) => {
             AgentResult::NoAnswer("connection_closed".into())
         }

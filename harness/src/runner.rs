@@ -116,19 +116,40 @@ impl Runner {
         }
     }
 
-    /// Lets `duration` of world time pass: steps while anything is active, and skips idle
-    /// stretches (see [`Runner::idle_until`]).
+    /// Lets `duration` of world time pass.
     fn run_for(&mut self, duration: Duration) -> Result<(), Stop> {
         let until = self.now_ms() + duration.as_millis() as u64;
+        self.advance(until, |_| false)?;
+        Ok(())
+    }
+
+    /// Runs until `done` or `patience` of world time passed; says whether `done`.
+    fn run_until(&mut self, patience: Duration, done: impl FnMut(&Self) -> bool) -> Result<bool, Stop> {
+        let until = self.now_ms() + patience.as_millis() as u64;
+        self.advance(until, done)
+    }
+
+    /// Moves the world on until `done` or the world clock reads `until`; says whether `done`.
+    /// Steps while anything is active; once the world has been idle for [`QUIET_WINDOW`], skips
+    /// to the next time something is due (see [`Runner::idle_until`]): nothing can happen
+    /// before then, so `done` cannot change either.
+    fn advance(&mut self, until: u64, mut done: impl FnMut(&Self) -> bool) -> Result<bool, Stop> {
         let mut quiet_since = None;
-        while self.now_ms() < until {
+        loop {
+            if done(self) {
+                return Ok(true);
+            }
             let now = self.now_ms();
+            if now >= until {
+                return Ok(false);
+            }
             match self.idle_until(until) {
                 Some(next) if next > now => {
                     let since = *quiet_since.get_or_insert(now);
                     if now - since >= QUIET_WINDOW.as_millis() as u64 {
                         self.record(EventKind::IdleSkipped { by_ms: next - now });
                         self.shared.clock.skip(next - now);
+                        self.shared.agent.clock_moved.notify_waiters();
                         quiet_since = None;
                         continue;
                     }
@@ -137,22 +158,21 @@ impl Runner {
             }
             self.step()?;
         }
-        Ok(())
     }
 
-    /// When nothing the harness can see is active — the agent has nothing outstanding, no
-    /// executor call is in progress on any worker, no worker is paused, the downstream has no
-    /// request or job in progress, and no message is on the network — the world time up to
-    /// which nothing is due: the queue's next delivery, capped at `until`. `None` while
-    /// anything is active.
+    /// When nothing the harness can see is active — the agent has no command waiting, no
+    /// executor call or background task is in progress on any worker, no worker is paused,
+    /// the downstream has no request or job in progress, and no message is on the network —
+    /// the world time up to which nothing is due: the queue's next delivery or an agent's
+    /// timeout (a request whose worker crashed waits for nothing else), capped at `until`.
+    /// `None` while anything is active.
     ///
-    /// Executors act only when called (the [`protocol::Executor`] contract), so this is
+    /// Executors act only when called or through [`protocol::Background`], so this is
     /// everything that can happen; the caller still waits [`QUIET_WINDOW`] of stepped time
     /// before it skips.
     fn idle_until(&mut self, until: u64) -> Option<u64> {
         let agent = &self.shared.agent;
-        let busy = !agent.outstanding.borrow().is_empty()
-            || !agent.inbox.borrow().is_empty()
+        let busy = !agent.inbox.borrow().is_empty()
             || self.shared.executor_busy.get() > 0
             || !self.paused.is_empty()
             || !self.shared.downstream.is_idle();
@@ -168,19 +188,9 @@ impl Runner {
         if in_flight > 0 {
             return None;
         }
-        Some(self.shared.queue.borrow().next_due_ms().map_or(until, |due| due.min(until)))
-    }
-
-    /// Steps until `done` or `patience` of world time passed; says whether `done`.
-    fn run_until(&mut self, patience: Duration, mut done: impl FnMut(&Self) -> bool) -> Result<bool, Stop> {
-        let until = self.now_ms() + patience.as_millis() as u64;
-        while !done(self) {
-            if self.now_ms() >= until {
-                return Ok(false);
-            }
-            self.step()?;
-        }
-        Ok(true)
+        let queue_due = self.shared.queue.borrow().next_due_ms();
+        let agent_due = agent.deadlines.borrow().values().min().copied();
+        Some([Some(until), queue_due, agent_due].into_iter().flatten().min().unwrap_or(until))
     }
 
     fn record(&self, kind: EventKind) {

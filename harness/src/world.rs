@@ -217,6 +217,10 @@ pub struct AgentState {
     pub results: RefCell<BTreeMap<String, AgentResult>>,
     /// Labels sent but not settled.
     pub outstanding: RefCell<BTreeSet<String>>,
+    /// For each request on its way, the world time at which the agent gives up waiting.
+    pub deadlines: RefCell<BTreeMap<String, u64>>,
+    /// Notified when the runner skipped idle time, so that waits on the world clock re-check.
+    pub clock_moved: tokio::sync::Notify,
 }
 
 /// State shared by the hosts of one run (and the runner).

@@ -180,3 +180,57 @@ arguments = '{"queue": "support", "subject": "s", "body": "b"}'
         record.result.violations
     );
 }
+
+#[test]
+fn an_agent_waiting_on_a_crashed_worker_times_out_by_the_world_clock() {
+    let reference = executors::find("reference").expect("registered");
+    // The worker is down when the call arrives: the agent's wait can only end by its timeout,
+    // which the runner skips to instead of stepping through.
+    let scenario = scenarios::Scenario::from_toml(
+        r#"
+id = "T2"
+name = "call_a_crashed_worker"
+rows = ["C1"]
+summary = "The worker is down when the call arrives."
+expected = "No answer, by the agent's timeout."
+
+[operations.ticket]
+tenant = "acme"
+workflow = "run_1"
+step = "record_issue"
+
+[[step]]
+action = "crash"
+worker = "worker-1"
+
+[[step]]
+action = "call"
+id = "only"
+worker = "worker-1"
+operation = "ticket"
+tool = "tickets.create"
+arguments = '{"queue": "support", "subject": "s", "body": "b"}'
+"#,
+        "idle-test.toml",
+    )
+    .expect("the test scenario parses");
+    let record = runner::run(&scenario, 0, &reference);
+    assert_eq!(record.result.verdict, Verdict::Pass, "{:?}", record.result);
+    let at = |wanted: &dyn Fn(&EventKind) -> bool| {
+        record.history.iter().find(|event| wanted(&event.kind)).map(|event| event.at_ms)
+    };
+    let sent = at(&|kind| matches!(kind, EventKind::CallSent { label, .. } if label == "only"));
+    let timed_out = at(
+        &|kind| matches!(kind, EventKind::AgentGotNoAnswer { label, reason } if label == "only" && reason == "timeout"),
+    );
+    let (Some(sent), Some(timed_out)) = (sent, timed_out) else {
+        panic!("the call was sent and timed out: {:#?}", record.history)
+    };
+    let timeout = harness::world::parameters().agent_timeout_ms;
+    assert_eq!(timed_out - sent, timeout, "the agent gave up after its timeout by the world clock");
+    assert!(
+        record.stepped < Duration::from_millis(timeout / 2),
+        "the wait was stepped through ({:?} stepped)",
+        record.stepped
+    );
+}
