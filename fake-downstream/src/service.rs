@@ -1,7 +1,7 @@
 //! The service's state and its in-process handle, [`Downstream`].
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -172,8 +172,35 @@ pub(crate) struct Inner {
     clock: Arc<dyn Clock>,
     connector: Arc<dyn Connect>,
     released: Notify,
-    /// Requests being processed plus jobs not yet finished (with their webhooks).
+    /// Requests being processed, plus jobs finishing and delivering their webhooks.
     active: AtomicUsize,
+    /// Jobs waiting for their finishing time: job number -> due time by the clock.
+    waiting: Mutex<BTreeMap<u64, u64>>,
+    /// Numbers the waiting jobs.
+    next_wait: AtomicU64,
+    /// Notified when the clock moved on by more than real or simulated time passing (a
+    /// simulation skipping idle time), so that waiting jobs re-check it.
+    clock_moved: Notify,
+}
+
+/// Registers a job in [`Inner::waiting`] while it lives.
+struct Waiting {
+    inner: Arc<Inner>,
+    number: u64,
+}
+
+impl Waiting {
+    fn new(inner: &Arc<Inner>, due_ms: u64) -> Self {
+        let number = inner.next_wait.fetch_add(1, Ordering::SeqCst);
+        inner.waiting.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).insert(number, due_ms);
+        Self { inner: inner.clone(), number }
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.inner.waiting.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(&self.number);
+    }
 }
 
 /// Counts one piece of work in [`Inner::active`] while it lives.
@@ -221,6 +248,9 @@ impl Downstream {
                 connector,
                 released: Notify::new(),
                 active: AtomicUsize::new(0),
+                waiting: Mutex::new(BTreeMap::new()),
+                next_wait: AtomicU64::new(0),
+                clock_moved: Notify::new(),
             }),
         }
     }
@@ -236,10 +266,26 @@ impl Downstream {
     }
 
     /// Whether nothing is in progress: no request being processed (held, delayed, or between
-    /// commit and answer) and no job waiting to finish or to deliver its webhooks. A
-    /// simulation may skip idle time only then.
+    /// commit and answer) and no job finishing or delivering its webhooks. Jobs waiting for
+    /// their finishing time do not count: see [`Downstream::next_due_ms`]. A simulation may
+    /// skip idle time only then, and only up to that time.
     pub fn is_idle(&self) -> bool {
         self.inner.active.load(Ordering::SeqCst) == 0
+    }
+
+    /// When the earliest waiting job is due to finish, by the clock.
+    pub fn next_due_ms(&self) -> Option<u64> {
+        self.waiting().values().min().copied()
+    }
+
+    /// Tells waiting jobs that the clock moved on without time passing for the runtime (a
+    /// simulation skipped idle time): they re-check whether they are due.
+    pub fn clock_moved(&self) {
+        self.inner.clock_moved.notify_waiters();
+    }
+
+    fn waiting(&self) -> MutexGuard<'_, BTreeMap<u64, u64>> {
+        self.inner.waiting.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// The current configuration.
@@ -524,17 +570,41 @@ impl Downstream {
 
     fn start_job(&self, job_id: String) {
         let downstream = self.clone();
-        let generation = self.lock().generation;
-        let active = Active::new(&self.inner);
+        let (generation, duration) = {
+            let state = self.lock();
+            (state.generation, state.config.job_duration)
+        };
+        // The job is registered as waiting before this returns, so that at no moment is it
+        // neither waiting nor active.
+        let due_ms = self.now_ms() + duration.as_millis() as u64;
+        let wait = Waiting::new(&self.inner, due_ms);
         tokio::spawn(async move {
+            downstream.until(due_ms).await;
+            let active = Active::new(&downstream.inner);
+            drop(wait);
             downstream.run_job(generation, job_id).await;
             drop(active);
         });
     }
 
+    /// Waits until the clock reads `due_ms`: sleeps, and re-checks whenever
+    /// [`Downstream::clock_moved`] says the clock jumped.
+    async fn until(&self, due_ms: u64) {
+        loop {
+            let now = self.now_ms();
+            if now >= due_ms {
+                return;
+            }
+            let moved = self.inner.clock_moved.notified();
+            tokio::select! {
+                biased;
+                () = moved => {}
+                () = tokio::time::sleep(Duration::from_millis(due_ms - now)) => {}
+            }
+        }
+    }
+
     async fn run_job(&self, generation: u64, job_id: String) {
-        let duration = self.lock().config.job_duration;
-        tokio::time::sleep(duration).await;
         let (events, webhook) = {
             let mut state = self.lock();
             if state.generation != generation {

@@ -30,8 +30,13 @@ pub struct RunShape {
 pub struct SimBench {
     /// Harness runs per second (all threads).
     pub harness_runs_per_second: f64,
-    /// Raw turmoil runs per second with the same messages and simulated span (all threads).
+    /// Raw turmoil runs per second with the same messages over the harness's stepped time
+    /// (all threads): the yardstick for the harness's own cost per simulated exchange.
     pub baseline_runs_per_second: f64,
+    /// Raw turmoil runs per second with the same messages stepping through the run's whole
+    /// span (all threads): what raw turmoil, which cannot skip idle time, pays to simulate as
+    /// much time.
+    pub whole_span_runs_per_second: f64,
     /// The shape each baseline run copied.
     pub shape: RunShape,
 }
@@ -70,8 +75,10 @@ pub fn sim(scenario: &Scenario, executor: &ExecutorSpec, runs: u64, jobs: usize)
     let harness_seconds = parallel(runs, jobs, |seed| {
         runner::run(scenario, seed, executor);
     });
-    let baseline_seconds = parallel(runs, jobs, |seed| baseline_run(seed, shape));
+    let baseline_seconds = parallel(runs, jobs, |seed| baseline_run(seed, shape.messages, shape.simulated));
+    let whole_span_seconds = parallel(runs, jobs, |seed| baseline_run(seed, shape.messages, shape.span));
     SimBench {
+        whole_span_runs_per_second: runs as f64 / whole_span_seconds,
         harness_runs_per_second: runs as f64 / harness_seconds,
         baseline_runs_per_second: runs as f64 / baseline_seconds,
         shape,
@@ -95,11 +102,11 @@ fn parallel(runs: u64, jobs: usize, work: impl Fn(u64) + Sync) -> f64 {
     started.elapsed().as_secs_f64()
 }
 
-/// A raw turmoil program: one axum server, one client sending `shape.messages` HTTP requests
-/// one after another, then idling until `shape.simulated` (turmoil's cost grows with
-/// simulated time, so the yardstick covers the same span), built like every simulated world
+/// A raw turmoil program: one axum server, one client sending `messages` HTTP requests one
+/// after another, then idling until `span` has passed (turmoil's cost grows with simulated
+/// time, so the yardstick covers a given span), built like every simulated world
 /// (`world::builder`: same tick, latencies and host order).
-pub fn baseline_run(seed: u64, shape: RunShape) {
+pub fn baseline_run(seed: u64, messages: u64, span: Duration) {
     let mut sim = world::builder(seed).build();
     sim.host("server", || async {
         let router = axum::Router::new()
@@ -111,13 +118,13 @@ pub fn baseline_run(seed: u64, shape: RunShape) {
     sim.client("client", async move {
         let client = wire::HttpClient::new(Arc::new(wire::SimConnector), "server", PORT);
         let started = tokio::time::Instant::now();
-        for index in 0..shape.messages {
+        for index in 0..messages {
             let request =
                 wire::HttpRequest::json(http::Method::POST, "/echo", &serde_json::json!({ "n": index }));
             let response = client.send(request).await?;
             assert_eq!(response.status, 200, "the echo server answers");
         }
-        let rest = shape.simulated.saturating_sub(started.elapsed());
+        let rest = span.saturating_sub(started.elapsed());
         tokio::time::sleep(rest).await;
         Ok(())
     });

@@ -416,6 +416,12 @@ fn run(cli: Cli) -> Result<u8, Failure> {
                 result.shape.simulated.as_millis()
             );
             println!(
+                "raw turmoil stepping through the whole {} ms: runs/s={:.0} (harness / that = {:.2})",
+                result.shape.span.as_millis(),
+                result.whole_span_runs_per_second,
+                result.harness_runs_per_second / result.whole_span_runs_per_second
+            );
+            println!(
                 "sim: harness runs/s={:.0} turmoil baseline runs/s={:.0} ratio={:.2}",
                 result.harness_runs_per_second,
                 result.baseline_runs_per_second,

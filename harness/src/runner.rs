@@ -150,6 +150,7 @@ impl Runner {
                         self.record(EventKind::IdleSkipped { by_ms: next - now });
                         self.shared.clock.skip(next - now);
                         self.shared.agent.clock_moved.notify_waiters();
+                        self.shared.downstream.clock_moved();
                         quiet_since = None;
                         continue;
                     }
@@ -163,8 +164,9 @@ impl Runner {
     /// When nothing the harness can see is active — the agent has no command waiting, no
     /// executor call or background task is in progress on any worker, no worker is paused,
     /// the downstream has no request or job in progress, and no message is on the network —
-    /// the world time up to which nothing is due: the queue's next delivery or an agent's
-    /// timeout (a request whose worker crashed waits for nothing else), capped at `until`.
+    /// the world time up to which nothing is due: the queue's next delivery, an agent's
+    /// timeout (a request whose worker crashed waits for nothing else) or a downstream job's
+    /// finishing time, capped at `until`.
     /// `None` while anything is active.
     ///
     /// Executors act only when called or through [`protocol::Background`], so this is
@@ -190,7 +192,8 @@ impl Runner {
         }
         let queue_due = self.shared.queue.borrow().next_due_ms();
         let agent_due = agent.deadlines.borrow().values().min().copied();
-        Some([Some(until), queue_due, agent_due].into_iter().flatten().min().unwrap_or(until))
+        let job_due = self.shared.downstream.next_due_ms();
+        Some([Some(until), queue_due, agent_due, job_due].into_iter().flatten().min().unwrap_or(until))
     }
 
     fn record(&self, kind: EventKind) {

@@ -52,9 +52,10 @@ fn idle_time_is_skipped_and_the_world_clock_counts_it() {
 }
 
 #[test]
-fn no_time_is_skipped_while_a_job_is_pending() {
+fn a_skip_stops_when_a_downstream_job_is_due() {
     let reference = executors::find("reference").expect("registered");
-    // S10: the downstream finishes a job some seconds after accepting it.
+    // S10: the downstream finishes a job some seconds after accepting it; the world is idle
+    // meanwhile, so the runner skips, but only up to the job's finishing time.
     let scenario = builtin("S10");
     let record = runner::run(&scenario, 0, &reference);
     assert_eq!(record.result.verdict, Verdict::Pass, "{:?}", record.result);
@@ -64,14 +65,23 @@ fn no_time_is_skipped_while_a_job_is_pending() {
         .find(|effect| effect.kind == fake_downstream::EffectKind::JobAccepted)
         .expect("the job was accepted");
     let job_duration = scenario.downstream.job_duration.expect("S10 sets a job duration").as_millis() as u64;
-    let pending = accepted.at_ms..accepted.at_ms + job_duration;
-    let skips: Vec<_> = record
+    let due = accepted.at_ms + job_duration;
+    let skips: Vec<(u64, u64)> = record
         .history
         .iter()
-        .filter(|event| matches!(event.kind, EventKind::IdleSkipped { .. }) && pending.contains(&event.at_ms))
+        .filter_map(|event| match event.kind {
+            EventKind::IdleSkipped { by_ms } => Some((event.at_ms, event.at_ms + by_ms)),
+            _ => None,
+        })
         .collect();
-    assert!(skips.is_empty(), "time was skipped while the job ran ({pending:?}): {skips:?}");
-    assert!(skipped_ms(&record.history) > 0, "the run skipped idle time elsewhere");
+    assert!(
+        skips.iter().all(|&(from, to)| !(from < due && to > due)),
+        "a skip crossed the job's finishing time {due} ms: {skips:?}"
+    );
+    assert!(
+        skips.iter().any(|&(_, to)| to == due),
+        "no skip ended at the job's finishing time {due} ms: {skips:?}"
+    );
 }
 
 /// Creates the ticket once, answers `applied`, then, as background work, creates it again two

@@ -6,7 +6,7 @@ use fake_downstream::{EffectKind, FaultAction, FaultRule, RuleMatch};
 use protocol::{NextAction, OutcomeStatus, WebhookAck, WebhookEvent};
 use serde_json::{json, Value};
 
-use crate::support::{eventually, World, JOB};
+use crate::support::{World, JOB};
 
 fn webhook(event_id: &str, job_id: &str, key: &str) -> WebhookEvent {
     let body = json!({
@@ -25,10 +25,7 @@ fn notices(world: &World) -> Vec<fake_downstream::Effect> {
 }
 
 async fn job_done(world: &World, job_id: &str) {
-    eventually("the job succeeded", || {
-        world.downstream.job(job_id).is_some_and(|job| job.status == "succeeded")
-    })
-    .await;
+    world.finish_job(job_id).await;
 }
 
 #[tokio::test(flavor = "current_thread")]

@@ -13,7 +13,7 @@ use protocol::{Consumed, ContractSet, OutcomeStatus, ReasonCode, WebhookAck, Web
 use serde_json::json;
 
 use crate::support::{
-    eventually, PausingGate, World, WorldBuilder, CHARGE, JOB, LEASE_MS, MESSAGE, RETENTION_MS, TICKET,
+    PausingGate, World, WorldBuilder, CHARGE, JOB, LEASE_MS, MESSAGE, RETENTION_MS, TICKET,
 };
 
 fn zoo(name: &str) -> Strategies {
@@ -464,10 +464,7 @@ async fn deliveries(strategies: Strategies) -> (Vec<WebhookAck>, usize) {
     let world = builder(strategies, &[Service::Messages]).build().await;
     let worker = world.worker("worker-1");
     worker.call(world.call("jobs.submit", "report", JOB)).await;
-    eventually("the job succeeded", || {
-        world.downstream.job("job_1").is_some_and(|job| job.status == "succeeded")
-    })
-    .await;
+    world.finish_job("job_1").await;
     let mut acks = Vec::new();
     for event_id in ["evt_1", "evt_1", "evt_2"] {
         acks.push(worker.webhook(webhook(event_id)).await);

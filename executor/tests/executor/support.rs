@@ -275,8 +275,21 @@ impl World {
         })
     }
 
+    /// Moves the manual clock on, and tells the downstream (its jobs finish by this clock).
     pub fn advance_ms(&self, ms: u64) {
         self.clock.fetch_add(ms, Ordering::SeqCst);
+        self.downstream.clock_moved();
+    }
+
+    /// Lets a submitted job finish: moves the clock past the job duration and waits (real
+    /// time, bounded) until the downstream says `job_id` succeeded.
+    pub async fn finish_job(&self, job_id: &str) {
+        let duration = self.downstream.config().job_duration;
+        self.advance_ms(duration.as_millis() as u64);
+        eventually("the job succeeded", || {
+            self.downstream.job(job_id).is_some_and(|job| job.status == "succeeded")
+        })
+        .await;
     }
 
     /// A call of `tool` for step `step` of workflow `run_1`, tenant `acme`; every call gets a
