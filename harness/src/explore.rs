@@ -11,7 +11,7 @@
 //! requests. Shrinking is proptest's: a failing case is simplified while the same oracle
 //! still fails.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use fake_downstream::{FaultAction, FaultRule, IdempotencyMode, RuleMatch, Times};
@@ -159,6 +159,10 @@ pub enum CaseAction {
     },
     /// A person edits the ticket the first ticket-creating operation made.
     HumanEdit,
+    /// A stale update, the rare sequence that reveals lost updates: the first ticket-creating
+    /// operation is called (unless it was already), a person edits its ticket, then the first
+    /// `tickets.set_status` operation is called, based on a version that may predate the edit.
+    StaleUpdate,
 }
 
 /// A random workload and fault schedule.
@@ -263,7 +267,7 @@ fn action(mix: Mix) -> impl Strategy<Value = CaseAction> {
                 .boxed(),
         ),
         (mix.revoke, operation().prop_map(|operation| CaseAction::Revoke { operation }).boxed()),
-        (mix.edit, Just(CaseAction::HumanEdit).boxed()),
+        (mix.edit, prop_oneof![Just(CaseAction::HumanEdit), Just(CaseAction::StaleUpdate)].boxed()),
         (
             mix.poll,
             prop_oneof![
@@ -417,6 +421,13 @@ impl Case {
         Some((format!("{}_step_{}", TENANTS[usize::from(operation.tenant % 2)], operation.step), operation))
     }
 
+    /// The first operation using `tool`, with its name.
+    fn first_of(&self, tool: CaseTool) -> Option<(String, &CaseOperation)> {
+        (0..self.operations.len() as u8)
+            .filter_map(|index| self.operation_name(index))
+            .find(|(_, operation)| operation.tool == tool)
+    }
+
     fn worker(&self, index: u8) -> String {
         format!("worker-{}", 1 + index % self.workers.max(1))
     }
@@ -465,7 +476,17 @@ impl Case {
                 wait,
             }
         };
+        // Operations called so far (a stale update calls its ticket's creator first if not).
+        let mut called = BTreeSet::new();
         for action in &self.actions {
+            if let CaseAction::Call { operation, .. }
+            | CaseAction::Concurrent { operation }
+            | CaseAction::CrashDuringCall { operation, .. } = *action
+            {
+                if let Some((name, _)) = self.operation_name(operation) {
+                    called.insert(name);
+                }
+            }
             match *action {
                 CaseAction::Call { operation, worker, variant } => {
                     let Some((name, op)) = self.operation_name(operation) else { continue };
@@ -540,12 +561,30 @@ impl Case {
                     push(StepKind::Revoke { actor, tool: Some(op.tool.name().to_owned()) });
                 }
                 CaseAction::HumanEdit => {
-                    let creator = (0..self.operations.len() as u8)
-                        .filter_map(|index| self.operation_name(index))
-                        .find(|(_, op)| op.tool == CaseTool::Ticket);
-                    if let Some((name, _)) = creator {
+                    if let Some((name, _)) = self.first_of(CaseTool::Ticket) {
                         push(StepKind::HumanEdit { ticket_of: name });
                     }
+                }
+                CaseAction::StaleUpdate => {
+                    let (Some((creator, ticket)), Some((name, update))) =
+                        (self.first_of(CaseTool::Ticket), self.first_of(CaseTool::SetStatus))
+                    else {
+                        continue;
+                    };
+                    if called.insert(creator.clone()) {
+                        let id = next_label("call-");
+                        push(StepKind::Call(call(id, self.worker(0), &creator, ticket, Variant::Same, true)));
+                    }
+                    called.insert(name.clone());
+                    push(StepKind::HumanEdit { ticket_of: creator });
+                    push(StepKind::Call(call(
+                        next_label("call-"),
+                        self.worker(0),
+                        &name,
+                        update,
+                        Variant::Same,
+                        true,
+                    )));
                 }
                 CaseAction::Poll { operation } | CaseAction::Reconcile { operation } => {
                     let Some((name, _)) = self.operation_name(operation) else { continue };

@@ -135,3 +135,39 @@ fn exploration_finds_a_mutant_and_its_reproduce_command_reproduces_it() {
     assert!(replay_stdout.contains("replaying 1 saved case(s)"), "{replay_stdout}");
     assert!(replay_stdout.contains(&format!("FAILS: {oracle}")), "{replay_stdout}");
 }
+
+#[test]
+fn a_stale_update_case_calls_the_creator_edits_then_updates_and_catches_lost_updates() {
+    use harness::explore::{check_case, Case, CaseAction, CaseOperation, CaseTool, ServiceChoice};
+    let service = ServiceChoice { honoured: true, receipts: true };
+    let case = Case {
+        seed: 5,
+        workers: 1,
+        services: [service; 4],
+        duplicate_deliveries: false,
+        webhooks: false,
+        operations: vec![
+            CaseOperation { tenant: 0, step: 0, tool: CaseTool::Ticket, content: 0 },
+            // Content 0: the update is based on version 1, the version before the edit.
+            CaseOperation { tenant: 0, step: 1, tool: CaseTool::SetStatus, content: 0 },
+        ],
+        actions: vec![CaseAction::StaleUpdate],
+    };
+    let steps: Vec<String> = case
+        .to_scenario()
+        .steps
+        .iter()
+        .map(|step| match &step.kind {
+            scenarios::StepKind::Call(call) => format!("call {}", call.tool),
+            scenarios::StepKind::HumanEdit { .. } => "edit".to_owned(),
+            other => format!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(steps, ["call tickets.create", "edit", "call tickets.set_status"]);
+
+    let reference = executors::find("reference").expect("registered");
+    assert_eq!(check_case(&case, &reference).failure(), None, "the reference refuses the stale update");
+    let mutant = executors::find("mutant:stale_overwrite").expect("registered");
+    let found = check_case(&case, &mutant).failure();
+    assert!(found.as_deref().is_some_and(|oracle| oracle.contains("O11")), "{found:?}");
+}
