@@ -27,29 +27,34 @@ impl Downstream {
     /// The service's HTTP router. Serve it with [`wire::serve`] so that the connection-level
     /// faults (`commit_then_drop`, `reset_before_commit`) can close connections.
     pub fn router(&self) -> Router {
-        Router::new()
-            .route("/v1/tickets", post(create_ticket))
-            .route("/v1/tickets/{id}", get(get_ticket).patch(patch_ticket))
-            .route("/v1/charges", post(create_charge))
-            .route("/v1/messages", post(create_message))
-            .route("/v1/jobs", post(create_job))
-            .route("/v1/jobs/{id}", get(get_job))
-            .route("/v1/receipts/{key}", get(get_receipt))
-            .route(
-                "/__admin/faults",
-                post(admin_install_fault).get(admin_list_faults).delete(admin_clear_faults),
-            )
-            .route("/__admin/faults/{id}/release", post(admin_release))
-            .route("/__admin/ledger", get(admin_ledger))
-            .route("/__admin/requests", get(admin_requests))
-            .route("/__admin/webhooks", get(admin_webhooks))
-            .route("/__admin/reset", post(admin_reset))
-            .route("/__admin/tickets/{id}/touch", post(admin_touch))
-            .route("/__admin/config", get(admin_get_config).put(admin_put_config))
-            .fallback(not_found)
-            .method_not_allowed_fallback(method_not_allowed)
-            .with_state(self.clone())
+        // The routes are the same for every instance; a simulation builds one downstream per
+        // run, so each thread builds the table once and clones it.
+        thread_local! {
+            static ROUTES: Router<Downstream> = routes();
+        }
+        ROUTES.with(|routes| routes.clone().with_state(self.clone()))
     }
+}
+
+fn routes() -> Router<Downstream> {
+    Router::new()
+        .route("/v1/tickets", post(create_ticket))
+        .route("/v1/tickets/{id}", get(get_ticket).patch(patch_ticket))
+        .route("/v1/charges", post(create_charge))
+        .route("/v1/messages", post(create_message))
+        .route("/v1/jobs", post(create_job))
+        .route("/v1/jobs/{id}", get(get_job))
+        .route("/v1/receipts/{key}", get(get_receipt))
+        .route("/__admin/faults", post(admin_install_fault).get(admin_list_faults).delete(admin_clear_faults))
+        .route("/__admin/faults/{id}/release", post(admin_release))
+        .route("/__admin/ledger", get(admin_ledger))
+        .route("/__admin/requests", get(admin_requests))
+        .route("/__admin/webhooks", get(admin_webhooks))
+        .route("/__admin/reset", post(admin_reset))
+        .route("/__admin/tickets/{id}/touch", post(admin_touch))
+        .route("/__admin/config", get(admin_get_config).put(admin_put_config))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
 }
 
 type Ds = AxumState<Downstream>;

@@ -167,8 +167,13 @@ impl std::fmt::Display for Fingerprint {
 impl Fingerprint {
     /// SHA-256 over the RFC 8785 canonical form of `value`.
     pub fn of(value: &Value) -> Self {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
         let canonical = serde_json_canonicalizer::to_vec(value).expect("a JSON value canonicalises");
-        let digest = Sha256::digest(&canonical).iter().map(|byte| format!("{byte:02x}")).collect();
+        let mut digest = String::with_capacity(64);
+        for byte in Sha256::digest(&canonical) {
+            digest.push(char::from(HEX[usize::from(byte >> 4)]));
+            digest.push(char::from(HEX[usize::from(byte & 0x0f)]));
+        }
         Self { algorithm: "sha256".into(), canonicalization: CANONICALIZATION_VERSION.into(), digest }
     }
 
@@ -433,6 +438,17 @@ mod tests {
 
     fn tickets() -> ToolContract {
         ContractSet::builtin().get("tickets.create", "2026-08-18").unwrap().clone()
+    }
+
+    #[test]
+    fn a_fingerprint_is_the_sha256_of_the_rfc8785_bytes_in_lowercase_hex() {
+        // Members out of order, a float, a non-ASCII string: RFC 8785 sorts the members and
+        // writes the rest as `{"a":"x","b":[1,2.5,true,null],"c":{"d":"é"}}`, whose SHA-256
+        // (`printf '%s' ... | sha256sum`) is below.
+        let value = serde_json::json!({"c": {"d": "é"}, "b": [1, 2.50, true, null], "a": "x"});
+        let fingerprint = Fingerprint::of(&value);
+        assert_eq!(fingerprint.digest, "adf52b4ac96c48633c1e15da44336be73a980cd0eec3a6d038ffba55a86b8fa4");
+        assert_eq!(fingerprint.algorithm, "sha256");
     }
 
     #[test]
