@@ -20,6 +20,35 @@ fn builtin(id: &str) -> scenarios::Scenario {
     scenarios::builtin().into_iter().find(|s| s.id == id).expect("a built-in scenario")
 }
 
+/// A scenario with one `tickets.create` call labelled `only` on `worker-1`, after `before`
+/// (more `[[step]]`s in TOML).
+fn one_ticket_call(before: &str) -> scenarios::Scenario {
+    let text = format!(
+        r#"
+id = "T1"
+name = "one_call"
+rows = ["C1"]
+summary = "One call, then the world settles."
+expected = "Whatever the oracles allow."
+
+[operations.ticket]
+tenant = "acme"
+workflow = "run_1"
+step = "record_issue"
+
+{before}
+[[step]]
+action = "call"
+id = "only"
+worker = "worker-1"
+operation = "ticket"
+tool = "tickets.create"
+arguments = '{{"queue": "support", "subject": "s", "body": "b"}}'
+"#
+    );
+    scenarios::Scenario::from_toml(&text, "idle-test.toml").expect("the test scenario parses")
+}
+
 fn skipped_ms(history: &[harness::history::Event]) -> u64 {
     history
         .iter()
@@ -152,30 +181,7 @@ fn background_work_is_waited_for_so_a_late_duplicate_is_caught() {
         description: "creates the ticket again in the background two seconds later".into(),
         factory: Arc::new(|_run: &str| Rc::new(LateDuplicateFactory) as Rc<dyn ExecutorFactory>),
     };
-    let scenario = scenarios::Scenario::from_toml(
-        r#"
-id = "T1"
-name = "one_call"
-rows = ["C1"]
-summary = "One call, then the world settles."
-expected = "One effect."
-
-[operations.ticket]
-tenant = "acme"
-workflow = "run_1"
-step = "record_issue"
-
-[[step]]
-action = "call"
-id = "only"
-worker = "worker-1"
-operation = "ticket"
-tool = "tickets.create"
-arguments = '{"queue": "support", "subject": "s", "body": "b"}'
-"#,
-        "idle-test.toml",
-    )
-    .expect("the test scenario parses");
+    let scenario = one_ticket_call("");
     let record = runner::run(&scenario, 0, &spec);
     let created = record
         .ledger
@@ -196,34 +202,7 @@ fn an_agent_waiting_on_a_crashed_worker_times_out_by_the_world_clock() {
     let reference = executors::find("reference").expect("registered");
     // The worker is down when the call arrives: the agent's wait can only end by its timeout,
     // which the runner skips to instead of stepping through.
-    let scenario = scenarios::Scenario::from_toml(
-        r#"
-id = "T2"
-name = "call_a_crashed_worker"
-rows = ["C1"]
-summary = "The worker is down when the call arrives."
-expected = "No answer, by the agent's timeout."
-
-[operations.ticket]
-tenant = "acme"
-workflow = "run_1"
-step = "record_issue"
-
-[[step]]
-action = "crash"
-worker = "worker-1"
-
-[[step]]
-action = "call"
-id = "only"
-worker = "worker-1"
-operation = "ticket"
-tool = "tickets.create"
-arguments = '{"queue": "support", "subject": "s", "body": "b"}'
-"#,
-        "idle-test.toml",
-    )
-    .expect("the test scenario parses");
+    let scenario = one_ticket_call("[[step]]\naction = \"crash\"\nworker = \"worker-1\"\n");
     let record = runner::run(&scenario, 0, &reference);
     assert_eq!(record.result.verdict, Verdict::Pass, "{:?}", record.result);
     let at = |wanted: &dyn Fn(&EventKind) -> bool| {
