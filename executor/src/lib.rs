@@ -67,6 +67,7 @@ mod machine;
 pub mod mutants;
 mod store;
 mod strategy;
+mod warm;
 
 pub use machine::{ReferenceConfig, ReferenceExecutor, ReferenceFactory, DEFAULT_DOWNSTREAM_TIMEOUT};
 pub use store::{

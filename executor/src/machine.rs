@@ -1,6 +1,6 @@
 //! The REPLAY state machine: [`ReferenceExecutor`] and its [`ReferenceFactory`].
 
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use protocol::{
@@ -22,6 +22,7 @@ use crate::store::{
 use crate::strategy::{
     AmbiguityVerdict, AuthPoint, JobRetry, KeyInput, MismatchVerdict, RetentionVerdict, Strategies,
 };
+use crate::warm::{Idle, WarmDatabase, WorkerStore};
 
 /// How long the executor waits for the downstream by default: longer than a healthy answer
 /// takes in the simulation (tens of milliseconds), shorter than a lease (seconds), so that a
@@ -66,7 +67,11 @@ pub struct ReferenceFactory {
     location: StoreLocation,
     config: ReferenceConfig,
     strategies: Strategies,
-    keeper: Mutex<ClaimStore>,
+    /// The factory's own connection; `None` only while the factory is dropped.
+    keeper: Mutex<Option<ClaimStore>>,
+    /// For a recycled factory ([`ReferenceFactory::recycled`]): the connections workers gave
+    /// back, lent to the next workers, and with the keeper returned to the thread's pool.
+    idle: Option<Idle>,
 }
 
 impl std::fmt::Debug for ReferenceFactory {
@@ -74,6 +79,7 @@ impl std::fmt::Debug for ReferenceFactory {
         f.debug_struct("ReferenceFactory")
             .field("location", &self.location)
             .field("config", &self.config)
+            .field("recycled", &self.idle.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -90,8 +96,25 @@ impl ReferenceFactory {
         config: ReferenceConfig,
         strategies: Strategies,
     ) -> Result<Self, StoreError> {
-        let keeper = Mutex::new(ClaimStore::open(&location)?);
-        Ok(Self { location, config, strategies, keeper })
+        let keeper = Mutex::new(Some(ClaimStore::open(&location)?));
+        Ok(Self { location, config, strategies, keeper, idle: None })
+    }
+
+    /// A factory over an empty shared-memory store taken from this thread's pool of warm
+    /// databases (schema created, connections open, statements prepared), which goes back to
+    /// the pool, emptied, when the factory is dropped. Worker connections are lent from it and
+    /// given back when a worker stops or crashes. For many short runs one after another on a
+    /// thread, as in the simulation; see `warm.rs` for why an emptied database is as good as
+    /// a new one.
+    pub fn recycled(config: ReferenceConfig, strategies: Strategies) -> Result<Self, StoreError> {
+        let warm = WarmDatabase::take()?;
+        Ok(Self {
+            location: warm.location,
+            config,
+            strategies,
+            keeper: Mutex::new(Some(warm.keeper)),
+            idle: Some(warm.idle),
+        })
     }
 
     /// Where the store lives.
@@ -106,25 +129,38 @@ impl ReferenceFactory {
 
     /// Runs `inspect` on the factory's own connection (no new connection needed).
     pub fn with_store<T>(&self, inspect: impl FnOnce(&ClaimStore) -> T) -> T {
-        let store = self.keeper.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        inspect(&store)
+        let keeper = self.keeper.lock().unwrap_or_else(PoisonError::into_inner);
+        inspect(keeper.as_ref().expect("the keeper connection is present until the factory is dropped"))
     }
 }
 
 impl ExecutorFactory for ReferenceFactory {
     fn start(&self, env: WorkerEnv) -> Box<dyn protocol::Executor> {
+        let store = match &self.idle {
+            Some(idle) => WorkerStore::lent(idle, &self.location),
+            None => ClaimStore::open(&self.location).map(WorkerStore::owned),
+        };
         // The factory opened this store when it was made; failing to open it again is a
         // broken environment, not an outcome.
-        let store = ClaimStore::open(&self.location)
+        let store = store
             .unwrap_or_else(|error| panic!("worker {} cannot reach the claim store: {error}", env.worker_id));
         Box::new(ReferenceExecutor { env, store, config: self.config.clone(), strategies: self.strategies })
+    }
+}
+
+impl Drop for ReferenceFactory {
+    fn drop(&mut self) {
+        let keeper = self.keeper.get_mut().unwrap_or_else(PoisonError::into_inner).take();
+        if let (Some(idle), Some(keeper)) = (self.idle.take(), keeper) {
+            WarmDatabase { location: self.location.clone(), keeper, idle }.give_back();
+        }
     }
 }
 
 /// The reference executor of one worker: the REPLAY state machine (see the crate docs).
 pub struct ReferenceExecutor {
     env: WorkerEnv,
-    store: ClaimStore,
+    store: WorkerStore,
     config: ReferenceConfig,
     strategies: Strategies,
 }

@@ -15,8 +15,8 @@
 //! assert_eq!(zoo.len(), 18);
 //! let blind_retry = executor::mutants::find("blind_retry").expect("in the zoo");
 //! assert_eq!((blind_retry.id, blind_retry.caught_by), ("M05", &["S02"][..]));
-//! // The harness makes one factory per run (scenario and seed), named by a unique label.
-//! let factory = (blind_retry.factory)("S02-seed-1")?;
+//! // The harness makes one factory per run (scenario and seed).
+//! let factory = (blind_retry.factory)()?;
 //! # let _ = factory;
 //! # Ok::<(), executor::StoreError>(())
 //! ```
@@ -32,8 +32,8 @@ use crate::strategy::{
     MismatchVerdict, RecoveryPlan, RetentionVerdict, StoredCompletion, Strategies,
 };
 
-/// Makes the executor factory of one run from the run's label (unique per scenario and seed).
-pub type MutantFactoryFn = fn(&str) -> Result<Box<dyn ExecutorFactory + Send + Sync>, StoreError>;
+/// Makes the executor factory of one run (its store comes empty from the thread's warm pool).
+pub type MutantFactoryFn = fn() -> Result<Box<dyn ExecutorFactory + Send + Sync>, StoreError>;
 
 /// One mutant of the zoo.
 #[derive(Debug, Clone, Copy)]
@@ -62,7 +62,7 @@ pub fn all() -> Vec<Mutant> {
             defect: "the operation key is a hash of the arguments, so a deliberate second action is a duplicate",
             caught_by: &["S07"],
             strategies: ARGS_HASH_AS_KEY,
-            factory: |run| boxed(args_hash_as_key(run)),
+            factory: || boxed(args_hash_as_key()),
         },
         Mutant {
             id: "M02",
@@ -70,7 +70,7 @@ pub fn all() -> Vec<Mutant> {
             defect: "claims live in the worker's private memory: a crash empties them, other workers never see them",
             caught_by: &["S03", "S04", "S05"],
             strategies: Strategies::reference(),
-            factory: |run| boxed(in_memory_claims(run)),
+            factory: || boxed(in_memory_claims()),
         },
         Mutant {
             id: "M03",
@@ -78,7 +78,7 @@ pub fn all() -> Vec<Mutant> {
             defect: "the claim is a read followed by a separate insert whose answer is not checked",
             caught_by: &["S05"],
             strategies: READ_THEN_INSERT,
-            factory: |run| boxed(read_then_insert(run)),
+            factory: || boxed(read_then_insert()),
         },
         Mutant {
             id: "M04",
@@ -86,7 +86,7 @@ pub fn all() -> Vec<Mutant> {
             defect: "the key is trusted without comparing the request: a changed request replays the old result",
             caught_by: &["S06"],
             strategies: NO_FINGERPRINT,
-            factory: |run| boxed(no_fingerprint(run)),
+            factory: || boxed(no_fingerprint()),
         },
         Mutant {
             id: "M05",
@@ -94,7 +94,7 @@ pub fn all() -> Vec<Mutant> {
             defect: "resends the downstream call after a timeout or other ambiguous answer, without a downstream key",
             caught_by: &["S02"],
             strategies: BLIND_RETRY,
-            factory: |run| boxed(blind_retry(run)),
+            factory: || boxed(blind_retry()),
         },
         Mutant {
             id: "M06",
@@ -102,7 +102,7 @@ pub fn all() -> Vec<Mutant> {
             defect: "reports applied after a timeout or other ambiguous answer, without a receipt",
             caught_by: &["S02", "S12"],
             strategies: TIMEOUT_IS_SUCCESS,
-            factory: |run| boxed(timeout_is_success(run)),
+            factory: || boxed(timeout_is_success()),
         },
         Mutant {
             id: "M07",
@@ -110,7 +110,7 @@ pub fn all() -> Vec<Mutant> {
             defect: "trusts the first authorization decision: an existing key skips authorization",
             caught_by: &["S08"],
             strategies: NO_AUTH_RECHECK,
-            factory: |run| boxed(no_auth_recheck(run)),
+            factory: || boxed(no_auth_recheck()),
         },
         Mutant {
             id: "M08",
@@ -118,7 +118,7 @@ pub fn all() -> Vec<Mutant> {
             defect: "deletes records when their retention runs out and treats a late duplicate as new",
             caught_by: &["S09"],
             strategies: SHORT_TTL_DELETE,
-            factory: |run| boxed(short_ttl_delete(run)),
+            factory: || boxed(short_ttl_delete()),
         },
         Mutant {
             id: "M09",
@@ -126,7 +126,7 @@ pub fn all() -> Vec<Mutant> {
             defect: "after a lease expires, re-executes without asking the downstream for a receipt",
             caught_by: &["S04", "S19"],
             strategies: PENDING_MEANS_NOTHING,
-            factory: |run| boxed(pending_means_nothing(run)),
+            factory: || boxed(pending_means_nothing()),
         },
         Mutant {
             id: "M10",
@@ -134,7 +134,7 @@ pub fn all() -> Vec<Mutant> {
             defect: "uses the model's tool-call id as the operation key",
             caught_by: &["S02", "S03"],
             strategies: CALL_ID_AS_KEY,
-            factory: |run| boxed(call_id_as_key(run)),
+            factory: || boxed(call_id_as_key()),
         },
         Mutant {
             id: "M11",
@@ -142,7 +142,7 @@ pub fn all() -> Vec<Mutant> {
             defect: "stores only that the call succeeded, not the effect reference or result",
             caught_by: &["S01"],
             strategies: BOOLEAN_SUCCESS,
-            factory: |run| boxed(boolean_success(run)),
+            factory: || boxed(boolean_success()),
         },
         Mutant {
             id: "M12",
@@ -150,7 +150,7 @@ pub fn all() -> Vec<Mutant> {
             defect: "resubmits a delayed job that is still running when the call is retried",
             caught_by: &["S10"],
             strategies: RESUBMIT_JOB,
-            factory: |run| boxed(resubmit_job(run)),
+            factory: || boxed(resubmit_job()),
         },
         Mutant {
             id: "M13",
@@ -158,7 +158,7 @@ pub fn all() -> Vec<Mutant> {
             defect: "fingerprints the raw JSON text, so key order, whitespace and ignored fields count",
             caught_by: &["S14"],
             strategies: RAW_JSON_FINGERPRINT,
-            factory: |run| boxed(raw_json_fingerprint(run)),
+            factory: || boxed(raw_json_fingerprint()),
         },
         Mutant {
             id: "M14",
@@ -166,7 +166,7 @@ pub fn all() -> Vec<Mutant> {
             defect: "on a fingerprint mismatch, replaces the stored operation and applies the newer payload",
             caught_by: &["S06"],
             strategies: NEWEST_PAYLOAD_WINS,
-            factory: |run| boxed(newest_payload_wins(run)),
+            factory: || boxed(newest_payload_wins()),
         },
         Mutant {
             id: "M15",
@@ -174,7 +174,7 @@ pub fn all() -> Vec<Mutant> {
             defect: "keys and stores every operation under one tenant: the same key string under two tenants collides",
             caught_by: &["S13"],
             strategies: NO_TENANT_SCOPE,
-            factory: |run| boxed(no_tenant_scope(run)),
+            factory: || boxed(no_tenant_scope()),
         },
         Mutant {
             id: "M16",
@@ -182,7 +182,7 @@ pub fn all() -> Vec<Mutant> {
             defect: "sends absolute updates without their version precondition (no If-Match)",
             caught_by: &["S18"],
             strategies: STALE_OVERWRITE,
-            factory: |run| boxed(stale_overwrite(run)),
+            factory: || boxed(stale_overwrite()),
         },
         Mutant {
             id: "M17",
@@ -190,7 +190,7 @@ pub fn all() -> Vec<Mutant> {
             defect: "processes every webhook delivery: no event-id check, and every delivery settles the job and sends the notice",
             caught_by: &["S17"],
             strategies: WEBHOOK_NO_DEDUPE,
-            factory: |run| boxed(webhook_no_dedupe(run)),
+            factory: || boxed(webhook_no_dedupe()),
         },
         Mutant {
             id: "M18",
@@ -198,7 +198,7 @@ pub fn all() -> Vec<Mutant> {
             defect: "the queue consumer acts on every delivery before it claims the operation",
             caught_by: &["S16"],
             strategies: CONSUMER_NO_CLAIM,
-            factory: |run| boxed(consumer_no_claim(run)),
+            factory: || boxed(consumer_no_claim()),
         },
     ]
 }
@@ -214,13 +214,10 @@ fn boxed(
     Ok(Box::new(factory?))
 }
 
-/// A factory over a fresh shared-memory store named after the run, like the reference's.
-fn on_shared_store(run_label: &str, strategies: Strategies) -> Result<ReferenceFactory, StoreError> {
-    ReferenceFactory::with_strategies(
-        StoreLocation::fresh_shared_memory(run_label),
-        ReferenceConfig::default(),
-        strategies,
-    )
+/// A factory over an empty shared-memory store from the thread's warm pool, like the
+/// reference's in the harness ([`ReferenceFactory::recycled`]).
+fn on_shared_store(strategies: Strategies) -> Result<ReferenceFactory, StoreError> {
+    ReferenceFactory::recycled(ReferenceConfig::default(), strategies)
 }
 
 // ------------------------------------------------------------------ the mutants
@@ -236,22 +233,21 @@ const ARGS_HASH_AS_KEY: Strategies = Strategies { operation_key: args_hash_key, 
 /// Plausible because "the same request is the same action" sounds like idempotency, needs no
 /// workflow context, and survives every retry and every new tool-call id. But a user who
 /// deliberately asks for a second identical ticket (a new step) gets the first one replayed.
-pub fn args_hash_as_key(run_label: &str) -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(run_label, ARGS_HASH_AS_KEY)
+pub fn args_hash_as_key() -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(ARGS_HASH_AS_KEY)
 }
 
 /// M02 in_memory_claims — MATRIX.md: "claims live in process memory"; must be caught by S03,
 /// S04 and S05 (workers on different hosts).
 ///
 /// Difference from the reference: the store is [`StoreLocation::PrivateMemory`] instead of a
-/// shared database, so each worker incarnation opens its own empty claim table
-/// (`run_label` is not needed: nothing is shared).
+/// shared database, so each worker incarnation opens its own empty claim table.
 ///
 /// Plausible because an in-process map of claimed keys is the first thing anyone writes,
 /// passes every single-process test, and is fast. But a crash empties it (the restarted
 /// worker claims the operation again and repeats the effect) and two workers on two hosts
 /// never see each other's claims.
-pub fn in_memory_claims(_run_label: &str) -> Result<ReferenceFactory, StoreError> {
+pub fn in_memory_claims() -> Result<ReferenceFactory, StoreError> {
     ReferenceFactory::with_strategies(
         StoreLocation::PrivateMemory,
         ReferenceConfig::default(),
@@ -270,8 +266,8 @@ const READ_THEN_INSERT: Strategies = Strategies { claim: read_then_insert_claim,
 /// Plausible because "if not exists then insert" reads like a claim and is what most ORMs
 /// make easy. But the two statements are two store calls: another worker can read "nothing"
 /// in between, and both go on to carry the effect out.
-pub fn read_then_insert(run_label: &str) -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(run_label, READ_THEN_INSERT)
+pub fn read_then_insert() -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(READ_THEN_INSERT)
 }
 
 const NO_FINGERPRINT: Strategies =
@@ -287,8 +283,8 @@ const NO_FINGERPRINT: Strategies =
 /// Plausible because the key already names the operation, so comparing the request looks
 /// redundant. But a changed amount under the same key is then answered with the old
 /// charge's replay, and the caller believes the new amount was charged.
-pub fn no_fingerprint(run_label: &str) -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(run_label, NO_FINGERPRINT)
+pub fn no_fingerprint() -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(NO_FINGERPRINT)
 }
 
 const BLIND_RETRY: Strategies = Strategies {
@@ -309,8 +305,8 @@ const BLIND_RETRY: Strategies = Strategies {
 /// Plausible because retrying a timeout is what every HTTP client library offers, and a
 /// request without an `Idempotency-Key` is what a tool call becomes when nobody thought of
 /// one. But the first request may have committed before its answer was lost.
-pub fn blind_retry(run_label: &str) -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(run_label, BLIND_RETRY)
+pub fn blind_retry() -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(BLIND_RETRY)
 }
 
 const TIMEOUT_IS_SUCCESS: Strategies =
@@ -326,8 +322,8 @@ const TIMEOUT_IS_SUCCESS: Strategies =
 /// Plausible because most timeouts happen after the downstream did the work, and "no error"
 /// is easy to read as success. But a request swallowed before it committed is then reported
 /// done, and even a committed one is reported without any receipt.
-pub fn timeout_is_success(run_label: &str) -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(run_label, TIMEOUT_IS_SUCCESS)
+pub fn timeout_is_success() -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(TIMEOUT_IS_SUCCESS)
 }
 
 const NO_AUTH_RECHECK: Strategies =
@@ -342,8 +338,8 @@ const NO_AUTH_RECHECK: Strategies =
 /// Plausible because authorizing the operation when it is created looks sufficient and
 /// saves a round trip on every retry. But a permission revoked between the first attempt
 /// and the retry is then never seen: the existing key is a bypass.
-pub fn no_auth_recheck(run_label: &str) -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(run_label, NO_AUTH_RECHECK)
+pub fn no_auth_recheck() -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(NO_AUTH_RECHECK)
 }
 
 const SHORT_TTL_DELETE: Strategies =
@@ -360,8 +356,8 @@ const SHORT_TTL_DELETE: Strategies =
 /// Plausible because a TTL index that deletes old rows is how key tables are usually kept
 /// small. But a duplicate that arrives late (a resumed workflow, a redelivered message) then
 /// becomes a new effect.
-pub fn short_ttl_delete(run_label: &str) -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(run_label, SHORT_TTL_DELETE)
+pub fn short_ttl_delete() -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(SHORT_TTL_DELETE)
 }
 
 const PENDING_MEANS_NOTHING: Strategies =
@@ -376,8 +372,8 @@ const PENDING_MEANS_NOTHING: Strategies =
 /// Plausible because "the owner's lease ran out, so it died before doing anything" is the
 /// optimistic reading of a `pending` record. But the owner may have died (or be slow) after
 /// the downstream committed, and a downstream that ignores keys acts again.
-pub fn pending_means_nothing(run_label: &str) -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(run_label, PENDING_MEANS_NOTHING)
+pub fn pending_means_nothing() -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(PENDING_MEANS_NOTHING)
 }
 
 const CALL_ID_AS_KEY: Strategies = Strategies { operation_key: call_id_key, ..Strategies::reference() };
@@ -392,8 +388,8 @@ const CALL_ID_AS_KEY: Strategies = Strategies { operation_key: call_id_key, ..St
 /// Plausible because the call id is right there on every call, unique and opaque, which is
 /// what a key is supposed to be. But the model mints a new one on every turn, so a retry of
 /// the same step is a new operation and the downstream's dedupe never sees the old key.
-pub fn call_id_as_key(run_label: &str) -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(run_label, CALL_ID_AS_KEY)
+pub fn call_id_as_key() -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(CALL_ID_AS_KEY)
 }
 
 const BOOLEAN_SUCCESS: Strategies = Strategies { completion: success_flag_only, ..Strategies::reference() };
@@ -407,8 +403,8 @@ const BOOLEAN_SUCCESS: Strategies = Strategies { completion: success_flag_only, 
 /// Plausible because "was it done?" is the question a duplicate check asks, and a flag
 /// answers it. But a replay must hand the agent the original effect (which ticket, which
 /// charge), and a flag cannot.
-pub fn boolean_success(run_label: &str) -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(run_label, BOOLEAN_SUCCESS)
+pub fn boolean_success() -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(BOOLEAN_SUCCESS)
 }
 
 const RESUBMIT_JOB: Strategies = Strategies { job_retry: resubmit_running_job, ..Strategies::reference() };
@@ -421,8 +417,8 @@ const RESUBMIT_JOB: Strategies = Strategies { job_retry: resubmit_running_job, .
 ///
 /// Plausible because a job that has not finished looks stuck, and submitting again is the
 /// obvious way to unstick it. But the first job is running, so the downstream now runs two.
-pub fn resubmit_job(run_label: &str) -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(run_label, RESUBMIT_JOB)
+pub fn resubmit_job() -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(RESUBMIT_JOB)
 }
 
 const RAW_JSON_FINGERPRINT: Strategies =
@@ -437,8 +433,8 @@ const RAW_JSON_FINGERPRINT: Strategies =
 /// Plausible because hashing the body is one line and looks exact. But the same request
 /// with its keys reordered, other whitespace, an omitted default or a new trace id is then
 /// "a different request", and an honest retry is rejected.
-pub fn raw_json_fingerprint(run_label: &str) -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(run_label, RAW_JSON_FINGERPRINT)
+pub fn raw_json_fingerprint() -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(RAW_JSON_FINGERPRINT)
 }
 
 const NEWEST_PAYLOAD_WINS: Strategies =
@@ -453,8 +449,8 @@ const NEWEST_PAYLOAD_WINS: Strategies =
 /// Plausible because "the latest instruction wins" is how most update APIs behave, and the
 /// model did change its mind. But the original effect already happened: the key now stands
 /// for two effects.
-pub fn newest_payload_wins(run_label: &str) -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(run_label, NEWEST_PAYLOAD_WINS)
+pub fn newest_payload_wins() -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(NEWEST_PAYLOAD_WINS)
 }
 
 const NO_TENANT_SCOPE: Strategies = Strategies { tenant_scope: one_tenant_scope, ..Strategies::reference() };
@@ -469,8 +465,8 @@ const NO_TENANT_SCOPE: Strategies = Strategies { tenant_scope: one_tenant_scope,
 /// for one customer first. But two tenants reuse the same workflow and step ids: the second
 /// finds the first one's operation (its request differs only by tenant, so it is refused as
 /// a changed request, and a poll replays the other tenant's effect reference).
-pub fn no_tenant_scope(run_label: &str) -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(run_label, NO_TENANT_SCOPE)
+pub fn no_tenant_scope() -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(NO_TENANT_SCOPE)
 }
 
 const STALE_OVERWRITE: Strategies =
@@ -485,8 +481,8 @@ const STALE_OVERWRITE: Strategies =
 /// Plausible because setting a status is naturally idempotent (closing a closed ticket
 /// changes nothing), so the duplicate looks harmless without any check. But an update based
 /// on an old read then overwrites a newer human change.
-pub fn stale_overwrite(run_label: &str) -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(run_label, STALE_OVERWRITE)
+pub fn stale_overwrite() -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(STALE_OVERWRITE)
 }
 
 const WEBHOOK_NO_DEDUPE: Strategies =
@@ -503,8 +499,8 @@ const WEBHOOK_NO_DEDUPE: Strategies =
 /// times ("mark the job done"). But the side effects of the transition (the notice to
 /// operations) are not, and providers deliver webhooks at least once, sometimes under new
 /// event ids.
-pub fn webhook_no_dedupe(run_label: &str) -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(run_label, WEBHOOK_NO_DEDUPE)
+pub fn webhook_no_dedupe() -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(WEBHOOK_NO_DEDUPE)
 }
 
 const CONSUMER_NO_CLAIM: Strategies =
@@ -519,8 +515,8 @@ const CONSUMER_NO_CLAIM: Strategies =
 /// Plausible because the caller already claimed the operation before it enqueued the
 /// envelope, so the consumer seems to hold it by construction. But queues deliver at least
 /// once: every redelivery sends the message again.
-pub fn consumer_no_claim(run_label: &str) -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(run_label, CONSUMER_NO_CLAIM)
+pub fn consumer_no_claim() -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(CONSUMER_NO_CLAIM)
 }
 
 // ------------------------------------------------------------------ the defective decisions
@@ -730,14 +726,13 @@ mod tests {
     fn every_factory_opens_and_can_be_shared_across_threads() {
         fn shareable<T: Send + Sync + ?Sized>(_: &T) {}
         for mutant in all() {
-            let factory = (mutant.factory)(&format!("mutants-unit-{}", mutant.name))
-                .unwrap_or_else(|error| panic!("{}: {error}", mutant.name));
+            let factory = (mutant.factory)().unwrap_or_else(|error| panic!("{}: {error}", mutant.name));
             shareable(factory.as_ref());
         }
-        let store = in_memory_claims("ignored").unwrap().location().clone();
+        let store = in_memory_claims().unwrap().location().clone();
         assert_eq!(store, StoreLocation::PrivateMemory);
-        let shared = blind_retry("S02 seed 1").unwrap().location().clone();
-        assert!(matches!(shared, StoreLocation::SharedMemory(ref name) if name.starts_with("S02_seed_1-")));
+        let shared = blind_retry().unwrap().location().clone();
+        assert!(matches!(shared, StoreLocation::SharedMemory(_)));
     }
 
     #[test]

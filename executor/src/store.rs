@@ -29,6 +29,9 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// process-wide shared-cache state, so keep it an ordinary identifier.
 const MAX_SHARED_MEMORY_NAME_CHARS: usize = 128;
 
+/// Prepared statements each connection keeps: the store has about two dozen distinct ones.
+const STATEMENT_CACHE_CAPACITY: usize = 48;
+
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS tool_operations (
     tenant              TEXT    NOT NULL,
@@ -466,6 +469,8 @@ impl ClaimStore {
     }
 
     fn prepare(connection: Connection) -> rusqlite::Result<Self> {
+        // Room for every statement the store prepares, so none is evicted and prepared again.
+        connection.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
         connection.execute_batch(SCHEMA)?;
         Ok(Self { connection })
     }
@@ -868,6 +873,26 @@ impl ClaimStore {
         Self::insert_reconciliation(&self.connection, tenant, operation_key, at_ms, finding)
             .map_err(query("record reconciliation"))?;
         Ok(())
+    }
+
+    /// Deletes every row of every table in the schema (read from `sqlite_master`, so no
+    /// table is forgotten), in one transaction: the database is then as good as new.
+    pub(crate) fn empty_every_table(&self) -> Result<(), StoreError> {
+        let run = || -> rusqlite::Result<()> {
+            let transaction = self.immediate()?;
+            let tables: Vec<String> = transaction
+                .prepare_cached(
+                    "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'",
+                )?
+                .query_map([], |row| row.get(0))?
+                .collect::<rusqlite::Result<_>>()?;
+            for table in tables {
+                let sql = format!("DELETE FROM \"{}\"", table.replace('"', "\"\""));
+                transaction.prepare_cached(&sql)?.execute([])?;
+            }
+            transaction.commit()
+        };
+        run().map_err(query("empty the tables"))
     }
 
     /// Every reconciliation finding, oldest first.

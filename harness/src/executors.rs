@@ -34,10 +34,14 @@ impl std::fmt::Debug for ExecutorSpec {
     }
 }
 
-fn reference_factory(run_id: &str) -> Rc<dyn ExecutorFactory> {
-    let location = executor::StoreLocation::fresh_shared_memory(run_id);
-    let factory = executor::ReferenceFactory::new(location, executor::ReferenceConfig::default())
-        .expect("an in-memory SQLite database always opens");
+/// The reference over an empty store from the thread's warm pool: runs on one thread reuse
+/// one database, emptied between runs, instead of creating a schema each time.
+fn reference_factory(_run_id: &str) -> Rc<dyn ExecutorFactory> {
+    let factory = executor::ReferenceFactory::recycled(
+        executor::ReferenceConfig::default(),
+        executor::Strategies::reference(),
+    )
+    .expect("an in-memory SQLite database always opens");
     Rc::new(factory)
 }
 
@@ -49,8 +53,8 @@ fn mutant_spec(mutant: executor::mutants::Mutant) -> ExecutorSpec {
         name: format!("mutant:{name}"),
         version: env!("CARGO_PKG_VERSION").into(),
         description: format!("{} {name}: {}", mutant.id, mutant.defect),
-        factory: Arc::new(move |run_id| {
-            let factory = make(run_id).unwrap_or_else(|error| {
+        factory: Arc::new(move |_run_id| {
+            let factory = make().unwrap_or_else(|error| {
                 panic!("mutant {name}: an in-memory SQLite database always opens: {error}")
             });
             let factory: Rc<dyn ExecutorFactory + Send + Sync> = Rc::from(factory);

@@ -48,6 +48,30 @@ fn the_same_seed_gives_byte_identical_histories() {
     }
 }
 
+/// The reference's claim store comes from the thread's warm pool, emptied between runs: a
+/// run on a reused database must give the history of a run on a new one.
+#[test]
+fn a_reused_claim_store_gives_the_history_of_a_new_one() {
+    // A new thread has no warm database yet: its first run creates one, the later runs reuse
+    // it after other scenarios left rows (records, reconciliations, webhook events) behind.
+    std::thread::spawn(|| {
+        for id in ["S02", "S16", "S17"] {
+            let first = runner::run(&scenario(id), 11, &reference());
+            for other in ["S05", "S10"] {
+                runner::run(&scenario(other), 11, &reference());
+            }
+            let again = runner::run(&scenario(id), 11, &reference());
+            assert_eq!(
+                harness::history::to_json_lines(&first.history),
+                harness::history::to_json_lines(&again.history),
+                "{id}: the run on a reused store differs"
+            );
+        }
+    })
+    .join()
+    .expect("the runs finish");
+}
+
 #[test]
 fn different_seeds_explore_different_interleavings() {
     let scenario = scenario("S05");

@@ -85,7 +85,7 @@ async fn m02_in_memory_claims_are_lost_on_restart_and_invisible_to_other_workers
     let (statuses, charges) = charge_from_two_workers(in_memory).await;
     assert_eq!(statuses, vec![OutcomeStatus::Applied; 3], "every worker incarnation claims afresh");
     assert_eq!(charges, 3);
-    let factory = mutants::in_memory_claims("m02").unwrap();
+    let factory = mutants::in_memory_claims().unwrap();
     assert_eq!(factory.location(), &StoreLocation::PrivateMemory, "the registry's factory is the same");
 }
 
