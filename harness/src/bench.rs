@@ -23,6 +23,8 @@ pub struct RunShape {
     pub simulated: Duration,
     /// The run's whole span by the world clock, skipped idle time included.
     pub span: Duration,
+    /// Simulated hosts in the run's world: the agent, the downstream and each worker.
+    pub hosts: u64,
 }
 
 /// The result of `bench sim`.
@@ -37,6 +39,10 @@ pub struct SimBench {
     /// span (all threads): what raw turmoil, which cannot skip idle time, pays to simulate as
     /// much time.
     pub whole_span_runs_per_second: f64,
+    /// Raw turmoil runs per second with the same messages over the same stepped time, with as
+    /// many hosts as the harness's world (the extra ones idle; all threads): turmoil's cost
+    /// per host per tick is then the same on both sides. Context, not the yardstick.
+    pub same_hosts_runs_per_second: f64,
     /// The shape each baseline run copied.
     pub shape: RunShape,
 }
@@ -65,7 +71,8 @@ pub fn shape_of(scenario: &Scenario, seed: u64, executor: &ExecutorSpec) -> RunS
         })
         .count() as u64;
     let span = Duration::from_millis(record.history.last().map_or(0, |event| event.at_ms));
-    RunShape { messages, simulated: record.stepped, span }
+    let hosts = 2 + u64::from(scenario.workers);
+    RunShape { messages, simulated: record.stepped, span, hosts }
 }
 
 /// Runs `runs` harness runs of `scenario` and `runs` raw turmoil runs of the same shape, each
@@ -75,10 +82,15 @@ pub fn sim(scenario: &Scenario, executor: &ExecutorSpec, runs: u64, jobs: usize)
     let harness_seconds = parallel(runs, jobs, |seed| {
         runner::run(scenario, seed, executor);
     });
-    let baseline_seconds = parallel(runs, jobs, |seed| baseline_run(seed, shape.messages, shape.simulated));
-    let whole_span_seconds = parallel(runs, jobs, |seed| baseline_run(seed, shape.messages, shape.span));
+    let baseline_seconds =
+        parallel(runs, jobs, |seed| baseline_run(seed, shape.messages, shape.simulated, 0));
+    let whole_span_seconds = parallel(runs, jobs, |seed| baseline_run(seed, shape.messages, shape.span, 0));
+    let idle_hosts = shape.hosts.saturating_sub(2);
+    let same_hosts_seconds =
+        parallel(runs, jobs, |seed| baseline_run(seed, shape.messages, shape.simulated, idle_hosts));
     SimBench {
         whole_span_runs_per_second: runs as f64 / whole_span_seconds,
+        same_hosts_runs_per_second: runs as f64 / same_hosts_seconds,
         harness_runs_per_second: runs as f64 / harness_seconds,
         baseline_runs_per_second: runs as f64 / baseline_seconds,
         shape,
@@ -104,10 +116,14 @@ fn parallel(runs: u64, jobs: usize, work: impl Fn(u64) + Sync) -> f64 {
 
 /// A raw turmoil program: one axum server, one client sending `messages` HTTP requests one
 /// after another, then idling until `span` has passed (turmoil's cost grows with simulated
-/// time, so the yardstick covers a given span), built like every simulated world
-/// (`world::builder`: same tick, latencies and host order).
-pub fn baseline_run(seed: u64, messages: u64, span: Duration) {
+/// time, so the yardstick covers a given span), and `idle_hosts` hosts that wait for nothing
+/// but are ticked like any host; built like every simulated world (`world::builder`: same
+/// tick, latencies and host order).
+pub fn baseline_run(seed: u64, messages: u64, span: Duration, idle_hosts: u64) {
     let mut sim = world::builder(seed).build();
+    for index in 0..idle_hosts {
+        sim.host(format!("idle-{index}"), std::future::pending::<turmoil::Result>);
+    }
     sim.host("server", || async {
         let router = axum::Router::new()
             .route("/echo", axum::routing::post(|body: axum::body::Bytes| async move { body }));

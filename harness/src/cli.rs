@@ -422,6 +422,12 @@ fn run(cli: Cli) -> Result<u8, Failure> {
                 result.harness_runs_per_second / result.whole_span_runs_per_second
             );
             println!(
+                "raw turmoil with the world's {} hosts (the extra ones idle), same exchanges and stepped time: runs/s={:.0} (harness / that = {:.2})",
+                result.shape.hosts,
+                result.same_hosts_runs_per_second,
+                result.harness_runs_per_second / result.same_hosts_runs_per_second
+            );
+            println!(
                 "sim: harness runs/s={:.0} turmoil baseline runs/s={:.0} ratio={:.2}",
                 result.harness_runs_per_second,
                 result.baseline_runs_per_second,

@@ -57,3 +57,37 @@ fn bad_usage_exits_2_with_a_message() {
     std::fs::write(&config, r#"{"tickets": {"idempotency": "sometimes", "receipts": true}}"#).unwrap();
     check(&["downstream", "--config", config.to_str().unwrap()], "invalid downstream configuration");
 }
+
+/// `bench sim` copies the run's shape for its yardsticks and ends with the issue's one line.
+/// Nothing here times anything: the speeds only have to be numbers.
+#[test]
+fn bench_sim_copies_the_run_shape_and_ends_with_the_sim_line() {
+    let s05 = scenarios::builtin().into_iter().find(|s| s.id == "S05").expect("S05 is built in");
+    let reference = harness::executors::find("reference").expect("the reference is registered");
+    let shape = harness::bench::shape_of(&s05, 0, &reference);
+    assert_eq!(shape.hosts, 4, "S05 has the agent, the downstream and two workers");
+    assert!(shape.messages >= 4, "two concurrent calls, a downstream request, final queries: {shape:?}");
+    assert!(shape.simulated < shape.span, "idle time was skipped: {shape:?}");
+
+    let output =
+        Command::new(REPLAYLAB).args(["bench", "sim", "--runs", "2", "--jobs", "1"]).output().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let last = stdout.lines().last().expect("bench sim prints lines");
+    let fields: Vec<(&str, f64)> = last
+        .strip_prefix("sim: ")
+        .unwrap_or_else(|| panic!("the last line is the sim line: {last:?}"))
+        .split(' ')
+        .filter_map(|field| field.rsplit_once('='))
+        .map(|(name, value)| (name, value.parse().unwrap_or_else(|_| panic!("{name}={value} is a number"))))
+        .collect();
+    let names: Vec<&str> = fields.iter().map(|(name, _)| *name).collect();
+    assert_eq!(names, ["runs/s", "runs/s", "ratio"], "{last}");
+    assert!(last.starts_with("sim: harness runs/s=") && last.contains(" turmoil baseline runs/s="), "{last}");
+    assert!(fields.iter().all(|(_, value)| *value > 0.0), "{last}");
+    let (harness, baseline, ratio) = (fields[0].1, fields[1].1, fields[2].1);
+    // The line rounds runs/s to whole numbers and the ratio to two decimals.
+    let rounding = 0.005 + (harness / baseline) * (0.5 / harness + 0.5 / baseline) * 1.01;
+    assert!((harness / baseline - ratio).abs() <= rounding, "ratio is harness / baseline: {last}");
+    assert!(stdout.contains("world's 3 hosts"), "S01 runs on three hosts: {stdout}");
+}
