@@ -105,7 +105,8 @@ impl ReferenceFactory {
     /// the pool, emptied, when the factory is dropped. Worker connections are lent from it and
     /// given back when a worker stops or crashes. For many short runs one after another on a
     /// thread, as in the simulation; see `warm.rs` for why an emptied database is as good as
-    /// a new one.
+    /// a new one. Drop the factory after its executors: a database one of them still holds
+    /// is closed rather than reused.
     pub fn recycled(config: ReferenceConfig, strategies: Strategies) -> Result<Self, StoreError> {
         let warm = WarmDatabase::take()?;
         Ok(Self {

@@ -50,10 +50,11 @@ impl WarmDatabase {
         Ok(Self { location, keeper, idle: Idle::default() })
     }
 
-    /// Empties the database and puts it in this thread's pool; a database that cannot be
-    /// emptied is closed instead (it is never handed out with rows in it).
+    /// Empties the database and puts it in this thread's pool. It is closed instead when it
+    /// cannot be emptied (it is never handed out with rows in it), or when a worker still
+    /// holds one of its connections (that worker would write into the next run's database).
     pub(crate) fn give_back(self) {
-        if self.keeper.empty_every_table().is_err() {
+        if Arc::strong_count(&self.idle) > 1 || self.keeper.empty_every_table().is_err() {
             return;
         }
         // During thread exit the pool may be gone: the database then simply closes.
@@ -170,6 +171,20 @@ mod tests {
         let reused = WarmDatabase::take().unwrap();
         assert_eq!(ids(&reused), first);
         reused.give_back();
+    }
+
+    #[test]
+    fn a_database_a_worker_still_uses_is_not_reused() {
+        let warm = WarmDatabase::take().unwrap();
+        let location = warm.location.clone();
+        let worker = WorkerStore::lent(&warm.idle, &location).unwrap();
+        warm.give_back();
+        let next = WarmDatabase::take().unwrap();
+        assert_ne!(next.location, location, "the pool must not hand out a database a worker still writes to");
+        worker.claim(&claim("late")).unwrap();
+        assert!(next.keeper.records().unwrap().is_empty(), "the late write landed elsewhere");
+        drop(worker);
+        next.give_back();
     }
 
     #[test]
