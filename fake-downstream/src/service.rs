@@ -590,18 +590,7 @@ impl Downstream {
     /// Waits until the clock reads `due_ms`: sleeps, and re-checks whenever
     /// [`Downstream::clock_moved`] says the clock jumped.
     async fn until(&self, due_ms: u64) {
-        loop {
-            let now = self.now_ms();
-            if now >= due_ms {
-                return;
-            }
-            let moved = self.inner.clock_moved.notified();
-            tokio::select! {
-                biased;
-                () = moved => {}
-                () = tokio::time::sleep(Duration::from_millis(due_ms - now)) => {}
-            }
-        }
+        wire::until_clock_reads(|| self.now_ms(), &self.inner.clock_moved, due_ms).await;
     }
 
     async fn run_job(&self, generation: u64, job_id: String) {

@@ -33,18 +33,7 @@ pub async fn run(shared: Rc<Shared>) -> turmoil::Result {
 /// Waits until the world clock reads `deadline_ms`: sleeps in simulated time, and re-checks
 /// whenever the runner skipped idle time (a skip moves the world clock, not tokio's).
 async fn until_world_time(shared: &Shared, deadline_ms: u64) {
-    loop {
-        let now = shared.now_ms();
-        if now >= deadline_ms {
-            return;
-        }
-        let moved = shared.agent.clock_moved.notified();
-        tokio::select! {
-            biased;
-            () = moved => {}
-            () = tokio::time::sleep(Duration::from_millis(deadline_ms - now)) => {}
-        }
-    }
+    wire::until_clock_reads(|| shared.now_ms(), &shared.agent.clock_moved, deadline_ms).await;
 }
 
 async fn execute(shared: Rc<Shared>, command: AgentCommand) {

@@ -21,7 +21,7 @@ mod server;
 mod sim;
 
 pub use client::{Connect, HttpClient, HttpRequest, HttpResponse, Io, TcpConnector, TransportError};
-pub use clock::{Clock, SystemClock};
+pub use clock::{until_clock_reads, Clock, SystemClock};
 pub use problem::Problem;
 pub use server::{serve, serve_connection, Accept, ConnectionControl, TcpAcceptor};
 #[cfg(feature = "turmoil")]
