@@ -1,5 +1,8 @@
 //! The REPLAY state machine: [`ReferenceExecutor`] and its [`ReferenceFactory`].
 
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::rc::{Rc, Weak};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
@@ -36,6 +39,14 @@ const JOB_POLL_AFTER_SECONDS: u32 = 1;
 /// When to poll a queued operation again: a consumer usually picks an envelope up within a
 /// second of it being written.
 const QUEUE_POLL_AFTER_SECONDS: u32 = 1;
+
+/// How long after an operation became `unknown` the executor's own reconciliation first looks
+/// it up: a moment for a slow answer to land, and for the agent's own retry to come first.
+const RECONCILE_AFTER: Duration = Duration::from_secs(1);
+
+/// How many times the executor's own reconciliation tries one operation per worker start,
+/// waiting twice as long each time, before leaving it to the agent's retry or to an operator.
+const RECONCILE_ATTEMPTS: u32 = 3;
 
 /// The executor's settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -145,7 +156,17 @@ impl ExecutorFactory for ReferenceFactory {
         // broken environment, not an outcome.
         let store = store
             .unwrap_or_else(|error| panic!("worker {} cannot reach the claim store: {error}", env.worker_id));
-        Box::new(ReferenceExecutor { env, store, config: self.config.clone(), strategies: self.strategies })
+        let machine = Rc::new_cyclic(|this| Machine {
+            env,
+            store,
+            config: self.config.clone(),
+            strategies: self.strategies,
+            this: this.clone(),
+            reconciling: Cell::new(false),
+        });
+        // A worker (re)start picks up what earlier incarnations left open.
+        machine.reconcile_in_background();
+        Box::new(ReferenceExecutor { machine })
     }
 }
 
@@ -160,37 +181,46 @@ impl Drop for ReferenceFactory {
 
 /// The reference executor of one worker: the REPLAY state machine (see the crate docs).
 pub struct ReferenceExecutor {
+    machine: Rc<Machine>,
+}
+
+/// The state machine of one worker, shared with its own background reconciliation.
+struct Machine {
     env: WorkerEnv,
     store: WorkerStore,
     config: ReferenceConfig,
     strategies: Strategies,
+    /// The machine itself, for the background work it starts.
+    this: Weak<Machine>,
+    /// Whether this worker's reconciliation is running.
+    reconciling: Cell<bool>,
 }
 
 impl std::fmt::Debug for ReferenceExecutor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ReferenceExecutor").field("env", &self.env).finish_non_exhaustive()
+        f.debug_struct("ReferenceExecutor").field("env", &self.machine.env).finish_non_exhaustive()
     }
 }
 
 impl protocol::Executor for ReferenceExecutor {
     fn call(&self, call: ToolCall) -> LocalBoxFuture<'_, Outcome> {
-        Box::pin(self.handle_call(call))
+        Box::pin(self.machine.handle_call(call))
     }
 
     fn poll(&self, operation: OperationRef) -> LocalBoxFuture<'_, Outcome> {
-        Box::pin(self.handle_lookup(operation, Lookup::Poll))
+        Box::pin(self.machine.handle_lookup(operation, Lookup::Poll))
     }
 
     fn reconcile(&self, operation: OperationRef) -> LocalBoxFuture<'_, Outcome> {
-        Box::pin(self.handle_lookup(operation, Lookup::Reconcile))
+        Box::pin(self.machine.handle_lookup(operation, Lookup::Reconcile))
     }
 
     fn consume(&self, envelope: Envelope) -> LocalBoxFuture<'_, Consumed> {
-        Box::pin(self.handle_envelope(envelope))
+        Box::pin(self.machine.handle_envelope(envelope))
     }
 
     fn webhook(&self, event: WebhookEvent) -> LocalBoxFuture<'_, WebhookAck> {
-        Box::pin(self.handle_webhook(event))
+        Box::pin(self.machine.handle_webhook(event))
     }
 }
 
@@ -331,7 +361,7 @@ fn check_operation(operation: &OperationRef) -> Result<(), String> {
     operation.check_identifiers().map_err(|error| error.to_string())
 }
 
-impl ReferenceExecutor {
+impl Machine {
     // -------------------------------------------------------------- environment
 
     fn now_ms(&self) -> u64 {
@@ -811,7 +841,10 @@ impl ReferenceExecutor {
     async fn mark_unknown(&self, owned: &OwnedClaim, finding: &str) -> Outcome {
         let (now, key) = (self.now_ms(), &owned.operation_key);
         match self.gated().call("mark_unknown", |store| store.mark_unknown(owned, finding, now)).await {
-            Ok(true) => unknown(key, format!("the effect may have happened ({finding}); reconcile")),
+            Ok(true) => {
+                self.reconcile_in_background();
+                unknown(key, format!("the effect may have happened ({finding}); reconcile"))
+            }
             Ok(false) => self.reload_and_describe(&owned.tenant, key).await,
             Err(error) => store_failure(Some(key), &error),
         }
@@ -907,6 +940,80 @@ impl ReferenceExecutor {
                     &format!("{finding}; the effect cannot be proved or safely repeated"),
                 )
                 .await
+            }
+        }
+    }
+
+    // -------------------------------------------------------------- own reconciliation
+
+    /// Starts this worker's own reconciliation unless it is running: see
+    /// [`Machine::reconcile_unsettled`].
+    fn reconcile_in_background(&self) {
+        if self.reconciling.replace(true) {
+            return;
+        }
+        let Some(machine) = self.this.upgrade() else {
+            self.reconciling.set(false);
+            return;
+        };
+        self.env.background.spawn(Box::pin(async move {
+            machine.reconcile_unsettled().await;
+            machine.reconciling.set(false);
+        }));
+    }
+
+    /// The executor's own Y (yield to reconciliation), without waiting for the agent: every
+    /// `unknown` record, and every `pending` one whose owner's lease ran out, is taken over and
+    /// looked up in the downstream's system of record, [`RECONCILE_ATTEMPTS`] times at most per
+    /// worker start, the first [`RECONCILE_AFTER`] after the record last changed and then
+    /// twice as long each time. A receipt settles it; no receipt leaves it `unknown` for the
+    /// agent's retry (which carries the request, and so may resend it under an honoured key).
+    /// Queued operations are the queue's (it redelivers), running jobs the poller's, and an
+    /// operation whose downstream offers no lookup is left alone. Ends when nothing is left to
+    /// try.
+    async fn reconcile_unsettled(&self) {
+        let mut tried: BTreeMap<(String, String), (u32, u64)> = BTreeMap::new();
+        loop {
+            let Ok(records) = self.gated().call("unsettled", ClaimStore::unsettled).await else { return };
+            let now = self.now_ms();
+            let mut due = Vec::new();
+            let mut next_wake: Option<u64> = None;
+            for record in records {
+                let Some(contract) = self.env.contracts.get(&record.tool_name, &record.tool_version) else {
+                    continue;
+                };
+                if contract.execution == Execution::Queued
+                    || !(self.strategies.recovery)(contract).look_up_receipt
+                {
+                    continue;
+                }
+                let id = (record.tenant.clone(), record.operation_key.clone());
+                let first_try = record.updated_at_ms.saturating_add(duration_ms(RECONCILE_AFTER));
+                let (attempts, not_before) = tried.get(&id).copied().unwrap_or((0, first_try));
+                if attempts >= RECONCILE_ATTEMPTS {
+                    continue;
+                }
+                let ready_at = match record.status {
+                    RecordStatus::Pending => not_before.max(record.lease_until_ms),
+                    _ => not_before,
+                };
+                if ready_at <= now {
+                    let backoff = duration_ms(RECONCILE_AFTER).saturating_mul(1 << (attempts + 1));
+                    tried.insert(id, (attempts + 1, now.saturating_add(backoff)));
+                    due.push((record, contract));
+                } else {
+                    next_wake = Some(next_wake.map_or(ready_at, |wake| wake.min(ready_at)));
+                }
+            }
+            if due.is_empty() {
+                let Some(wake) = next_wake else { return };
+                self.env.background.sleep(Duration::from_millis(wake - now)).await;
+                continue;
+            }
+            for (record, contract) in due {
+                if let Some(owned) = self.take_over(&record, contract).await {
+                    self.recover(&owned, &record, contract, None).await;
+                }
             }
         }
     }
@@ -1146,7 +1253,7 @@ impl ReferenceExecutor {
     }
 }
 
-impl ReferenceExecutor {
+impl Machine {
     /// `consumer_claim` false (mutants only): the delivery is acted on at once; only then is
     /// the operation looked at, and settled if it is still waiting for a consumer.
     async fn consume_unclaimed(&self, contract: &ToolContract, request: &Request) -> Consumed {

@@ -589,6 +589,25 @@ impl ClaimStore {
         raws.into_iter().map(checked).collect()
     }
 
+    /// The records whose outcome is still open and that no queue or job will settle: `unknown`
+    /// ones, and `pending` ones held by an owner (whose lease may run out) with no downstream
+    /// job. By tenant then key. The executor's own reconciliation works through these.
+    pub fn unsettled(&self) -> Result<Vec<OperationRecord>, StoreError> {
+        let raws = self
+            .connection
+            .prepare_cached(&format!(
+                "SELECT {RECORD_COLUMNS} FROM tool_operations \
+                 WHERE status = 'unknown' \
+                    OR (status = 'pending' AND owner_token IS NOT NULL AND job_id IS NULL) \
+                 ORDER BY tenant, operation_key"
+            ))
+            .and_then(|mut statement| {
+                statement.query_map([], raw_record)?.collect::<rusqlite::Result<Vec<_>>>()
+            })
+            .map_err(query("list unsettled records"))?;
+        raws.into_iter().map(checked).collect()
+    }
+
     /// Owner `owned` records the effect: `pending` -> `applied`. False when the claim is no
     /// longer `owned`'s (its lease was taken over): nothing is written then. The reference
     /// executor always stores `Some` reference; `None` exists for mutants that keep none.

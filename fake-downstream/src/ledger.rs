@@ -1,6 +1,7 @@
 //! The effect ledger (ground truth) and the request journal.
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::config::Service;
 
@@ -47,6 +48,18 @@ pub struct Effect {
     /// the logical operation a worker was serving, independent of any key the executor chose.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<String>,
+    /// The `X-Replaylab-Request-Id` header of the request that made it: the harness's name for
+    /// that one request, so that an effect is tied to the exact request (and worker) that
+    /// produced it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+    /// `sha256:<hex>` of the request's business content ([`crate::content_digest`]): what
+    /// the effect is about, without the body itself. The same business request always has the
+    /// same content digest, whatever its key, headers or JSON spelling.
+    pub content_digest: String,
+    /// The answer the service committed with: the body it produced when it made the effect,
+    /// whether or not that answer reached the client.
+    pub answer: Value,
     /// When, in milliseconds on the service clock.
     pub at_ms: u64,
 }
@@ -113,6 +126,13 @@ pub struct RequestRecord {
     /// `X-Replaylab-Origin` header, if any (see [`Effect::origin`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<String>,
+    /// `X-Replaylab-Request-Id` header, if any (see [`Effect::request_id`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+    /// For a business request that could change state and was read whole: the digest of its
+    /// business content ([`crate::content_digest`]), whether or not it made an effect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_digest: Option<String>,
     /// What was done.
     pub disposition: Disposition,
     /// The ledger entry it created, if any.

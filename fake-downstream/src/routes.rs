@@ -12,10 +12,11 @@ use serde_json::{json, Value};
 use wire::{ConnectionControl, Problem, MAX_BODY_BYTES};
 
 use crate::config::{DownstreamConfig, Service};
+use crate::content::content_digest;
 use crate::faults::FaultRule;
 use crate::ledger::{Disposition, EffectKind, RequestRecord, VersionChange};
 use crate::service::{
-    digest_of, push_effect, split_url, Answer, Downstream, Exchange, Job, Processed, State, Ticket,
+    digest_of, push_effect, split_url, Answer, Downstream, Exchange, Job, NewEffect, Processed, State, Ticket,
 };
 
 /// Longest tenant, key, id or short text field accepted, in characters.
@@ -24,19 +25,31 @@ const MAX_ID_CHARS: usize = 255;
 const TICKET_STATUSES: [&str; 3] = ["open", "pending", "closed"];
 
 impl Downstream {
-    /// The service's HTTP router. Serve it with [`wire::serve`] so that the connection-level
-    /// faults (`commit_then_drop`, `reset_before_commit`) can close connections.
+    /// The service's whole HTTP router: the business API and `/__admin`, on one port, as a
+    /// stand-alone fake service is used (like WireMock). Serve it with [`wire::serve`] so that
+    /// the connection-level faults (`commit_then_drop`, `reset_before_commit`) can close
+    /// connections.
     pub fn router(&self) -> Router {
+        thread_local! {
+            static ROUTES: Router<Downstream> = business_routes().merge(admin_routes());
+        }
+        ROUTES.with(|routes| routes.clone().with_state(self.clone()))
+    }
+
+    /// The business API alone (`/v1/...`), for the port the executors under test reach: there
+    /// `/__admin` answers 404, so an executor can neither read nor erase the evidence (the
+    /// ledger, the journal) nor disarm the faults. Whoever judges uses the in-process API.
+    pub fn business_router(&self) -> Router {
         // The routes are the same for every instance; a simulation builds one downstream per
         // run, so each thread builds the table once and clones it.
         thread_local! {
-            static ROUTES: Router<Downstream> = routes();
+            static ROUTES: Router<Downstream> = business_routes();
         }
         ROUTES.with(|routes| routes.clone().with_state(self.clone()))
     }
 }
 
-fn routes() -> Router<Downstream> {
+fn business_routes() -> Router<Downstream> {
     Router::new()
         .route("/v1/tickets", post(create_ticket))
         .route("/v1/tickets/{id}", get(get_ticket).patch(patch_ticket))
@@ -45,6 +58,12 @@ fn routes() -> Router<Downstream> {
         .route("/v1/jobs", post(create_job))
         .route("/v1/jobs/{id}", get(get_job))
         .route("/v1/receipts/{key}", get(get_receipt))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+}
+
+fn admin_routes() -> Router<Downstream> {
+    Router::new()
         .route("/__admin/faults", post(admin_install_fault).get(admin_list_faults).delete(admin_clear_faults))
         .route("/__admin/faults/{id}/release", post(admin_release))
         .route("/__admin/ledger", get(admin_ledger))
@@ -53,8 +72,6 @@ fn routes() -> Router<Downstream> {
         .route("/__admin/reset", post(admin_reset))
         .route("/__admin/tickets/{id}/touch", post(admin_touch))
         .route("/__admin/config", get(admin_get_config).put(admin_put_config))
-        .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
 }
 
 type Ds = AxumState<Downstream>;
@@ -166,6 +183,14 @@ fn origin(headers: &http::HeaderMap) -> Option<String> {
     sane.then(|| text.to_owned())
 }
 
+/// The harness's `X-Replaylab-Request-Id`, when it is a sane identifier (transport metadata,
+/// like the origin tag).
+fn request_id(headers: &http::HeaderMap) -> Option<String> {
+    let text = headers.get("x-replaylab-request-id")?.to_str().ok()?;
+    let sane = !text.is_empty() && text.len() <= MAX_ID_CHARS && !text.chars().any(char::is_control);
+    sane.then(|| text.to_owned())
+}
+
 fn idempotency_key(headers: &http::HeaderMap) -> Result<Option<String>, Problem> {
     let Some(value) = headers.get("idempotency-key") else { return Ok(None) };
     let invalid = |detail: &str| bad_request("invalid_idempotency_key", detail);
@@ -232,11 +257,19 @@ fn split(request: Request) -> Incoming {
     }
 }
 
-/// Reads and checks a JSON body; returns the request, the key and the digest.
+/// A request read whole: the parsed body, the key, the request digest and the body as JSON.
+struct ReadRequest<T> {
+    request: T,
+    key: Option<String>,
+    digest: String,
+    fields: serde_json::Map<String, Value>,
+}
+
+/// Reads and checks a JSON body.
 async fn read_request<T: DeserializeOwned + Serialize>(
     incoming: &mut Incoming,
     tenant_of: impl Fn(&T) -> &str,
-) -> Result<(T, Option<String>, String), Refusal> {
+) -> Result<ReadRequest<T>, Refusal> {
     let key = idempotency_key(&incoming.headers)?;
     let body = std::mem::take(&mut incoming.body);
     let bytes = read_body(body)
@@ -247,12 +280,17 @@ async fn read_request<T: DeserializeOwned + Serialize>(
     let tenant = tenant_of(&request).to_owned();
     check_id("tenant", &tenant)
         .map_err(|problem| Refusal { idempotency_key: key.clone(), ..problem.into() })?;
+    let body = serde_json::to_value(&request).expect("a request serialises");
     let digest = digest_of(&json!({
         "method": incoming.method,
         "path": incoming.path,
-        "body": serde_json::to_value(&request).expect("a request serialises"),
+        "body": body,
     }));
-    Ok((request, key, digest))
+    let fields = match body {
+        Value::Object(fields) => fields,
+        _ => serde_json::Map::new(),
+    };
+    Ok(ReadRequest { request, key, digest, fields })
 }
 
 // ------------------------------------------------------------------ answering
@@ -300,6 +338,8 @@ impl Downstream {
             tenant: refusal.tenant,
             idempotency_key: refusal.idempotency_key,
             origin: origin(&incoming.headers),
+            request_id: request_id(&incoming.headers),
+            content_digest: None,
             disposition: refusal.disposition,
             effect_seq: None,
             fault_rule: None,
@@ -310,21 +350,36 @@ impl Downstream {
     }
 }
 
-fn exchange(
-    incoming: &Incoming,
-    service: Service,
-    tenant: &str,
-    key: Option<String>,
-    digest: Option<String>,
-) -> Exchange {
+/// A read (no key, no digest, no content).
+fn read_exchange(incoming: &Incoming, service: Service, tenant: &str) -> Exchange {
     Exchange {
         method: incoming.method.clone(),
         path: incoming.path.clone(),
         tenant: tenant.to_owned(),
-        idempotency_key: key,
+        idempotency_key: None,
         origin: origin(&incoming.headers),
+        request_id: request_id(&incoming.headers),
         service,
-        digest,
+        digest: None,
+        content: None,
+    }
+}
+
+/// A request that can change state and was read whole; `kind` is the effect it would make.
+fn change_exchange(
+    incoming: &Incoming,
+    service: Service,
+    kind: EffectKind,
+    tenant: &str,
+    key: Option<String>,
+    digest: String,
+    fields: &serde_json::Map<String, Value>,
+) -> Exchange {
+    Exchange {
+        idempotency_key: key,
+        digest: Some(digest),
+        content: Some(content_digest(kind, tenant, fields)),
+        ..read_exchange(incoming, service, tenant)
     }
 }
 
@@ -338,14 +393,52 @@ fn committed(status: u16, body: Value, effect_seq: u64) -> Processed {
     }
 }
 
+/// What a request made: the effect's kind, its reference, and for a ticket change the versions.
+struct Made<'a> {
+    kind: EffectKind,
+    reference: &'a str,
+    versions: Option<VersionChange>,
+}
+
+/// Records the effect `exchange` made and answers `status` with `body` (the committed answer).
+fn commit(
+    state: &mut State,
+    exchange: &Exchange,
+    made: Made<'_>,
+    now: u64,
+    status: u16,
+    body: Value,
+) -> Processed {
+    let Made { kind, reference, versions } = made;
+    let seq = push_effect(
+        state,
+        NewEffect {
+            service: exchange.service,
+            kind,
+            tenant: &exchange.tenant,
+            idempotency_key: exchange.idempotency_key.as_deref(),
+            origin: exchange.origin.as_deref(),
+            request_id: exchange.request_id.as_deref(),
+            effect_reference: reference,
+            request_digest: exchange.digest.clone().unwrap_or_default(),
+            content_digest: exchange.content.clone().unwrap_or_default(),
+            answer: body.clone(),
+            versions,
+            at_ms: now,
+        },
+    );
+    committed(status, body, seq)
+}
+
 // ------------------------------------------------------------------ business endpoints
 
 async fn create_ticket(AxumState(ds): Ds, request: Request) -> Response {
     let mut incoming = split(request);
-    let (ticket, key, digest) = match read_request::<CreateTicket>(&mut incoming, |t| &t.tenant).await {
-        Ok(parsed) => parsed,
+    let read = match read_request::<CreateTicket>(&mut incoming, |t| &t.tenant).await {
+        Ok(read) => read,
         Err(refusal) => return ds.refuse(&incoming, refusal),
     };
+    let (ticket, key) = (read.request, read.key);
     let checks = check_id("queue", &ticket.queue)
         .and_then(|()| check_text("subject", &ticket.subject, 1_000))
         .and_then(|()| check_text("body", &ticket.body, MAX_BODY_BYTES));
@@ -355,7 +448,15 @@ async fn create_ticket(AxumState(ds): Ds, request: Request) -> Response {
             Refusal { tenant: Some(ticket.tenant), idempotency_key: key, ..problem.into() },
         );
     }
-    let exchange = exchange(&incoming, Service::Tickets, &ticket.tenant, key, Some(digest));
+    let exchange = change_exchange(
+        &incoming,
+        Service::Tickets,
+        EffectKind::TicketCreated,
+        &ticket.tenant,
+        key,
+        read.digest,
+        &read.fields,
+    );
     ds.answer(incoming, exchange, move |state, exchange, now| {
         let ticket_id = state.next_reference("ticket");
         state.tickets.insert(
@@ -369,32 +470,17 @@ async fn create_ticket(AxumState(ds): Ds, request: Request) -> Response {
                 version: 1,
             },
         );
-        let seq = record(state, exchange, EffectKind::TicketCreated, &ticket_id, None, now);
-        committed(201, json!({"ticket_id": ticket_id, "version": 1, "status": "open"}), seq)
+        let body = json!({"ticket_id": ticket_id, "version": 1, "status": "open"});
+        commit(
+            state,
+            exchange,
+            Made { kind: EffectKind::TicketCreated, reference: &ticket_id, versions: None },
+            now,
+            201,
+            body,
+        )
     })
     .await
-}
-
-fn record(
-    state: &mut State,
-    exchange: &Exchange,
-    kind: EffectKind,
-    reference: &str,
-    versions: Option<VersionChange>,
-    now: u64,
-) -> u64 {
-    push_effect(
-        state,
-        exchange.service,
-        kind,
-        &exchange.tenant,
-        exchange.idempotency_key.as_deref(),
-        exchange.origin.as_deref(),
-        reference,
-        exchange.digest.clone().unwrap_or_default(),
-        versions,
-        now,
-    )
 }
 
 async fn get_ticket(AxumState(ds): Ds, Path(id): Path<String>, request: Request) -> Response {
@@ -403,7 +489,7 @@ async fn get_ticket(AxumState(ds): Ds, Path(id): Path<String>, request: Request)
         Ok(query) => query,
         Err(problem) => return ds.refuse(&incoming, problem.into()),
     };
-    let exchange = exchange(&incoming, Service::Tickets, &query.tenant, None, None);
+    let exchange = read_exchange(&incoming, Service::Tickets, &query.tenant);
     ds.answer(incoming, exchange, move |state, exchange, _| match state.tickets.get(&id) {
         Some(ticket) if ticket.tenant == exchange.tenant => {
             Processed::read(200, serde_json::to_value(ticket).expect("a ticket serialises"))
@@ -423,10 +509,11 @@ async fn patch_ticket(AxumState(ds): Ds, Path(id): Path<String>, request: Reques
         Ok(version) => version,
         Err(problem) => return ds.refuse(&incoming, problem.into()),
     };
-    let (patch, key, digest) = match read_request::<PatchTicket>(&mut incoming, |t| &t.tenant).await {
-        Ok(parsed) => parsed,
+    let read = match read_request::<PatchTicket>(&mut incoming, |t| &t.tenant).await {
+        Ok(read) => read,
         Err(refusal) => return ds.refuse(&incoming, refusal),
     };
+    let (patch, key) = (read.request, read.key);
     if !TICKET_STATUSES.contains(&patch.status.as_str()) {
         let problem = bad_request("invalid_request", format!("`status` must be one of {TICKET_STATUSES:?}"));
         return ds.refuse(
@@ -434,9 +521,19 @@ async fn patch_ticket(AxumState(ds): Ds, Path(id): Path<String>, request: Reques
             Refusal { tenant: Some(patch.tenant), idempotency_key: key, ..problem.into() },
         );
     }
-    // The precondition is part of the request's identity.
-    let digest = digest_of(&json!({"digest": digest, "if_match": if_match}));
-    let exchange = exchange(&incoming, Service::Tickets, &patch.tenant, key, Some(digest));
+    // The precondition is part of the request's identity (not of its business content).
+    let digest = digest_of(&json!({"digest": read.digest, "if_match": if_match}));
+    let mut fields = read.fields;
+    fields.insert("ticket_id".into(), Value::String(id.clone()));
+    let exchange = change_exchange(
+        &incoming,
+        Service::Tickets,
+        EffectKind::TicketStatusChanged,
+        &patch.tenant,
+        key,
+        digest,
+        &fields,
+    );
     ds.answer(incoming, exchange, move |state, exchange, now| {
         let Some(ticket) = state.tickets.get_mut(&id).filter(|ticket| ticket.tenant == exchange.tenant)
         else {
@@ -467,8 +564,14 @@ async fn patch_ticket(AxumState(ds): Ds, Path(id): Path<String>, request: Reques
         ticket.status = patch.status.clone();
         let body = json!({"ticket_id": id, "version": ticket.version, "status": ticket.status});
         let versions = VersionChange { from, to: ticket.version, if_match };
-        let seq = record(state, exchange, EffectKind::TicketStatusChanged, &id, Some(versions), now);
-        committed(200, body, seq)
+        commit(
+            state,
+            exchange,
+            Made { kind: EffectKind::TicketStatusChanged, reference: &id, versions: Some(versions) },
+            now,
+            200,
+            body,
+        )
     })
     .await
 }
@@ -484,10 +587,11 @@ fn parse_if_match(headers: &http::HeaderMap) -> Result<Option<u64>, Problem> {
 
 async fn create_charge(AxumState(ds): Ds, request: Request) -> Response {
     let mut incoming = split(request);
-    let (charge, key, digest) = match read_request::<CreateCharge>(&mut incoming, |c| &c.tenant).await {
-        Ok(parsed) => parsed,
+    let read = match read_request::<CreateCharge>(&mut incoming, |c| &c.tenant).await {
+        Ok(read) => read,
         Err(refusal) => return ds.refuse(&incoming, refusal),
     };
+    let (charge, key) = (read.request, read.key);
     let checks = check_id("customer", &charge.customer).and_then(|()| {
         if charge.amount_minor == 0 {
             Err(bad_request("invalid_request", "`amount_minor` must be at least 1"))
@@ -503,22 +607,30 @@ async fn create_charge(AxumState(ds): Ds, request: Request) -> Response {
             Refusal { tenant: Some(charge.tenant), idempotency_key: key, ..problem.into() },
         );
     }
-    let exchange = exchange(&incoming, Service::Charges, &charge.tenant, key, Some(digest));
+    let exchange = change_exchange(
+        &incoming,
+        Service::Charges,
+        EffectKind::ChargeCreated,
+        &charge.tenant,
+        key,
+        read.digest,
+        &read.fields,
+    );
     ds.answer(incoming, exchange, move |state, exchange, now| {
         let charge_id = state.next_reference("charge");
-        let seq = record(state, exchange, EffectKind::ChargeCreated, &charge_id, None, now);
         let body = json!({"charge_id": charge_id, "amount_minor": charge.amount_minor, "currency": charge.currency, "status": "succeeded"});
-        committed(201, body, seq)
+        commit(state, exchange, Made { kind: EffectKind::ChargeCreated, reference: &charge_id, versions: None }, now, 201, body)
     })
     .await
 }
 
 async fn create_message(AxumState(ds): Ds, request: Request) -> Response {
     let mut incoming = split(request);
-    let (message, key, digest) = match read_request::<CreateMessage>(&mut incoming, |m| &m.tenant).await {
-        Ok(parsed) => parsed,
+    let read = match read_request::<CreateMessage>(&mut incoming, |m| &m.tenant).await {
+        Ok(read) => read,
         Err(refusal) => return ds.refuse(&incoming, refusal),
     };
+    let (message, key) = (read.request, read.key);
     let checks = check_id("to", &message.to).and_then(|()| check_text("body", &message.body, MAX_BODY_BYTES));
     if let Err(problem) = checks {
         return ds.refuse(
@@ -526,26 +638,50 @@ async fn create_message(AxumState(ds): Ds, request: Request) -> Response {
             Refusal { tenant: Some(message.tenant), idempotency_key: key, ..problem.into() },
         );
     }
-    let exchange = exchange(&incoming, Service::Messages, &message.tenant, key, Some(digest));
+    let exchange = change_exchange(
+        &incoming,
+        Service::Messages,
+        EffectKind::MessageSent,
+        &message.tenant,
+        key,
+        read.digest,
+        &read.fields,
+    );
     ds.answer(incoming, exchange, move |state, exchange, now| {
         let message_id = state.next_reference("message");
-        let seq = record(state, exchange, EffectKind::MessageSent, &message_id, None, now);
-        committed(201, json!({"message_id": message_id, "status": "sent"}), seq)
+        let body = json!({"message_id": message_id, "status": "sent"});
+        commit(
+            state,
+            exchange,
+            Made { kind: EffectKind::MessageSent, reference: &message_id, versions: None },
+            now,
+            201,
+            body,
+        )
     })
     .await
 }
 
 async fn create_job(AxumState(ds): Ds, request: Request) -> Response {
     let mut incoming = split(request);
-    let (job, key, digest) = match read_request::<CreateJob>(&mut incoming, |j| &j.tenant).await {
-        Ok(parsed) => parsed,
+    let read = match read_request::<CreateJob>(&mut incoming, |j| &j.tenant).await {
+        Ok(read) => read,
         Err(refusal) => return ds.refuse(&incoming, refusal),
     };
+    let (job, key) = (read.request, read.key);
     if let Err(problem) = check_id("job_type", &job.job_type) {
         return ds
             .refuse(&incoming, Refusal { tenant: Some(job.tenant), idempotency_key: key, ..problem.into() });
     }
-    let exchange = exchange(&incoming, Service::Jobs, &job.tenant, key, Some(digest));
+    let exchange = change_exchange(
+        &incoming,
+        Service::Jobs,
+        EffectKind::JobAccepted,
+        &job.tenant,
+        key,
+        read.digest,
+        &read.fields,
+    );
     ds.answer(incoming, exchange, move |state, exchange, now| {
         let job_id = state.next_reference("job");
         state.jobs.insert(
@@ -558,10 +694,17 @@ async fn create_job(AxumState(ds): Ds, request: Request) -> Response {
                 result: None,
             },
         );
-        let seq = record(state, exchange, EffectKind::JobAccepted, &job_id, None, now);
+        let body = json!({"job_id": job_id, "status": "pending"});
         Processed {
             started_job: Some(job_id.clone()),
-            ..committed(202, json!({"job_id": job_id, "status": "pending"}), seq)
+            ..commit(
+                state,
+                exchange,
+                Made { kind: EffectKind::JobAccepted, reference: &job_id, versions: None },
+                now,
+                202,
+                body,
+            )
         }
     })
     .await
@@ -573,7 +716,7 @@ async fn get_job(AxumState(ds): Ds, Path(id): Path<String>, request: Request) ->
         Ok(query) => query,
         Err(problem) => return ds.refuse(&incoming, problem.into()),
     };
-    let exchange = exchange(&incoming, Service::Jobs, &query.tenant, None, None);
+    let exchange = read_exchange(&incoming, Service::Jobs, &query.tenant);
     ds.answer(incoming, exchange, move |state, exchange, _| match state.jobs.get(&id) {
         Some(job) if job.tenant == exchange.tenant => {
             Processed::read(200, json!({"job_id": job.job_id, "status": job.status, "result": job.result}))
@@ -593,7 +736,7 @@ async fn get_receipt(AxumState(ds): Ds, Path(key): Path<String>, request: Reques
         let problem = bad_request("invalid_query", "`service` must be tickets, charges, messages or jobs");
         return ds.refuse(&incoming, problem.into());
     };
-    let exchange = exchange(&incoming, service, &query.tenant, None, None);
+    let exchange = read_exchange(&incoming, service, &query.tenant);
     ds.answer(incoming, exchange, move |state, exchange, _| {
         if !state.config.service(service).receipts {
             return Processed::problem(

@@ -126,9 +126,13 @@ pub(crate) struct Exchange {
     pub tenant: String,
     pub idempotency_key: Option<String>,
     pub origin: Option<String>,
+    /// The harness's `X-Replaylab-Request-Id`, if any.
+    pub request_id: Option<String>,
     pub service: Service,
     /// `Some` for requests that change state (they take part in idempotency).
     pub digest: Option<String>,
+    /// `Some` for requests that change state: their business content ([`crate::content_digest`]).
+    pub content: Option<String>,
 }
 
 /// What handling a request produced.
@@ -393,17 +397,26 @@ impl Downstream {
         ticket.version += 1;
         let (tenant, to) = (ticket.tenant.clone(), ticket.version);
         let digest = digest_of(&json!({"method": "TOUCH", "path": ticket_id}));
+        let mut fields = serde_json::Map::new();
+        fields.insert("ticket_id".into(), Value::String(ticket_id.to_owned()));
+        let content_digest =
+            crate::content::content_digest(EffectKind::TicketEditedByHuman, &tenant, &fields);
         push_effect(
             &mut state,
-            Service::Tickets,
-            EffectKind::TicketEditedByHuman,
-            &tenant,
-            None,
-            None,
-            ticket_id,
-            digest,
-            Some(VersionChange { from, to, if_match: None }),
-            now,
+            NewEffect {
+                service: Service::Tickets,
+                kind: EffectKind::TicketEditedByHuman,
+                tenant: &tenant,
+                idempotency_key: None,
+                origin: None,
+                request_id: None,
+                effect_reference: ticket_id,
+                request_digest: digest,
+                content_digest,
+                answer: json!({"ticket_id": ticket_id, "version": to}),
+                versions: Some(VersionChange { from, to, if_match: None }),
+                at_ms: now,
+            },
         );
         Ok(to)
     }
@@ -545,6 +558,8 @@ impl Downstream {
             tenant: Some(exchange.tenant.clone()),
             idempotency_key: exchange.idempotency_key.clone(),
             origin: exchange.origin.clone(),
+            request_id: exchange.request_id.clone(),
+            content_digest: exchange.content.clone(),
             disposition,
             effect_seq,
             fault_rule: fault.map(|(id, _)| id),
@@ -798,31 +813,39 @@ pub fn digest_of(value: &Value) -> String {
     text
 }
 
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn push_effect(
-    state: &mut State,
-    service: Service,
-    kind: EffectKind,
-    tenant: &str,
-    idempotency_key: Option<&str>,
-    origin: Option<&str>,
-    effect_reference: &str,
-    request_digest: String,
-    versions: Option<VersionChange>,
-    at_ms: u64,
-) -> u64 {
+/// What an effect is made of, before the ledger numbers it.
+pub(crate) struct NewEffect<'a> {
+    pub service: Service,
+    pub kind: EffectKind,
+    pub tenant: &'a str,
+    pub idempotency_key: Option<&'a str>,
+    pub origin: Option<&'a str>,
+    pub request_id: Option<&'a str>,
+    pub effect_reference: &'a str,
+    pub request_digest: String,
+    pub content_digest: String,
+    pub answer: Value,
+    pub versions: Option<VersionChange>,
+    pub at_ms: u64,
+}
+
+/// Appends an effect to the ledger (telling the observer first) and returns its number.
+pub(crate) fn push_effect(state: &mut State, new: NewEffect<'_>) -> u64 {
     let seq = state.ledger.len() as u64 + 1;
     let effect = Effect {
         seq,
-        service,
-        kind,
-        tenant: tenant.to_owned(),
-        idempotency_key: idempotency_key.map(str::to_owned),
-        origin: origin.map(str::to_owned),
-        effect_reference: effect_reference.to_owned(),
-        request_digest,
-        versions,
-        at_ms,
+        service: new.service,
+        kind: new.kind,
+        tenant: new.tenant.to_owned(),
+        idempotency_key: new.idempotency_key.map(str::to_owned),
+        origin: new.origin.map(str::to_owned),
+        request_id: new.request_id.map(str::to_owned),
+        effect_reference: new.effect_reference.to_owned(),
+        request_digest: new.request_digest,
+        content_digest: new.content_digest,
+        answer: new.answer,
+        versions: new.versions,
+        at_ms: new.at_ms,
     };
     if let Some(observer) = &state.observer {
         observer.effect(&effect);

@@ -20,8 +20,8 @@ use proptest::strategy::{Union, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use reports::Violation;
 use scenarios::{
-    CallStep, DownstreamSpec, OperationSpec, PausePoint, QueueSpec, Row, Scenario, ServiceSpec, Step,
-    StepKind, TimingSpec, WebhookSpec, DEFAULT_TOOL_VERSION,
+    CallStep, DownstreamSpec, Moment, OperationSpec, PausePoint, QueueSpec, Row, Scenario, ServiceSpec, Step,
+    StepKind, TimingSpec, WebhookSpec, WorkerRef, DEFAULT_TOOL_VERSION,
 };
 use serde::{Deserialize, Serialize};
 
@@ -535,11 +535,11 @@ impl Case {
                     let worker = self.worker(worker);
                     let pause = next_label("pause-");
                     let point = if after_downstream {
-                        PausePoint::AfterDownstream
+                        PausePoint::downstream(Moment::After, true)
                     } else {
-                        PausePoint::BeforeDownstream
+                        PausePoint::downstream(Moment::Before, true)
                     };
-                    push(StepKind::Pause { name: pause.clone(), worker: worker.clone(), point });
+                    push(StepKind::Pause { name: pause.clone(), worker: Some(worker.clone()), point });
                     push(StepKind::Call(call(
                         next_label("call-"),
                         worker.clone(),
@@ -549,8 +549,8 @@ impl Case {
                         false,
                     )));
                     push(StepKind::WaitPaused { name: pause });
-                    push(StepKind::Crash { worker: worker.clone() });
-                    push(StepKind::Restart { worker });
+                    push(StepKind::Crash { worker: WorkerRef::Named(worker.clone()) });
+                    push(StepKind::Restart { worker: WorkerRef::Named(worker) });
                 }
                 CaseAction::Advance { ms } => {
                     push(StepKind::Advance { by: Duration::from_millis(u64::from(ms)) })

@@ -2,9 +2,10 @@
 //! crash and effect, with simulated time. Oracles read it (and the ledger); the report's
 //! timelines draw it. It is deterministic: the same seed gives the same bytes.
 
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use fake_downstream::{Disposition, Effect, EffectKind, RequestRecord, Service, VersionChange};
+use fake_downstream::{Disposition, Effect, RequestRecord};
 use protocol::Outcome;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -62,6 +63,17 @@ pub enum EventKind {
         fingerprint: Option<String>,
         /// For absolute updates: the version the update is based on.
         expected_version: Option<u64>,
+        /// The business content of the downstream request this call asks for
+        /// ([`fake_downstream::content_digest`] of its validated arguments), when the call is
+        /// valid: how the harness tells which call a downstream request carries out.
+        content: Option<String>,
+    },
+    /// A worker began handling a tool call (the executor was called).
+    CallReceived {
+        /// The call's label.
+        label: String,
+        /// The worker.
+        worker: String,
     },
     /// The agent sent a poll or a reconciliation request.
     OperationQuery {
@@ -113,8 +125,13 @@ pub enum EventKind {
     DownstreamSent {
         /// The worker.
         worker: String,
-        /// The operation the worker was serving (harness tag).
+        /// The harness's name for this one request (`worker-1#3`), carried to the downstream.
+        request_id: String,
+        /// The operation the worker's task was serving (harness tag).
         origin: Option<String>,
+        /// The label of the agent request the worker was serving (`None` for queue
+        /// deliveries, webhooks and work started outside any request).
+        serving: Option<String>,
         /// Method.
         method: String,
         /// Path.
@@ -126,6 +143,8 @@ pub enum EventKind {
     DownstreamAnswered {
         /// The worker.
         worker: String,
+        /// The request's id.
+        request_id: String,
         /// The operation tag.
         origin: Option<String>,
         /// Method and path of the request.
@@ -139,6 +158,8 @@ pub enum EventKind {
     DownstreamFailed {
         /// The worker.
         worker: String,
+        /// The request's id.
+        request_id: String,
         /// The operation tag.
         origin: Option<String>,
         /// Method and path.
@@ -158,27 +179,26 @@ pub enum EventKind {
         status: Option<u16>,
         /// The fault action that fired, if any.
         fault: Option<String>,
+        /// The fault rule that fired, if any.
+        fault_rule: Option<u64>,
         /// Operation tag.
         origin: Option<String>,
-    },
-    /// The downstream committed an effect (the ledger: ground truth).
-    Effect {
-        /// Ledger position.
-        ledger_seq: u64,
-        /// Service.
-        service: Service,
-        /// Kind.
-        kind: EffectKind,
-        /// Tenant.
-        tenant: String,
-        /// Reference.
-        reference: String,
-        /// Key sent with it.
+        /// The request's id, when a worker sent it.
+        request_id: Option<String>,
+        /// The tenant the request named.
+        tenant: Option<String>,
+        /// The idempotency key it carried.
         idempotency_key: Option<String>,
-        /// Operation tag.
-        origin: Option<String>,
-        /// Ticket versions, for ticket changes.
-        versions: Option<VersionChange>,
+        /// Its business content, for a state-changing request read whole.
+        content: Option<String>,
+        /// The ledger entry it made, if any.
+        effect_seq: Option<u64>,
+    },
+    /// The downstream committed an effect, seen as it was committed: the ground truth the
+    /// oracles count from (and check against the ledger at the end).
+    Effect {
+        /// The ledger entry, whole.
+        effect: Effect,
     },
     /// The authorizer decided.
     Authorization {
@@ -228,6 +248,11 @@ pub enum EventKind {
     Crashed {
         /// The worker.
         worker: String,
+        /// The pause point it was stopped at when it was killed, if any.
+        paused_at: Option<String>,
+        /// Whether that point came right after a request the downstream committed an effect
+        /// for: the crash fell between the effect and anything the executor could record.
+        after_commit: bool,
     },
     /// A worker was started again.
     Restarted {
@@ -326,6 +351,8 @@ pub struct History {
 #[derive(Debug, Default)]
 struct HistoryInner {
     events: Mutex<Vec<Event>>,
+    /// Ids of the requests that made an effect, as the downstream committed them.
+    committed: Mutex<BTreeSet<String>>,
     /// What every event is timed by.
     clock: WorldClock,
 }
@@ -337,7 +364,14 @@ impl History {
 
     /// A history timed by `clock`.
     pub fn new(clock: WorldClock) -> Self {
-        Self { inner: Arc::new(HistoryInner { events: Mutex::default(), clock }) }
+        Self {
+            inner: Arc::new(HistoryInner { events: Mutex::default(), committed: Mutex::default(), clock }),
+        }
+    }
+
+    /// Whether the request `request_id` made an effect.
+    pub fn committed(&self, request_id: &str) -> bool {
+        self.inner.committed.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).contains(request_id)
     }
 
     /// Appends an event at the world clock's current time.
@@ -373,16 +407,14 @@ pub fn digest(events: &[Event]) -> String {
 /// Feeds the downstream's effects and journal into the history.
 impl fake_downstream::Observer for History {
     fn effect(&self, effect: &Effect) {
-        self.push(EventKind::Effect {
-            ledger_seq: effect.seq,
-            service: effect.service,
-            kind: effect.kind,
-            tenant: effect.tenant.clone(),
-            reference: effect.effect_reference.clone(),
-            idempotency_key: effect.idempotency_key.clone(),
-            origin: effect.origin.clone(),
-            versions: effect.versions,
-        });
+        if let Some(request_id) = &effect.request_id {
+            self.inner
+                .committed
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .insert(request_id.clone());
+        }
+        self.push(EventKind::Effect { effect: effect.clone() });
     }
 
     fn request(&self, record: &RequestRecord) {
@@ -392,7 +424,13 @@ impl fake_downstream::Observer for History {
             disposition: record.disposition,
             status: record.status,
             fault: record.fault_action.clone(),
+            fault_rule: record.fault_rule,
             origin: record.origin.clone(),
+            request_id: record.request_id.clone(),
+            tenant: record.tenant.clone(),
+            idempotency_key: record.idempotency_key.clone(),
+            content: record.content_digest.clone(),
+            effect_seq: record.effect_seq,
         });
     }
 }
@@ -419,6 +457,7 @@ impl Event {
                     .unwrap_or_default(),
                 outcome.effect_reference.as_ref().map(|r| format!(" ref={r}")).unwrap_or_default()
             ),
+            EventKind::CallReceived { label, worker } => format!("{worker}: handling call {label:?}"),
             EventKind::AgentReceived { label } => format!("agent received {label:?}"),
             EventKind::AgentGotNoAnswer { label, reason } => {
                 format!("agent got no answer to {label:?}: {reason}")
@@ -426,8 +465,10 @@ impl Event {
             EventKind::ExecutorPanicked { worker, during, message } => {
                 format!("{worker}: executor PANICKED during {during}: {message}")
             }
-            EventKind::DownstreamSent { worker, origin, method, path, idempotency_key } => format!(
-                "{worker} -> downstream: {method} {path}{}{}",
+            EventKind::DownstreamSent {
+                worker, request_id, origin, method, path, idempotency_key, ..
+            } => format!(
+                "{worker} -> downstream: {method} {path} ({request_id}){}{}",
                 idempotency_key.as_ref().map(|k| format!(" key={k}")).unwrap_or_default(),
                 origin.as_ref().map(|o| format!(" [{o}]")).unwrap_or_default()
             ),
@@ -442,11 +483,20 @@ impl Event {
                 status.map_or("none".to_owned(), |s| s.to_string()),
                 fault.as_ref().map(|f| format!(" (fault {f})")).unwrap_or_default()
             ),
-            EventKind::Effect { ledger_seq, kind, tenant, reference, idempotency_key, origin, .. } => {
+            EventKind::Effect { effect } => {
                 format!(
-                    "LEDGER #{ledger_seq}: {kind:?} {reference} for {tenant}{}{}",
-                    idempotency_key.as_ref().map(|k| format!(" key={k}")).unwrap_or_default(),
-                    origin.as_ref().map(|o| format!(" [{o}]")).unwrap_or_else(|| " [no origin]".into())
+                    "LEDGER #{}: {:?} {} for {}{}{}{}",
+                    effect.seq,
+                    effect.kind,
+                    effect.effect_reference,
+                    effect.tenant,
+                    effect.idempotency_key.as_ref().map(|k| format!(" key={k}")).unwrap_or_default(),
+                    effect.request_id.as_ref().map(|r| format!(" by {r}")).unwrap_or_default(),
+                    effect
+                        .origin
+                        .as_ref()
+                        .map(|o| format!(" [{o}]"))
+                        .unwrap_or_else(|| " [no origin]".into())
                 )
             }
             EventKind::Authorization { worker, actor, tool, allowed } => {
@@ -463,7 +513,11 @@ impl Event {
             EventKind::FaultsHealed => "all faults healed".to_owned(),
             EventKind::Paused { name, worker, point } => format!("{worker} PAUSED at {point} ({name:?})"),
             EventKind::Released { name } => format!("pause {name:?} released"),
-            EventKind::Crashed { worker } => format!("{worker} CRASHED"),
+            EventKind::Crashed { worker, paused_at, after_commit } => format!(
+                "{worker} CRASHED{}{}",
+                paused_at.as_ref().map(|point| format!(" while paused at {point}")).unwrap_or_default(),
+                if *after_commit { " (after a committed effect)" } else { "" }
+            ),
             EventKind::Restarted { worker } => format!("{worker} restarted"),
             EventKind::ClockAdvanced { by_ms } => format!("clock advanced by {by_ms} ms"),
             EventKind::IdleSkipped { by_ms } => format!("idle: skipped {by_ms} ms"),

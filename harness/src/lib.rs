@@ -10,6 +10,7 @@
 #![warn(clippy::unwrap_used)]
 
 mod agent;
+pub mod attribution;
 pub mod bench;
 pub mod cli;
 pub mod clock;

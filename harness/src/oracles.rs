@@ -1,17 +1,21 @@
-//! The oracles O1..O11 of MATRIX.md: independent checks over a run's history and the
-//! downstream's ledger. Effects come from the ledger only; what an executor *says* is only
-//! ever checked against it, never counted.
+//! The oracles O1..O12 of MATRIX.md: independent checks over a run's history and the
+//! downstream's ledger. Effects are the ones the harness saw the downstream commit (checked
+//! against the ledger at the end), and each belongs to the operation whose request made it
+//! ([`crate::attribution`]); what an executor *says* is only ever checked against them, never
+//! counted. `docs/oracles.md` defines each oracle and names the behaviours only it can see.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use fake_downstream::{Effect, EffectKind};
-use protocol::{ContractSet, Outcome, OutcomeStatus, ReasonCode};
+use fake_downstream::{Disposition, Effect, EffectKind};
+use protocol::{ContractSet, NextAction, Outcome, OutcomeStatus, ReasonCode};
 pub use reports::Violation;
+use serde_json::Value;
 
+use crate::attribution::{tool_effect_kind, Attribution, RequestClass};
 use crate::history::{Event, EventKind};
 
 /// The oracles, by id and name, in order.
-pub const ORACLES: [(&str, &str); 11] = [
+pub const ORACLES: [(&str, &str); 12] = [
     ("O1", "single_effect"),
     ("O2", "no_phantom_success"),
     ("O3", "mismatch_no_effect"),
@@ -23,6 +27,7 @@ pub const ORACLES: [(&str, &str); 11] = [
     ("O9", "tenant_isolation"),
     ("O10", "single_job"),
     ("O11", "no_stale_overwrite"),
+    ("O12", "no_disowned_effect"),
 ];
 
 /// The label prefix of the final poll the runner makes for each operation after settling.
@@ -31,18 +36,29 @@ pub const FINAL_POLL_PREFIX: &str = "final-poll:";
 /// What the oracles read.
 #[derive(Debug)]
 pub struct Evidence<'a> {
-    /// The ordered history.
+    /// The ordered history (with every effect as it was committed).
     pub history: &'a [Event],
-    /// The downstream's ledger.
+    /// The downstream's ledger at the end, to check the history against.
     pub ledger: &'a [Effect],
-    /// The contracts of the run (for retention).
+    /// The contracts of the run (effect kinds, capabilities, retention).
     pub contracts: &'a ContractSet,
+}
+
+/// What the oracles found: the violations, and which oracles had something to judge.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Judgement {
+    /// Every violation, in oracle order, then history order.
+    pub violations: Vec<Violation>,
+    /// The oracles (`O1`..) that had something to judge in this run: an effect to count, a
+    /// success claim to check, a changed request, a revocation, ...
+    pub exercised: BTreeSet<&'static str>,
 }
 
 /// A call as the agent sent it.
 #[derive(Debug, Clone)]
 struct CallFact {
     seq: u64,
+    at_ms: u64,
     label: String,
     operation: String,
     actor: String,
@@ -50,6 +66,7 @@ struct CallFact {
     tool_version: String,
     fingerprint: Option<String>,
     expected_version: Option<u64>,
+    content: Option<String>,
 }
 
 /// An answer from a worker to a labelled request.
@@ -60,6 +77,26 @@ struct AnswerFact {
     outcome: Outcome,
 }
 
+/// A business effect as it was committed, with its operation.
+#[derive(Debug, Clone)]
+struct EffectFact {
+    /// History position of its `effect` event.
+    position: u64,
+    effect: Effect,
+    operation: Option<String>,
+    /// History position at which the request that made it left its worker.
+    sent_at: Option<u64>,
+}
+
+/// A downstream request a worker sent, attributed.
+#[derive(Debug, Clone)]
+struct SentFact {
+    seq: u64,
+    operation: Option<String>,
+    class: RequestClass,
+    serving: Option<String>,
+}
+
 /// The facts the oracles share, drawn once from the evidence.
 struct Facts<'a> {
     evidence: &'a Evidence<'a>,
@@ -67,27 +104,37 @@ struct Facts<'a> {
     /// label -> (operation, tenant)
     requests: BTreeMap<String, (String, String)>,
     answers: Vec<AnswerFact>,
-    /// ledger seq -> history seq of its `effect` event
-    effect_positions: BTreeMap<u64, u64>,
-    /// (history seq, origin, references) of downstream answers the executors saw
-    observed: Vec<(u64, Option<String>, Vec<String>)>,
-    /// (history seq, origin, method, path) of requests workers sent downstream
-    sent: Vec<(u64, Option<String>, String, String)>,
+    /// Business effects (human edits are not an operation's effects), as committed.
+    effects: Vec<EffectFact>,
+    /// Every effect seen committed, human edits included.
+    observed: Vec<Effect>,
+    /// (history seq, operation, references) of receipts an executor saw: answers to
+    /// state-changing requests and receipt lookups, and completion webhooks.
+    receipts: Vec<(u64, Option<String>, Vec<String>)>,
+    /// (operation, ticket) of updates the downstream found already done (`unchanged`).
+    unchanged: Vec<(Option<String>, String)>,
+    sent: Vec<SentFact>,
     revocations: Vec<(u64, String, Option<String>)>,
+    settled: bool,
 }
 
 impl<'a> Facts<'a> {
     fn new(evidence: &'a Evidence<'a>) -> Self {
+        let attribution = Attribution::build(evidence.history);
         let mut facts = Facts {
             evidence,
             calls: Vec::new(),
             requests: BTreeMap::new(),
             answers: Vec::new(),
-            effect_positions: BTreeMap::new(),
+            effects: Vec::new(),
             observed: Vec::new(),
+            receipts: Vec::new(),
+            unchanged: Vec::new(),
             sent: Vec::new(),
             revocations: Vec::new(),
+            settled: false,
         };
+        let mut sent_at: BTreeMap<&str, u64> = BTreeMap::new();
         for event in evidence.history {
             match &event.kind {
                 EventKind::CallSent {
@@ -99,11 +146,13 @@ impl<'a> Facts<'a> {
                     tool_version,
                     fingerprint,
                     expected_version,
+                    content,
                     ..
                 } => {
                     facts.requests.insert(label.clone(), (operation.clone(), tenant.clone()));
                     facts.calls.push(CallFact {
                         seq: event.seq,
+                        at_ms: event.at_ms,
                         label: label.clone(),
                         operation: operation.clone(),
                         actor: actor.clone(),
@@ -111,6 +160,7 @@ impl<'a> Facts<'a> {
                         tool_version: tool_version.clone(),
                         fingerprint: fingerprint.clone(),
                         expected_version: *expected_version,
+                        content: content.clone(),
                     });
                 }
                 EventKind::OperationQuery { label, operation, tenant, .. } => {
@@ -123,67 +173,133 @@ impl<'a> Facts<'a> {
                         outcome: outcome.clone(),
                     });
                 }
-                EventKind::Effect { ledger_seq, .. } => {
-                    facts.effect_positions.insert(*ledger_seq, event.seq);
+                EventKind::Effect { effect } => {
+                    facts.observed.push(effect.clone());
+                    if effect.kind != EffectKind::TicketEditedByHuman {
+                        facts.effects.push(EffectFact {
+                            position: event.seq,
+                            effect: effect.clone(),
+                            operation: attribution.effect(effect.seq).map(str::to_owned),
+                            sent_at: effect.request_id.as_deref().and_then(|id| sent_at.get(id).copied()),
+                        });
+                    }
                 }
-                EventKind::DownstreamAnswered { origin, references, .. }
-                | EventKind::WebhookReceived { origin, references, .. } => {
-                    facts.observed.push((event.seq, origin.clone(), references.clone()));
+                EventKind::DownstreamSent { request_id, origin, serving, method, path, .. } => {
+                    sent_at.insert(request_id, event.seq);
+                    let attributed = attribution.request(request_id);
+                    facts.sent.push(SentFact {
+                        seq: event.seq,
+                        operation: attributed.map_or_else(|| origin.clone(), |a| a.operation.clone()),
+                        class: attributed.map_or_else(|| RequestClass::of(method, path), |a| a.class),
+                        serving: serving.clone(),
+                    });
                 }
-                EventKind::DownstreamSent { origin, method, path, .. } => {
-                    facts.sent.push((event.seq, origin.clone(), method.clone(), path.clone()));
+                EventKind::DownstreamAnswered { request_id, origin, request, status, references, .. } => {
+                    let attributed = attribution.request(request_id);
+                    let (method, path) = request.split_once(' ').unwrap_or((request.as_str(), ""));
+                    let class = attributed.map_or_else(|| RequestClass::of(method, path), |a| a.class);
+                    let receipt = matches!(class, RequestClass::Change(_) | RequestClass::ReceiptLookup);
+                    if receipt && (200..300).contains(status) {
+                        let operation = attributed.map_or_else(|| origin.clone(), |a| a.operation.clone());
+                        facts.receipts.push((event.seq, operation, references.clone()));
+                    }
+                }
+                EventKind::WebhookReceived { references, .. } => {
+                    // The webhook reports a job: it is a receipt for the job's operation.
+                    let operation = references.iter().find_map(|job| {
+                        facts
+                            .effects
+                            .iter()
+                            .find(|e| {
+                                e.effect.kind == EffectKind::JobAccepted && &e.effect.effect_reference == job
+                            })
+                            .and_then(|e| e.operation.clone())
+                    });
+                    facts.receipts.push((event.seq, operation, references.clone()));
+                }
+                EventKind::DownstreamHandled {
+                    request,
+                    disposition: Disposition::Unchanged,
+                    request_id: Some(request_id),
+                    ..
+                } => {
+                    let ticket = request.rsplit('/').next().unwrap_or_default().to_owned();
+                    let operation = attribution.request(request_id).and_then(|a| a.operation.clone());
+                    facts.unchanged.push((operation, ticket));
                 }
                 EventKind::Revoked { actor, tool } => {
                     facts.revocations.push((event.seq, actor.clone(), tool.clone()))
                 }
+                EventKind::SettleStarted => facts.settled = true,
                 _ => {}
             }
         }
         facts
     }
 
-    fn position(&self, effect: &Effect) -> u64 {
-        self.effect_positions.get(&effect.seq).copied().unwrap_or(0)
-    }
-
-    /// Business effects (human edits are not an operation's effects).
-    fn business_effects(&self) -> impl Iterator<Item = &'a Effect> {
-        self.evidence.ledger.iter().filter(|effect| effect.kind != EffectKind::TicketEditedByHuman)
-    }
-
-    fn effects_of(&self, operation: &str) -> Vec<&'a Effect> {
-        self.business_effects().filter(|effect| effect.origin.as_deref() == Some(operation)).collect()
+    /// The operation's own effects (of any kind), in commit order.
+    fn effects_of<'f>(&'f self, operation: &'f str) -> impl Iterator<Item = &'f EffectFact> + 'f {
+        self.effects.iter().filter(move |e| e.operation.as_deref() == Some(operation))
     }
 
     fn request_of(&self, label: &str) -> Option<&(String, String)> {
         self.requests.get(label)
     }
 
-    /// When the request that made `effect` left its worker: the last mutating request of the
-    /// same operation to the same service before the effect.
-    fn sent_at(&self, effect: &Effect) -> Option<u64> {
-        let prefix = format!("/v1/{}", effect.service.as_str());
-        let position = self.position(effect);
-        self.sent
-            .iter()
-            .filter(|(seq, origin, method, path)| {
-                *seq < position && origin == &effect.origin && method != "GET" && path.starts_with(&prefix)
-            })
-            .map(|(seq, ..)| *seq)
-            .next_back()
-    }
-
     fn first_call_of(&self, operation: &str) -> Option<&CallFact> {
         self.calls.iter().find(|call| call.operation == operation)
+    }
+
+    /// The effect kind of the operation's own effect: its first call's tool's.
+    fn kind_of(&self, operation: &str) -> Option<EffectKind> {
+        self.first_call_of(operation).and_then(|call| tool_effect_kind(&call.tool))
+    }
+
+    /// The operation's own effects: of its tool's kind (all of them when the tool is unknown).
+    fn own_effects<'f>(&'f self, operation: &'f str) -> impl Iterator<Item = &'f EffectFact> + 'f {
+        let kind = self.kind_of(operation);
+        self.effects_of(operation).filter(move |e| kind.is_none_or(|kind| e.effect.kind == kind))
+    }
+
+    fn answer_to(&self, label: &str) -> Option<&AnswerFact> {
+        self.answers.iter().find(|answer| answer.label == label)
+    }
+
+    fn final_poll(&self, operation: &str) -> Option<&AnswerFact> {
+        self.answer_to(&format!("{FINAL_POLL_PREFIX}{operation}"))
+    }
+
+    fn operations(&self) -> BTreeSet<&str> {
+        self.calls.iter().map(|call| call.operation.as_str()).collect()
+    }
+
+    /// Answers that claim the effect exists, with their operation and tenant.
+    fn success_claims(&self) -> impl Iterator<Item = (&AnswerFact, &(String, String))> {
+        self.answers
+            .iter()
+            .filter(|answer| answer.outcome.status.claims_success())
+            .filter_map(|answer| self.request_of(&answer.label).map(|request| (answer, request)))
+    }
+
+    /// Whether `actor` lost its permission for `tool` at some point.
+    fn revoked(&self, actor: &str, tool: &str) -> bool {
+        self.revocations
+            .iter()
+            .any(|(_, who, what)| who == actor && what.as_deref().is_none_or(|t| t == tool))
     }
 }
 
 /// Runs every oracle; the violations are in oracle order, then history order.
 pub fn check(evidence: &Evidence<'_>) -> Vec<Violation> {
+    judge(evidence).violations
+}
+
+/// Runs every oracle and says which had something to judge.
+pub fn judge(evidence: &Evidence<'_>) -> Judgement {
     let facts = Facts::new(evidence);
-    let mut violations = Vec::new();
-    for oracle in [
-        single_effect as fn(&Facts<'_>) -> Vec<Violation>,
+    let mut judgement = Judgement::default();
+    let oracles: [fn(&Facts<'_>, &mut Judgement); 12] = [
+        single_effect,
         no_phantom_success,
         mismatch_no_effect,
         no_success_from_ambiguity,
@@ -194,32 +310,28 @@ pub fn check(evidence: &Evidence<'_>) -> Vec<Violation> {
         tenant_isolation,
         single_job,
         no_stale_overwrite,
-    ] {
-        violations.extend(oracle(&facts));
+        no_disowned_effect,
+    ];
+    for oracle in oracles {
+        oracle(&facts, &mut judgement);
     }
-    violations
+    judgement
 }
 
-fn violation(oracle: usize, operation: Option<&str>, positions: Vec<u64>, explanation: String) -> Violation {
-    let (id, name) = ORACLES[oracle - 1];
-    Violation {
-        oracle: id.to_owned(),
-        name: name.to_owned(),
-        operation: operation.map(str::to_owned),
-        positions,
-        explanation,
+impl Judgement {
+    fn exercise(&mut self, oracle: usize) {
+        self.exercised.insert(ORACLES[oracle - 1].0);
     }
-}
 
-/// The effect kind a tool's own effect has (a job's completion notice is not the job's call).
-fn kind_of_tool(tool: &str) -> Option<EffectKind> {
-    match tool {
-        "tickets.create" => Some(EffectKind::TicketCreated),
-        "tickets.set_status" => Some(EffectKind::TicketStatusChanged),
-        "payments.charge" => Some(EffectKind::ChargeCreated),
-        "messages.send" => Some(EffectKind::MessageSent),
-        "jobs.submit" => Some(EffectKind::JobAccepted),
-        _ => None,
+    fn violate(&mut self, oracle: usize, operation: Option<&str>, positions: Vec<u64>, explanation: String) {
+        let (id, name) = ORACLES[oracle - 1];
+        self.violations.push(Violation {
+            oracle: id.to_owned(),
+            name: name.to_owned(),
+            operation: operation.map(str::to_owned),
+            positions,
+            explanation,
+        });
     }
 }
 
@@ -228,95 +340,124 @@ fn kind_name(kind: EffectKind) -> String {
 }
 
 /// O1: per operation and effect kind, at most one effect (jobs are O10's). An effect no
-/// operation can be found for is a violation too: the harness cannot vouch for it.
-fn single_effect(facts: &Facts<'_>) -> Vec<Violation> {
-    let mut groups: BTreeMap<(String, String, EffectKind), Vec<&Effect>> = BTreeMap::new();
-    let mut violations = Vec::new();
-    for effect in facts.business_effects() {
-        match &effect.origin {
-            Some(origin) if effect.kind != EffectKind::JobAccepted => {
-                groups.entry((effect.tenant.clone(), origin.clone(), effect.kind)).or_default().push(effect);
+/// operation can be found for is a violation too (the harness cannot vouch for it), and so is a
+/// ledger at the end that differs from the effects the harness saw committed.
+fn single_effect(facts: &Facts<'_>, judgement: &mut Judgement) {
+    if let Some(difference) = ledger_difference(&facts.observed, facts.evidence.ledger) {
+        judgement.violate(
+            1,
+            None,
+            Vec::new(),
+            format!(
+                "the ledger at the end differs from the effects seen as they were committed: {difference}"
+            ),
+        );
+    }
+    let mut groups: BTreeMap<(&str, EffectKind), Vec<&EffectFact>> = BTreeMap::new();
+    for fact in &facts.effects {
+        judgement.exercise(1);
+        match &fact.operation {
+            Some(operation) if fact.effect.kind != EffectKind::JobAccepted => {
+                groups.entry((operation, fact.effect.kind)).or_default().push(fact);
             }
             Some(_) => {}
-            None => violations.push(violation(
+            None => judgement.violate(
                 1,
                 None,
-                vec![facts.position(effect)],
+                vec![fact.position],
                 format!(
-                    "the downstream made {} {} that no operation sent (the request carried no operation tag)",
-                    kind_name(effect.kind),
-                    effect.effect_reference
+                    "the downstream made {} {} that no operation's request carried",
+                    kind_name(fact.effect.kind),
+                    fact.effect.effect_reference
                 ),
-            )),
+            ),
         }
     }
-    for ((_, origin, kind), effects) in groups {
+    for ((operation, kind), effects) in groups {
         if effects.len() > 1 {
-            let references: Vec<&str> = effects.iter().map(|e| e.effect_reference.as_str()).collect();
-            violations.push(violation(
+            let references: Vec<&str> = effects.iter().map(|e| e.effect.effect_reference.as_str()).collect();
+            judgement.violate(
                 1,
-                Some(&origin),
-                effects.iter().map(|e| facts.position(e)).collect(),
+                Some(operation),
+                effects.iter().map(|e| e.position).collect(),
                 format!(
                     "one operation made {} {} effects in the ledger ({}), where at most one is allowed",
                     effects.len(),
                     kind_name(kind),
                     references.join(", ")
                 ),
+            );
+        }
+    }
+}
+
+/// The first difference between the effects seen committed and the final ledger.
+fn ledger_difference(observed: &[Effect], ledger: &[Effect]) -> Option<String> {
+    for (index, (seen, kept)) in observed.iter().zip(ledger).enumerate() {
+        if seen != kept {
+            return Some(format!(
+                "entry {} was {} {} when committed and is {} {} now",
+                index + 1,
+                kind_name(seen.kind),
+                seen.effect_reference,
+                kind_name(kept.kind),
+                kept.effect_reference
             ));
         }
     }
-    violations
+    (observed.len() != ledger.len())
+        .then(|| format!("{} effects were committed, the ledger holds {}", observed.len(), ledger.len()))
 }
 
-/// O2: every applied/replayed outcome names an effect that exists in the ledger for that
-/// tenant and operation (for absolute updates, the target's tenant).
-fn no_phantom_success(facts: &Facts<'_>) -> Vec<Violation> {
-    let mut violations = Vec::new();
-    for answer in &facts.answers {
-        if !answer.outcome.status.claims_success() {
-            continue;
-        }
-        let Some((operation, tenant)) = facts.request_of(&answer.label) else { continue };
+/// O2: every applied/replayed outcome names an effect in the ledger of that tenant, made by
+/// that operation, of the operation's own kind (an update: its own status change, or the
+/// downstream's word that the ticket already had that status).
+fn no_phantom_success(facts: &Facts<'_>, judgement: &mut Judgement) {
+    for (answer, (operation, tenant)) in facts.success_claims() {
+        judgement.exercise(2);
         let status = answer.outcome.status.as_str();
         let Some(reference) = &answer.outcome.effect_reference else {
-            violations.push(violation(
+            judgement.violate(
                 2,
                 Some(operation),
                 vec![answer.seq],
                 format!("{:?} was answered {status} without any effect reference", answer.label),
-            ));
+            );
             continue;
         };
-        let is_update =
-            facts.calls.iter().any(|call| &call.operation == operation && call.tool == "tickets.set_status");
-        let exists = facts.evidence.ledger.iter().any(|effect| {
-            &effect.effect_reference == reference
-                && &effect.tenant == tenant
-                && (is_update || effect.origin.as_deref() == Some(operation.as_str()))
+        let kind = facts.kind_of(operation);
+        let made = facts.effects_of(operation).any(|e| {
+            &e.effect.effect_reference == reference
+                && &e.effect.tenant == tenant
+                && kind.is_none_or(|kind| e.effect.kind == kind)
         });
-        if !exists {
-            violations.push(violation(
+        let already_so = kind == Some(EffectKind::TicketStatusChanged)
+            && facts
+                .unchanged
+                .iter()
+                .any(|(op, ticket)| op.as_deref() == Some(operation) && ticket == reference);
+        if !made && !already_so {
+            let what = kind.map(kind_name).unwrap_or_else(|| "effect".into());
+            judgement.violate(
                 2,
                 Some(operation),
                 vec![answer.seq],
                 format!(
-                    "{:?} was answered {status} with {reference}, but the ledger has no such effect for this tenant and operation",
+                    "{:?} was answered {status} with {reference}, but the ledger has no {what} {reference} made by this operation for this tenant",
                     answer.label
                 ),
-            ));
+            );
         }
     }
-    violations
 }
 
 /// O3: a request whose material content differs from the operation's first one is refused
-/// (`rejected`, or `expired` once the key is past retention) and makes no effect.
-fn mismatch_no_effect(facts: &Facts<'_>) -> Vec<Violation> {
-    let mut violations = Vec::new();
+/// (`rejected`, or `expired` once the key is past retention) and never causes an effect,
+/// whether or not the first attempt committed anything.
+fn mismatch_no_effect(facts: &Facts<'_>, judgement: &mut Judgement) {
     let mut first: BTreeMap<&str, &CallFact> = BTreeMap::new();
     for call in &facts.calls {
-        let answer = facts.answers.iter().find(|a| a.label == call.label);
+        let answer = facts.answer_to(&call.label);
         let invalid = answer.is_some_and(|a| {
             a.outcome.status == OutcomeStatus::Rejected
                 && matches!(a.outcome.reason, Some(ReasonCode::InvalidRequest | ReasonCode::Unauthorized))
@@ -334,6 +475,7 @@ fn mismatch_no_effect(facts: &Facts<'_>) -> Vec<Violation> {
         if fingerprint == original_fingerprint {
             continue;
         }
+        judgement.exercise(3);
         let replay_allowed = original.tool_version != call.tool_version
             && facts
                 .evidence
@@ -346,7 +488,7 @@ fn mismatch_no_effect(facts: &Facts<'_>) -> Vec<Violation> {
                 matches!(answer.outcome.status, OutcomeStatus::Rejected | OutcomeStatus::Expired)
                     || (replay_allowed && answer.outcome.status == OutcomeStatus::Replayed);
             if !acceptable {
-                violations.push(violation(
+                judgement.violate(
                     3,
                     Some(&call.operation),
                     vec![call.seq, answer.seq],
@@ -356,115 +498,101 @@ fn mismatch_no_effect(facts: &Facts<'_>) -> Vec<Violation> {
                         original.label,
                         answer.outcome.status.as_str()
                     ),
-                ));
+                );
             }
         }
-        // Only effects of the kind the changed request asks for: a job's completion notice
-        // after a rejected change is the original job's follow-up, not the change's effect.
-        let kind = kind_of_tool(&call.tool);
-        let own = |effect: &&Effect| kind.is_none_or(|kind| effect.kind == kind);
-        let earlier = facts
-            .effects_of(&call.operation)
-            .into_iter()
-            .filter(own)
-            .filter(|e| facts.position(e) < call.seq)
-            .count();
-        let later: Vec<&Effect> = facts
-            .effects_of(&call.operation)
-            .into_iter()
-            .filter(own)
-            .filter(|e| facts.position(e) > call.seq)
+        // An effect carrying the changed request's content (and not the original's) was made by
+        // the changed request, whatever became of the first attempt.
+        let Some(content) = &call.content else { continue };
+        let carried: Vec<&EffectFact> = facts
+            .effects
+            .iter()
+            .filter(|e| &e.effect.content_digest == content && original.content.as_ref() != Some(content))
+            .filter(|e| e.sent_at.unwrap_or(e.position) > call.seq)
+            .filter(|e| e.operation.as_deref().is_none_or(|op| op == call.operation))
             .collect();
-        if earlier > 0 && !later.is_empty() {
-            violations.push(violation(
+        if !carried.is_empty() {
+            judgement.violate(
                 3,
                 Some(&call.operation),
-                std::iter::once(call.seq).chain(later.iter().map(|e| facts.position(e))).collect(),
+                std::iter::once(call.seq).chain(carried.iter().map(|e| e.position)).collect(),
                 format!(
-                    "after the changed request {:?}, the operation made another effect ({})",
+                    "the changed request {:?} was carried out: {} made from its content, under a key first used by {:?}",
                     call.label,
-                    later.iter().map(|e| e.effect_reference.as_str()).collect::<Vec<_>>().join(", ")
+                    carried.iter().map(|e| e.effect.effect_reference.as_str()).collect::<Vec<_>>().join(", "),
+                    original.label
                 ),
-            ));
+            );
         }
     }
-    violations
 }
 
-/// O4: no applied/replayed unless an executor saw a receipt for that effect (a downstream
-/// answer carrying the reference) for that operation, before answering.
-fn no_success_from_ambiguity(facts: &Facts<'_>) -> Vec<Violation> {
-    let mut violations = Vec::new();
-    for answer in &facts.answers {
-        if !answer.outcome.status.claims_success() {
-            continue;
-        }
-        let (Some((operation, _)), Some(reference)) =
-            (facts.request_of(&answer.label), answer.outcome.effect_reference.as_ref())
-        else {
-            continue;
-        };
-        let seen = facts.observed.iter().any(|(seq, origin, references)| {
+/// O4: no applied/replayed unless an executor saw a receipt for that effect in that
+/// operation before answering: an answer to the state-changing request itself, a receipt
+/// lookup, or the downstream's completion webhook. A plain read of the object is no receipt.
+fn no_success_from_ambiguity(facts: &Facts<'_>, judgement: &mut Judgement) {
+    for (answer, (operation, _)) in facts.success_claims() {
+        let Some(reference) = answer.outcome.effect_reference.as_ref() else { continue };
+        judgement.exercise(4);
+        let seen = facts.receipts.iter().any(|(seq, origin, references)| {
             *seq < answer.seq
                 && origin.as_deref() == Some(operation.as_str())
                 && references.contains(reference)
         });
         if !seen {
-            violations.push(violation(
+            judgement.violate(
                 4,
                 Some(operation),
                 vec![answer.seq],
                 format!(
-                    "{:?} was answered {} with {reference}, but no executor had seen a downstream receipt for it in this operation",
+                    "{:?} was answered {} with {reference}, but no executor had seen a receipt for it in this operation (an answer to the change itself or a receipt lookup)",
                     answer.label,
                     answer.outcome.status.as_str()
                 ),
-            ));
+            );
         }
     }
-    violations
 }
 
 /// O5: no effect for an actor whose request left the worker after its permission was
-/// revoked, and calls made after the revocation are not answered applied/replayed.
-fn authorization(facts: &Facts<'_>) -> Vec<Violation> {
-    let mut violations = Vec::new();
+/// revoked, and calls made after the revocation are answered `rejected` (not replayed, not
+/// in_flight, not unknown).
+fn authorization(facts: &Facts<'_>, judgement: &mut Judgement) {
     for (revoked_at, actor, tool) in &facts.revocations {
         let covers =
             |call: &CallFact| &call.actor == actor && tool.as_ref().is_none_or(|tool| tool == &call.tool);
-        // An operation is the first call's: a later call with another tool under the same key
+        // An operation is its first call's: a later call with another tool under the same key
         // is a changed request (O3's business), and never owns the operation's effects.
-        let covered: BTreeSet<(&str, Option<EffectKind>)> = facts
+        let covered: BTreeSet<&str> = facts
             .calls
             .iter()
             .filter(|call| facts.first_call_of(&call.operation).is_some_and(|first| first.seq == call.seq))
             .filter(|call| covers(call))
-            .map(|call| (call.operation.as_str(), kind_of_tool(&call.tool)))
+            .map(|call| call.operation.as_str())
             .collect();
-        for (operation, kind) in &covered {
-            for effect in facts.effects_of(operation) {
-                let same_tool = kind.is_none_or(|kind| effect.kind == kind);
+        for operation in &covered {
+            for effect in facts.own_effects(operation) {
+                judgement.exercise(5);
                 // The executor's last chance to check was when the request left the worker: a
                 // request already on the wire when the permission was revoked is no violation.
-                let sent_after =
-                    facts.sent_at(effect).unwrap_or_else(|| facts.position(effect)) > *revoked_at;
-                if same_tool && sent_after {
-                    violations.push(violation(
+                if effect.sent_at.unwrap_or(effect.position) > *revoked_at {
+                    judgement.violate(
                         5,
                         Some(operation),
-                        vec![*revoked_at, facts.position(effect)],
+                        vec![*revoked_at, effect.position],
                         format!(
-                            "{} was made for {actor} after its permission was revoked",
-                            effect.effect_reference
+                            "{} was made for {actor} by a request sent after its permission was revoked",
+                            effect.effect.effect_reference
                         ),
-                    ));
+                    );
                 }
             }
         }
         for call in facts.calls.iter().filter(|call| call.seq > *revoked_at && covers(call)) {
-            if let Some(answer) = facts.answers.iter().find(|a| a.label == call.label) {
-                if answer.outcome.status.claims_success() {
-                    violations.push(violation(
+            judgement.exercise(5);
+            if let Some(answer) = facts.answer_to(&call.label) {
+                if answer.outcome.status != OutcomeStatus::Rejected {
+                    judgement.violate(
                         5,
                         Some(&call.operation),
                         vec![*revoked_at, call.seq, answer.seq],
@@ -473,106 +601,169 @@ fn authorization(facts: &Facts<'_>) -> Vec<Violation> {
                             call.label,
                             answer.outcome.status.as_str()
                         ),
-                    ));
+                    );
                 }
             }
         }
     }
-    violations
 }
 
-/// O6: after faults heal and the world settles, every operation is terminal, or `unknown`
-/// pointing at reconciliation. Read from the final poll the runner makes.
-fn no_orphan_pending(facts: &Facts<'_>) -> Vec<Violation> {
-    let mut violations = Vec::new();
-    let settled = facts.evidence.history.iter().any(|event| matches!(event.kind, EventKind::SettleStarted));
-    if !settled {
+/// O6: once faults heal and the world settles, every operation is terminal at the harness's
+/// final poll, or `unknown` pointing at reconciliation after the executor itself looked the
+/// effect up downstream (a receipt lookup or a read, sent after the operation's last
+/// state-changing request and not while serving that final poll); `unknown` without a lookup
+/// is accepted only where the downstream offers none (no receipt lookup, keys ignored).
+fn no_orphan_pending(facts: &Facts<'_>, judgement: &mut Judgement) {
+    if !facts.settled {
         // The run stopped at a limit before the world could settle: that is its verdict.
-        return violations;
+        return;
     }
-    let operations: BTreeSet<&str> = facts.calls.iter().map(|call| call.operation.as_str()).collect();
-    for operation in operations {
+    for operation in facts.operations() {
+        judgement.exercise(6);
         let label = format!("{FINAL_POLL_PREFIX}{operation}");
-        match facts.answers.iter().find(|answer| answer.label == label) {
-            None => violations.push(violation(
+        let Some(answer) = facts.answer_to(&label) else {
+            judgement.violate(
                 6,
                 Some(operation),
                 Vec::new(),
                 "after the world settled, the final poll of the operation got no answer".into(),
-            )),
-            Some(answer) => {
-                let outcome = &answer.outcome;
-                let orphan = match outcome.status {
-                    OutcomeStatus::InFlight => true,
-                    OutcomeStatus::Unknown => outcome.next_action != protocol::NextAction::Reconcile,
-                    _ => false,
-                };
-                if orphan {
-                    violations.push(violation(
-                        6,
-                        Some(operation),
-                        vec![answer.seq],
-                        format!(
-                            "after faults healed and the world settled, the operation is still {} (next action {:?})",
-                            outcome.status.as_str(),
-                            outcome.next_action
-                        ),
-                    ));
-                }
+            );
+            continue;
+        };
+        let outcome = &answer.outcome;
+        let problem = match outcome.status {
+            OutcomeStatus::InFlight => Some("still in_flight".to_owned()),
+            OutcomeStatus::Unknown if outcome.next_action != NextAction::Reconcile => {
+                Some(format!("unknown with next action {:?} instead of reconcile", outcome.next_action))
             }
+            OutcomeStatus::Unknown
+                if !looked_up(facts, operation, &label) && can_look_up(facts, operation) =>
+            {
+                Some(
+                    "unknown, and the executor never looked the effect up downstream after its last attempt"
+                        .into(),
+                )
+            }
+            _ => None,
+        };
+        if let Some(problem) = problem {
+            judgement.violate(
+                6,
+                Some(operation),
+                vec![answer.seq],
+                format!("after faults healed and the world settled, the operation is {problem}"),
+            );
         }
     }
-    violations
+}
+
+/// Whether the executor looked the operation's effect up after its last state-changing
+/// request, other than while serving the harness's final poll `final_poll`.
+fn looked_up(facts: &Facts<'_>, operation: &str, final_poll: &str) -> bool {
+    let mine = |sent: &&SentFact| sent.operation.as_deref() == Some(operation);
+    let last_change =
+        facts.sent.iter().filter(mine).filter(|sent| sent.class.effect_kind().is_some()).map(|s| s.seq).max();
+    facts.sent.iter().filter(mine).any(|sent| {
+        sent.class.is_lookup()
+            && last_change.is_none_or(|last| sent.seq > last)
+            && sent.serving.as_deref() != Some(final_poll)
+    })
+}
+
+/// Whether the downstream gives the executor any way to look the operation's effect up: a
+/// receipt lookup, or a key it honours (a resend with it is answered from the first request).
+fn can_look_up(facts: &Facts<'_>, operation: &str) -> bool {
+    let Some(call) = facts.first_call_of(operation) else { return true };
+    facts
+        .evidence
+        .contracts
+        .get(&call.tool, &call.tool_version)
+        .is_none_or(|contract| contract.downstream.receipt_lookup || contract.downstream.honours_key)
 }
 
 /// O7: after retention, an old key makes no new effect.
-fn late_duplicate(facts: &Facts<'_>) -> Vec<Violation> {
-    let mut violations = Vec::new();
-    let operations: BTreeSet<&str> = facts.calls.iter().map(|call| call.operation.as_str()).collect();
-    for operation in operations {
+fn late_duplicate(facts: &Facts<'_>, judgement: &mut Judgement) {
+    for operation in facts.operations() {
         let Some(call) = facts.first_call_of(operation) else { continue };
         let Some(contract) = facts.evidence.contracts.get(&call.tool, &call.tool_version) else { continue };
         let retention_ms = contract.retention.as_millis() as u64;
-        let effects = facts.effects_of(operation);
-        let Some(first) = effects.first() else { continue };
-        for late in
-            effects.iter().skip(1).filter(|e| e.kind == first.kind && e.at_ms >= first.at_ms + retention_ms)
-        {
-            violations.push(violation(
+        let mut own = facts.own_effects(operation);
+        let Some(first) = own.next() else { continue };
+        let late_call = facts
+            .calls
+            .iter()
+            .any(|c| c.operation == operation && c.at_ms >= first.effect.at_ms + retention_ms);
+        if late_call {
+            judgement.exercise(7);
+        }
+        for late in own.filter(|e| e.effect.at_ms >= first.effect.at_ms + retention_ms) {
+            judgement.exercise(7);
+            judgement.violate(
                 7,
                 Some(operation),
-                vec![facts.position(first), facts.position(late)],
+                vec![first.position, late.position],
                 format!(
                     "{} was made {} ms after {}, past the {} ms retention: a late duplicate became a new effect",
-                    late.effect_reference,
-                    late.at_ms - first.at_ms,
-                    first.effect_reference,
+                    late.effect.effect_reference,
+                    late.effect.at_ms - first.effect.at_ms,
+                    first.effect.effect_reference,
                     retention_ms
                 ),
-            ));
+            );
         }
     }
-    violations
 }
 
-/// O8: a replay returns the original effect reference and business result.
-fn replay_fidelity(facts: &Facts<'_>) -> Vec<Violation> {
-    let mut violations = Vec::new();
+/// The fields of a committed answer a replay must repeat when it has them: all of them for
+/// an immediate effect; for a job only its id (its status moves on after acceptance).
+fn comparable_fields(effect: &Effect) -> Vec<(&String, &Value)> {
+    let Value::Object(answer) = &effect.answer else { return Vec::new() };
+    answer
+        .iter()
+        .filter(|(field, _)| effect.kind != EffectKind::JobAccepted || field.as_str() == "job_id")
+        .collect()
+}
+
+/// O8: a replay returns the effect reference and business result the downstream committed
+/// for the operation (compared with the committed answer, and with an earlier `applied`).
+fn replay_fidelity(facts: &Facts<'_>, judgement: &mut Judgement) {
     for answer in facts.answers.iter().filter(|a| a.outcome.status == OutcomeStatus::Replayed) {
         let Some((operation, _)) = facts.request_of(&answer.label) else { continue };
-        let original = facts.effects_of(operation).into_iter().next();
-        if let Some(original) = original {
-            if answer.outcome.effect_reference.as_deref() != Some(original.effect_reference.as_str()) {
-                violations.push(violation(
+        if let Some(original) = facts.own_effects(operation).next() {
+            judgement.exercise(8);
+            let reference = &original.effect.effect_reference;
+            if answer.outcome.effect_reference.as_deref() != Some(reference.as_str()) {
+                judgement.violate(
                     8,
                     Some(operation),
-                    vec![facts.position(original), answer.seq],
+                    vec![original.position, answer.seq],
                     format!(
-                        "{:?} replayed {:?}, but the operation's effect is {}",
-                        answer.label, answer.outcome.effect_reference, original.effect_reference
+                        "{:?} replayed {}, but the operation's effect is {reference}",
+                        answer.label,
+                        answer.outcome.effect_reference.as_deref().unwrap_or("no reference")
                     ),
-                ));
+                );
                 continue;
+            }
+            if let Some(Value::Object(result)) = &answer.outcome.result {
+                let differs: Vec<&str> = comparable_fields(&original.effect)
+                    .into_iter()
+                    .filter(|(field, value)| result.get(*field).is_some_and(|replayed| replayed != *value))
+                    .map(|(field, _)| field.as_str())
+                    .collect();
+                if !differs.is_empty() {
+                    judgement.violate(
+                        8,
+                        Some(operation),
+                        vec![original.position, answer.seq],
+                        format!(
+                            "{:?} replayed a business result whose {} differ from what the downstream committed for {reference}",
+                            answer.label,
+                            differs.join(", ")
+                        ),
+                    );
+                    continue;
+                }
             }
         }
         let applied = facts.answers.iter().find(|a| {
@@ -581,8 +772,9 @@ fn replay_fidelity(facts: &Facts<'_>) -> Vec<Violation> {
                 && facts.request_of(&a.label).is_some_and(|(op, _)| op == operation)
         });
         if let Some(applied) = applied {
+            judgement.exercise(8);
             if answer.outcome.result != applied.outcome.result {
-                violations.push(violation(
+                judgement.violate(
                     8,
                     Some(operation),
                     vec![applied.seq, answer.seq],
@@ -590,85 +782,147 @@ fn replay_fidelity(facts: &Facts<'_>) -> Vec<Violation> {
                         "{:?} replayed a different business result than {:?} applied",
                         answer.label, applied.label
                     ),
-                ));
+                );
             }
         }
     }
-    violations
 }
 
-/// O9: no outcome names an effect of another tenant.
-fn tenant_isolation(facts: &Facts<'_>) -> Vec<Violation> {
-    let mut violations = Vec::new();
+/// Every string in an outcome that could name an effect: its reference and every string in
+/// its result.
+fn named_in(outcome: &Outcome) -> Vec<&str> {
+    fn strings<'v>(value: &'v Value, into: &mut Vec<&'v str>) {
+        match value {
+            Value::String(text) => into.push(text),
+            Value::Array(items) => items.iter().for_each(|item| strings(item, into)),
+            Value::Object(fields) => fields.values().for_each(|item| strings(item, into)),
+            _ => {}
+        }
+    }
+    let mut names: Vec<&str> = outcome.effect_reference.iter().map(String::as_str).collect();
+    if let Some(result) = &outcome.result {
+        strings(result, &mut names);
+    }
+    names
+}
+
+/// O9: no outcome reveals an effect of another tenant, in its reference or anywhere in its
+/// result.
+fn tenant_isolation(facts: &Facts<'_>, judgement: &mut Judgement) {
+    let tenants: BTreeSet<&str> = facts.observed.iter().map(|e| e.tenant.as_str()).collect();
     for answer in &facts.answers {
-        let (Some((operation, tenant)), Some(reference)) =
-            (facts.request_of(&answer.label), answer.outcome.effect_reference.as_ref())
-        else {
+        let Some((operation, tenant)) = facts.request_of(&answer.label) else { continue };
+        let names = named_in(&answer.outcome);
+        if names.is_empty() {
             continue;
-        };
-        if let Some(foreign) =
-            facts.evidence.ledger.iter().find(|e| &e.effect_reference == reference && &e.tenant != tenant)
-        {
-            violations.push(violation(
+        }
+        if tenants.len() > 1 || tenants.iter().any(|t| t != tenant) {
+            judgement.exercise(9);
+        }
+        let foreign = names.iter().find_map(|name| {
+            facts.observed.iter().find(|e| e.effect_reference == *name && &e.tenant != tenant)
+        });
+        if let Some(foreign) = foreign {
+            let position = facts.effects.iter().find(|e| e.effect.seq == foreign.seq).map(|e| e.position);
+            judgement.violate(
                 9,
                 Some(operation),
-                vec![facts.position(foreign), answer.seq],
+                position.into_iter().chain([answer.seq]).collect(),
                 format!(
-                    "{:?} for tenant {tenant} revealed {reference}, an effect of tenant {}",
-                    answer.label, foreign.tenant
+                    "{:?} for tenant {tenant} revealed {}, an effect of tenant {}",
+                    answer.label, foreign.effect_reference, foreign.tenant
                 ),
-            ));
+            );
         }
     }
-    violations
 }
 
-/// O10: at most one job accepted per operation.
-fn single_job(facts: &Facts<'_>) -> Vec<Violation> {
-    let mut jobs: BTreeMap<&str, Vec<&Effect>> = BTreeMap::new();
-    for effect in facts.business_effects().filter(|e| e.kind == EffectKind::JobAccepted) {
-        if let Some(origin) = &effect.origin {
-            jobs.entry(origin).or_default().push(effect);
+/// O10: at most one downstream job accepted per operation.
+fn single_job(facts: &Facts<'_>, judgement: &mut Judgement) {
+    let mut jobs: BTreeMap<&str, Vec<&EffectFact>> = BTreeMap::new();
+    for fact in facts.effects.iter().filter(|e| e.effect.kind == EffectKind::JobAccepted) {
+        judgement.exercise(10);
+        if let Some(operation) = &fact.operation {
+            jobs.entry(operation).or_default().push(fact);
         }
     }
-    jobs.into_iter()
-        .filter(|(_, effects)| effects.len() > 1)
-        .map(|(operation, effects)| {
-            violation(
-                10,
-                Some(operation),
-                effects.iter().map(|e| facts.position(e)).collect(),
-                format!(
-                    "the downstream accepted {} jobs for one operation ({})",
-                    effects.len(),
-                    effects.iter().map(|e| e.effect_reference.as_str()).collect::<Vec<_>>().join(", ")
-                ),
-            )
-        })
-        .collect()
+    for (operation, effects) in jobs.into_iter().filter(|(_, effects)| effects.len() > 1) {
+        judgement.violate(
+            10,
+            Some(operation),
+            effects.iter().map(|e| e.position).collect(),
+            format!(
+                "the downstream accepted {} jobs for one operation ({})",
+                effects.len(),
+                effects.iter().map(|e| e.effect.effect_reference.as_str()).collect::<Vec<_>>().join(", ")
+            ),
+        );
+    }
 }
 
-/// O11: no absolute update applies against a newer version than the one it was based on.
-fn no_stale_overwrite(facts: &Facts<'_>) -> Vec<Violation> {
-    let mut violations = Vec::new();
-    for effect in facts.business_effects().filter(|e| e.kind == EffectKind::TicketStatusChanged) {
-        let (Some(origin), Some(versions)) = (&effect.origin, effect.versions) else { continue };
-        let Some(based_on) =
-            facts.calls.iter().find(|c| &c.operation == origin).and_then(|c| c.expected_version)
+/// O11: no absolute update applies against a newer version than the one it was based on
+/// (the version the call that asked for it named).
+fn no_stale_overwrite(facts: &Facts<'_>, judgement: &mut Judgement) {
+    for fact in facts.effects.iter().filter(|e| e.effect.kind == EffectKind::TicketStatusChanged) {
+        let (Some(operation), Some(versions)) = (&fact.operation, fact.effect.versions) else { continue };
+        let sent = fact.sent_at.unwrap_or(fact.position);
+        let Some(based_on) = facts
+            .calls
+            .iter()
+            .filter(|c| &c.operation == operation && c.seq < sent)
+            .filter(|c| c.content.as_deref().is_none_or(|content| content == fact.effect.content_digest))
+            .filter_map(|c| c.expected_version)
+            .next_back()
         else {
             continue;
         };
+        judgement.exercise(11);
         if versions.from != based_on {
-            violations.push(violation(
+            judgement.violate(
                 11,
-                Some(origin),
-                vec![facts.position(effect)],
+                Some(operation),
+                vec![fact.position],
                 format!(
                     "a status change was applied to {} at version {} though the update was based on version {based_on}",
-                    effect.effect_reference, versions.from
+                    fact.effect.effect_reference, versions.from
                 ),
-            ));
+            );
         }
     }
-    violations
+}
+
+/// O12: an operation whose own effect is in the ledger does not end `rejected` at the
+/// harness's final poll: the executor owns what it did. (A final poll refused because the
+/// actor's permission was revoked says nothing of the operation, and is not judged.)
+fn no_disowned_effect(facts: &Facts<'_>, judgement: &mut Judgement) {
+    if !facts.settled {
+        return;
+    }
+    for operation in facts.operations() {
+        let Some(effect) = facts.own_effects(operation).next() else { continue };
+        let Some(answer) = facts.final_poll(operation) else { continue };
+        let outcome = &answer.outcome;
+        let refused_poll = outcome.reason == Some(ReasonCode::Unauthorized)
+            && facts.first_call_of(operation).is_some_and(|call| facts.revoked(&call.actor, &call.tool));
+        if refused_poll {
+            continue;
+        }
+        judgement.exercise(12);
+        if outcome.status == OutcomeStatus::Rejected {
+            judgement.violate(
+                12,
+                Some(operation),
+                vec![effect.position, answer.seq],
+                format!(
+                    "the operation made {}, but the executor finally answers rejected{}: it disowns an effect that happened",
+                    effect.effect.effect_reference,
+                    outcome.reason.map(|r| format!(" ({})", reason_name(r))).unwrap_or_default()
+                ),
+            );
+        }
+    }
+}
+
+fn reason_name(reason: ReasonCode) -> String {
+    serde_json::to_value(reason).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
 }

@@ -8,14 +8,15 @@ use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use fake_downstream::Effect;
+use fake_downstream::{Effect, FaultRule, Times};
 use protocol::{OperationRef, ToolCall};
-use scenarios::{CallStep, Scenario, StepKind};
+use scenarios::{CallStep, PausePoint, Scenario, StepKind, WorkerRef, TICKET_OF_PLACEHOLDER};
 use serde_json::value::RawValue;
 use turmoil::barriers::{Barrier, Reaction, Triggered};
 use turmoil::Sim;
 
 use crate::agent::AGENT_TIMEOUT;
+use crate::attribution::tool_effect_kind;
 use crate::executors::ExecutorSpec;
 use crate::history::{self, Event, EventKind, RequestKind};
 use crate::oracles::{self, Violation, FINAL_POLL_PREFIX};
@@ -46,6 +47,31 @@ pub struct RunRecord {
     /// Simulated time turmoil stepped through; the rest of the run's span was idle time
     /// skipped (see [`crate::clock`]). What a run costs grows with this.
     pub stepped: Duration,
+    /// What the run's premises and oracles covered (exploration sums it up).
+    pub coverage: RunCoverage,
+}
+
+/// What one run covered: the faults and crashes it asked for and got, and the oracles that
+/// had something to judge.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunCoverage {
+    /// Fault rules installed.
+    pub faults_installed: u32,
+    /// Of those, rules that fired as often as they were meant to.
+    pub faults_fired: u32,
+    /// Workers crashed.
+    pub crashes: u32,
+    /// Of those, crashes right after a request the downstream committed an effect for.
+    pub crashes_after_commit: u32,
+    /// The oracles (`O1`..) that had something to judge.
+    pub exercised: BTreeSet<&'static str>,
+}
+
+/// A fault a scenario installed, for its premise.
+struct InstalledFault {
+    line: usize,
+    id: fake_downstream::FaultRuleId,
+    rule: FaultRule,
 }
 
 /// Why a run stopped early.
@@ -60,12 +86,19 @@ struct Runner {
     sim: Sim<'static>,
     shared: Rc<Shared>,
     scenario: Scenario,
-    barriers: BTreeMap<String, (String, Barrier<PointReached>)>,
+    barriers: BTreeMap<String, (Option<String>, PausePoint, Barrier<PointReached>)>,
     paused: BTreeMap<String, Triggered<PointReached>>,
+    /// Which worker reached each pause (kept after release, for `crash paused = NAME`).
+    reached: BTreeMap<String, String>,
     crashed: Vec<String>,
     calls: usize,
     attempts: BTreeMap<String, u32>,
+    /// The arguments each operation's calls were sent with, placeholders resolved, by the text
+    /// the scenario wrote: a retry sends exactly what the first call did.
+    resolved: BTreeMap<(String, String), String>,
     faults: BTreeMap<String, fake_downstream::FaultRuleId>,
+    installed: Vec<InstalledFault>,
+    coverage: RunCoverage,
     expectation_failures: Vec<Violation>,
     undecided: Vec<String>,
 }
@@ -81,10 +114,14 @@ pub fn run(scenario: &Scenario, seed: u64, executor: &ExecutorSpec) -> RunRecord
         scenario: scenario.clone(),
         barriers: BTreeMap::new(),
         paused: BTreeMap::new(),
+        reached: BTreeMap::new(),
         crashed: Vec::new(),
         calls: 0,
         attempts: BTreeMap::new(),
+        resolved: BTreeMap::new(),
         faults: BTreeMap::new(),
+        installed: Vec::new(),
+        coverage: RunCoverage::default(),
         expectation_failures: Vec::new(),
         undecided: Vec::new(),
     };
@@ -150,6 +187,7 @@ impl Runner {
                         self.record(EventKind::IdleSkipped { by_ms: next - now });
                         self.shared.clock.skip(next - now);
                         self.shared.agent.clock_moved.notify_waiters();
+                        self.shared.clock_moved.notify_waiters();
                         self.shared.downstream.clock_moved();
                         quiet_since = None;
                         continue;
@@ -162,11 +200,12 @@ impl Runner {
     }
 
     /// When nothing the harness can see is active — the agent has no command waiting, no
-    /// executor call or background task is in progress on any worker, no worker is paused,
-    /// the downstream has no request or job in progress, and no message is on the network —
-    /// the world time up to which nothing is due: the queue's next delivery, an agent's
-    /// timeout (a request whose worker crashed waits for nothing else) or a downstream job's
-    /// finishing time, capped at `until`.
+    /// executor call or background task is in progress on any worker (other than asleep in
+    /// `Background::sleep`), no worker is paused, the downstream has no request or job in
+    /// progress, and no message is on the network — the world time up to which nothing is due:
+    /// the queue's next delivery, an agent's timeout (a request whose worker crashed waits for
+    /// nothing else), a downstream job's finishing time or a sleeper's wake-up, capped at
+    /// `until`.
     /// `None` while anything is active.
     ///
     /// Executors act only when called or through [`protocol::Background`], so this is
@@ -175,7 +214,7 @@ impl Runner {
     fn idle_until(&mut self, until: u64) -> Option<u64> {
         let agent = &self.shared.agent;
         let busy = !agent.inbox.borrow().is_empty()
-            || self.shared.executor_busy.get() > 0
+            || self.shared.executors_active()
             || !self.paused.is_empty()
             || !self.shared.downstream.is_idle();
         if busy {
@@ -193,7 +232,14 @@ impl Runner {
         let queue_due = self.shared.queue.borrow().next_due_ms();
         let agent_due = agent.deadlines.borrow().values().min().copied();
         let job_due = self.shared.downstream.next_due_ms();
-        Some([Some(until), queue_due, agent_due, job_due].into_iter().flatten().min().unwrap_or(until))
+        let sleeper_due = self.shared.sleepers.borrow().values().min().copied();
+        Some(
+            [Some(until), queue_due, agent_due, job_due, sleeper_due]
+                .into_iter()
+                .flatten()
+                .min()
+                .unwrap_or(until),
+        )
     }
 
     fn record(&self, kind: EventKind) {
@@ -236,12 +282,54 @@ impl Runner {
         }
     }
 
-    fn call(&mut self, step: &CallStep) -> Result<(), Stop> {
+    /// The ticket operation `name` created, from the ledger.
+    fn ticket_of(&self, name: &str) -> Option<String> {
+        let origin = self.operation(name, None).path();
+        let attribution = crate::attribution::Attribution::build(&self.shared.history.events());
+        self.shared
+            .downstream
+            .ledger()
+            .into_iter()
+            .find(|e| {
+                e.kind == fake_downstream::EffectKind::TicketCreated
+                    && attribution.effect(e.seq) == Some(&origin)
+            })
+            .map(|e| e.effect_reference)
+    }
+
+    /// The call's arguments with `${ticket_of:NAME}` placeholders resolved (once per
+    /// operation and text, so that a retry sends what the first call sent); `None` when a
+    /// named operation created no ticket.
+    fn arguments_of(&mut self, step: &CallStep, line: usize) -> Option<String> {
+        if !step.arguments.contains(TICKET_OF_PLACEHOLDER) {
+            return Some(step.arguments.clone());
+        }
+        let cache_key = (step.operation.clone(), step.arguments.clone());
+        if let Some(resolved) = self.resolved.get(&cache_key) {
+            return Some(resolved.clone());
+        }
+        let mut text = step.arguments.clone();
+        for name in scenarios::ticket_placeholders(&step.arguments) {
+            let Some(ticket) = self.ticket_of(&name) else {
+                self.undecided.push(format!(
+                    "line {line}: call {:?} updates the ticket of {name:?}, which created no ticket",
+                    step.id
+                ));
+                return None;
+            };
+            text = text.replace(&format!("{TICKET_OF_PLACEHOLDER}{name}}}"), &ticket);
+        }
+        self.resolved.insert(cache_key, text.clone());
+        Some(text)
+    }
+
+    fn call(&mut self, step: &CallStep, line: usize) -> Result<bool, Stop> {
+        let Some(arguments) = self.arguments_of(step, line) else { return Ok(false) };
         self.calls += 1;
         let operation = self.operation(&step.operation, step.actor.as_deref());
         let attempt = self.attempts.entry(operation.path()).or_insert(0);
         *attempt += 1;
-        let arguments = RawValue::from_string(step.arguments.clone())
+        let arguments = RawValue::from_string(arguments)
             .map_err(|error| Stop::Undecided(format!("call {:?}: arguments: {error}", step.id)))?;
         let call = ToolCall {
             tenant: operation.tenant.clone(),
@@ -258,9 +346,14 @@ impl Runner {
         };
         let contract = self.shared.contracts.get(&call.tool, &call.tool_version);
         let fingerprint = contract.and_then(|c| c.fingerprint(&call).ok()).map(|f| f.to_string());
-        let expected_version = contract
-            .and_then(|c| c.validated_arguments(&call).ok())
+        let validated = contract.and_then(|c| c.validated_arguments(&call).ok());
+        let expected_version = validated
+            .as_ref()
             .and_then(|arguments| arguments.get("expected_version").and_then(serde_json::Value::as_u64));
+        let content = validated
+            .as_ref()
+            .zip(tool_effect_kind(&call.tool))
+            .map(|(arguments, kind)| fake_downstream::content_digest(kind, &call.tenant, arguments));
         self.record(EventKind::CallSent {
             label: step.id.clone(),
             call_id: call.call_id.clone(),
@@ -272,6 +365,7 @@ impl Runner {
             tool_version: call.tool_version.clone(),
             fingerprint,
             expected_version,
+            content,
         });
         self.send(AgentCommand::Call {
             label: step.id.clone(),
@@ -279,7 +373,7 @@ impl Runner {
             call,
             lose_answer: step.lose_answer,
         });
-        Ok(())
+        Ok(true)
     }
 
     fn query(&mut self, label: &str, kind: RequestKind, operation: &str, worker: &str) {
@@ -310,19 +404,27 @@ impl Runner {
     fn play_step(&mut self, kind: &StepKind, line: usize) -> Result<(), Stop> {
         match kind {
             StepKind::Call(call) => {
-                self.call(call)?;
-                if call.wait {
+                if self.call(call, line)? && call.wait {
                     self.wait_for(std::slice::from_ref(&call.id))?;
                 }
             }
             StepKind::Concurrent(calls) => {
+                let mut labels = Vec::new();
                 for call in calls {
-                    self.call(call)?;
+                    if self.call(call, line)? {
+                        labels.push(call.id.clone());
+                    }
                 }
-                let labels: Vec<String> = calls.iter().map(|call| call.id.clone()).collect();
                 self.wait_for(&labels)?;
+                if let Some(premise) = self.overlap_premise(&labels) {
+                    self.undecided.push(format!("line {line}: {premise}"));
+                }
             }
-            StepKind::Await { call } => self.wait_for(std::slice::from_ref(call))?,
+            StepKind::Await { call } => {
+                if self.shared.agent.outstanding.borrow().contains(call) || self.settled(call) {
+                    self.wait_for(std::slice::from_ref(call))?;
+                }
+            }
             StepKind::Poll { id, operation, worker } => {
                 self.query(id, RequestKind::Poll, operation, worker);
                 self.wait_for(std::slice::from_ref(id))?;
@@ -334,6 +436,7 @@ impl Runner {
             StepKind::Fault { name, rule } => {
                 self.record(EventKind::FaultInstalled { rule: rule.to_json_value() });
                 let id = self.shared.downstream.install_fault(rule.clone());
+                self.installed.push(InstalledFault { line, id, rule: rule.clone() });
                 if let Some(name) = name {
                     self.faults.insert(name.clone(), id);
                 }
@@ -344,14 +447,14 @@ impl Runner {
                 let _ = self.shared.downstream.release(id);
             }
             StepKind::Pause { name, worker, point } => {
-                let (target_worker, target_point) = (worker.clone(), point.to_string());
+                let (target_worker, target_point) = (worker.clone(), point.clone());
                 let barrier = Barrier::build(Reaction::Suspend, move |reached: &PointReached| {
-                    reached.worker == target_worker && reached.point == target_point
+                    reached.stops(target_worker.as_deref(), &target_point)
                 });
-                self.barriers.insert(name.clone(), (worker.clone(), barrier));
+                self.barriers.insert(name.clone(), (worker.clone(), point.clone(), barrier));
             }
             StepKind::WaitPaused { name } => {
-                let (worker, mut barrier) =
+                let (worker, point, mut barrier) =
                     self.barriers.remove(name).expect("scenarios validate that pauses are declared first");
                 let mut triggered = None;
                 let reached = self.run_until(PAUSE_PATIENCE, |_| {
@@ -364,15 +467,18 @@ impl Runner {
                     // The scenario's premise did not happen (the executor never got there). The
                     // run goes on, so every oracle still judges it, but cannot pass.
                     self.undecided.push(format!(
-                        "line {line}: {worker} never reached the pause point of {name:?} within {PAUSE_PATIENCE:?}"
+                        "line {line}: {} never reached the pause point {} of {name:?} within {PAUSE_PATIENCE:?}",
+                        worker.as_deref().unwrap_or("no worker"),
+                        point.describe()
                     ));
                     return Ok(());
                 };
                 self.record(EventKind::Paused {
                     name: name.clone(),
                     worker: triggered.worker.clone(),
-                    point: triggered.point.clone(),
+                    point: triggered.describe(),
                 });
+                self.reached.insert(name.clone(), triggered.worker.clone());
                 self.paused.insert(name.clone(), triggered);
             }
             StepKind::Release { name } => {
@@ -381,17 +487,24 @@ impl Runner {
                 self.barriers.remove(name);
             }
             StepKind::Crash { worker } => {
-                self.record(EventKind::Crashed { worker: worker.clone() });
+                let Some(worker) = self.worker_of(worker) else { return Ok(()) };
+                let at = self.paused.values().find(|paused| paused.worker == worker);
+                let paused_at = at.map(|paused| paused.describe());
+                let after_commit = at.is_some_and(|paused| paused.after_commit());
+                self.coverage.crashes += 1;
+                self.coverage.crashes_after_commit += u32::from(after_commit);
+                self.record(EventKind::Crashed { worker: worker.clone(), paused_at, after_commit });
                 self.sim.crash(worker.as_str());
-                self.paused.retain(|_, triggered| &triggered.worker != worker);
-                if !self.crashed.contains(worker) {
-                    self.crashed.push(worker.clone());
+                self.paused.retain(|_, triggered| triggered.worker != worker);
+                if !self.crashed.contains(&worker) {
+                    self.crashed.push(worker);
                 }
             }
             StepKind::Restart { worker } => {
+                let Some(worker) = self.worker_of(worker) else { return Ok(()) };
                 self.record(EventKind::Restarted { worker: worker.clone() });
                 self.sim.bounce(worker.as_str());
-                self.crashed.retain(|crashed| crashed != worker);
+                self.crashed.retain(|crashed| crashed != &worker);
             }
             StepKind::Advance { by } => {
                 self.record(EventKind::ClockAdvanced { by_ms: by.as_millis() as u64 });
@@ -402,18 +515,7 @@ impl Runner {
                 self.shared.permissions.borrow_mut().revoke(actor, tool.as_deref());
             }
             StepKind::HumanEdit { ticket_of } => {
-                let origin = self.operation(ticket_of, None).path();
-                let ticket = self
-                    .shared
-                    .downstream
-                    .ledger()
-                    .into_iter()
-                    .find(|e| {
-                        e.kind == fake_downstream::EffectKind::TicketCreated
-                            && e.origin.as_deref() == Some(&origin)
-                    })
-                    .map(|e| e.effect_reference);
-                let Some(ticket) = ticket else {
+                let Some(ticket) = self.ticket_of(ticket_of) else {
                     self.undecided
                         .push(format!("line {line}: operation {ticket_of:?} created no ticket to edit"));
                     return Ok(());
@@ -438,6 +540,44 @@ impl Runner {
             }
         }
         Ok(())
+    }
+
+    /// The worker a crash or restart step means; `None` when it names a pause that was never
+    /// reached (that premise is already recorded).
+    fn worker_of(&self, worker: &WorkerRef) -> Option<String> {
+        match worker {
+            WorkerRef::Named(name) => Some(name.clone()),
+            WorkerRef::PausedAt(pause) => self.reached.get(pause).cloned(),
+        }
+    }
+
+    /// The premise of concurrent calls: each was being handled by its worker while every other
+    /// one was too (each reached its worker before any other was answered). `Some(why)` when
+    /// they did not overlap.
+    fn overlap_premise(&self, labels: &[String]) -> Option<String> {
+        let history = self.shared.history.events();
+        let moment = |label: &String, received: bool| {
+            history.iter().find_map(|event| match &event.kind {
+                EventKind::CallReceived { label: l, .. } if received && l == label => Some(event.seq),
+                EventKind::Answered { label: l, .. } if !received && l == label => Some(event.seq),
+                _ => None,
+            })
+        };
+        for (index, first) in labels.iter().enumerate() {
+            for second in &labels[index + 1..] {
+                for (one, other) in [(first, second), (second, first)] {
+                    let (Some(received), answered) = (moment(one, true), moment(other, false)) else {
+                        return Some(format!("the concurrent call {one:?} never reached its worker"));
+                    };
+                    if answered.is_some_and(|answered| answered < received) {
+                        return Some(format!(
+                            "the concurrent calls did not overlap: {other:?} was answered before {one:?} reached its worker"
+                        ));
+                    }
+                }
+            }
+        }
+        None
     }
 }
 
@@ -553,8 +693,10 @@ impl Runner {
     }
 
     /// Heals every fault, restarts crashed workers, lets the world run past every lease, then
-    /// asks each operation to reconcile and polls it one last time (what O6 reads).
+    /// polls each operation one last time (what O6 and O12 read). The harness asks nothing
+    /// else: recovering an abandoned or unknown operation is the executor's own work.
     fn settle(&mut self) -> Result<(), Stop> {
+        self.check_fault_premises();
         self.record(EventKind::SettleStarted);
         self.shared.downstream.clear_faults();
         self.record(EventKind::FaultsHealed);
@@ -589,16 +731,6 @@ impl Runner {
             .collect();
         let first_worker = self.scenario.worker_names().into_iter().next().expect("a scenario has a worker");
         for name in &names {
-            let label = format!("final-reconcile:{}", self.operation(name, None).path());
-            self.query(&label, RequestKind::Reconcile, name, &first_worker);
-        }
-        let labels: Vec<String> = names
-            .iter()
-            .map(|name| format!("final-reconcile:{}", self.operation(name, None).path()))
-            .collect();
-        self.wait_within(&labels, FINAL_QUERY_PATIENCE)?;
-        self.run_for(Duration::from_secs(1))?;
-        for name in &names {
             let label = format!("{FINAL_POLL_PREFIX}{}", self.operation(name, None).path());
             self.query(&label, RequestKind::Poll, name, &first_worker);
         }
@@ -607,6 +739,36 @@ impl Runner {
             .map(|name| format!("{FINAL_POLL_PREFIX}{}", self.operation(name, None).path()))
             .collect();
         self.wait_within(&labels, FINAL_QUERY_PATIENCE)
+    }
+
+    /// The premise of every fault a step installed: it fired (as many times as `times` says,
+    /// at least once for `always`), read before the settle phase clears the rules.
+    fn check_fault_premises(&mut self) {
+        let fired: BTreeMap<u64, u32> =
+            self.shared.downstream.faults().into_iter().map(|rule| (rule.id, rule.fired)).collect();
+        for fault in &self.installed {
+            let fired = fired.get(&fault.id).copied().unwrap_or(0);
+            let wanted = match fault.rule.times {
+                Times::Count(count) => count,
+                Times::Always => 1,
+            };
+            self.coverage.faults_installed += 1;
+            if fired >= wanted {
+                self.coverage.faults_fired += 1;
+                continue;
+            }
+            let times = if fired == 0 {
+                "never fired".to_owned()
+            } else {
+                format!("fired {fired} of {wanted} times")
+            };
+            let line = if fault.line > 0 { format!("line {}: ", fault.line) } else { String::new() };
+            self.undecided.push(format!(
+                "{line}fault rule {} ({}) {times}: the fault the scenario is about did not happen",
+                fault.id,
+                describe_rule(&fault.rule)
+            ));
+        }
     }
 
     fn wait_within(&mut self, labels: &[String], patience: Duration) -> Result<(), Stop> {
@@ -630,7 +792,10 @@ impl Runner {
         let ledger = self.shared.downstream.ledger();
         let evidence =
             oracles::Evidence { history: &history, ledger: &ledger, contracts: &self.shared.contracts };
-        let mut violations = oracles::check(&evidence);
+        let judgement = oracles::judge(&evidence);
+        let mut coverage = self.coverage.clone();
+        coverage.exercised = judgement.exercised;
+        let mut violations = judgement.violations;
         violations.extend(self.expectation_failures.iter().cloned());
         let mut notes = Vec::new();
         let mut verdict = Verdict::Pass;
@@ -697,8 +862,26 @@ impl Runner {
             fingerprints,
             reproduce: reproduce_command(scenario, seed, &executor.name),
         };
-        RunRecord { result, history, ledger, stepped: self.sim.elapsed() }
+        RunRecord { result, history, ledger, stepped: self.sim.elapsed(), coverage }
     }
+}
+
+/// `POST /v1/charges, commit_then_drop`: a fault rule in a few words.
+fn describe_rule(rule: &FaultRule) -> String {
+    let matches = &rule.matches;
+    let mut parts: Vec<String> = Vec::new();
+    let request = [matches.method.clone(), matches.path.clone()].into_iter().flatten().collect::<Vec<_>>();
+    parts.push(if request.is_empty() { "any request".to_owned() } else { request.join(" ") });
+    if let Some(tenant) = &matches.tenant {
+        parts.push(format!("tenant {tenant}"));
+    }
+    if let Some(key) = &matches.idempotency_key {
+        parts.push(format!("key {key}"));
+    }
+    if let Some(nth) = matches.nth {
+        parts.push(format!("from match {nth}"));
+    }
+    format!("{}, {}", parts.join(" "), rule.action.name())
 }
 
 /// The one command that reproduces a run.

@@ -44,6 +44,7 @@ fn mark(event: &Event) -> Option<Mark> {
                 outcome.effect_reference.as_ref().map(|r| format!(" {r}")).unwrap_or_default()
             ),
         ),
+        EventKind::CallReceived { .. } => return None,
         EventKind::AgentReceived { .. } => return None,
         EventKind::AgentGotNoAnswer { label, reason } => {
             make("agent", None, MarkKind::NoAnswer, format!("no answer to {label}: {reason}"))
@@ -70,11 +71,15 @@ fn mark(event: &Event) -> Option<Mark> {
             make("downstream", None, MarkKind::Fault, format!("fault {fault} on {request}"))
         }
         EventKind::DownstreamHandled { .. } => return None,
-        EventKind::Effect { kind, reference, .. } => make(
+        EventKind::Effect { effect } => make(
             "downstream",
             None,
             MarkKind::Effect,
-            format!("ledger: {} {reference}", serde_json::to_value(kind).ok()?.as_str()?.to_owned()),
+            format!(
+                "ledger: {} {}",
+                serde_json::to_value(effect.kind).ok()?.as_str()?.to_owned(),
+                effect.effect_reference
+            ),
         ),
         EventKind::Authorization { worker, actor, allowed, .. } => {
             if *allowed {
@@ -99,7 +104,7 @@ fn mark(event: &Event) -> Option<Mark> {
             make(worker, None, MarkKind::Pause, format!("paused at {point}"))
         }
         EventKind::Released { name } => make("agent", None, MarkKind::Pause, format!("release {name}")),
-        EventKind::Crashed { worker } => make(worker, None, MarkKind::Crash, "crash".into()),
+        EventKind::Crashed { worker, .. } => make(worker, None, MarkKind::Crash, "crash".into()),
         EventKind::Restarted { worker } => make(worker, None, MarkKind::Restart, "restart".into()),
         EventKind::ClockAdvanced { by_ms } => {
             make("agent", None, MarkKind::Clock, format!("wait {by_ms} ms"))

@@ -29,21 +29,38 @@ use wire::{HttpClient, HttpRequest, HttpResponse, Problem, SimConnector, Transpo
 
 use crate::agent::REQUEST_LABEL_HEADER;
 use crate::history::EventKind;
-use crate::world::{PointReached, Shared, PORT};
+use crate::world::{PointReached, Reached, Shared, PORT};
+use scenarios::Moment;
 
 /// The header on downstream requests that names the operation a worker is serving.
 pub const ORIGIN_HEADER: &str = "x-replaylab-origin";
+/// The header on downstream requests that names the request itself (`worker-1#7`).
+pub const REQUEST_ID_HEADER: &str = "x-replaylab-request-id";
 /// How often an idle queue consumer looks for work.
 const QUEUE_POLL: Duration = Duration::from_millis(50);
 
+/// What the current task serves: the operation, and the agent's request.
+#[derive(Debug, Clone, Default)]
+struct Serving {
+    /// The operation (`tenant/environment/workflow/step`).
+    origin: Option<String>,
+    /// The label of the agent's request (a call, poll or reconcile).
+    label: Option<String>,
+}
+
 tokio::task_local! {
-    /// The operation (`tenant/environment/workflow/step`) the current task serves.
-    static ORIGIN: Option<String>;
+    /// What the current task serves.
+    static SERVING: Serving;
+}
+
+/// What the current task serves, as far as the harness set it.
+fn current_serving() -> Serving {
+    SERVING.try_with(Clone::clone).unwrap_or_default()
 }
 
 /// The operation the current task serves, if the harness set one.
 fn current_origin() -> Option<String> {
-    ORIGIN.try_with(Clone::clone).ok().flatten()
+    current_serving().origin
 }
 
 /// What one worker incarnation holds.
@@ -128,9 +145,13 @@ async fn handle(worker: Rc<Worker>, request: hyper::Request<Incoming>) -> Result
     let answer = match (route.0.as_str(), route.1.as_str()) {
         ("POST", "/v1/tool-calls") => match serde_json::from_slice::<ToolCall>(&body) {
             Ok(call) => {
-                let origin = call.operation().path();
+                let serving = Serving { origin: Some(call.operation().path()), label: Some(label.clone()) };
+                worker
+                    .shared
+                    .history
+                    .push(EventKind::CallReceived { label: label.clone(), worker: worker.name.clone() });
                 let executor = worker.executor.clone();
-                let outcome = worker.guarded("call", Some(origin), executor.call(call)).await;
+                let outcome = worker.guarded("call", serving, executor.call(call)).await;
                 worker.answer(label, outcome)
             }
             Err(error) => problem(400, "invalid_tool_call", error.to_string()),
@@ -138,12 +159,12 @@ async fn handle(worker: Rc<Worker>, request: hyper::Request<Incoming>) -> Result
         ("POST", path @ ("/v1/operations/poll" | "/v1/operations/reconcile")) => {
             match serde_json::from_slice::<OperationRef>(&body) {
                 Ok(operation) => {
-                    let origin = operation.path();
+                    let serving = Serving { origin: Some(operation.path()), label: Some(label.clone()) };
                     let executor = worker.executor.clone();
                     let outcome = if path.ends_with("poll") {
-                        worker.guarded("poll", Some(origin), executor.poll(operation)).await
+                        worker.guarded("poll", serving, executor.poll(operation)).await
                     } else {
-                        worker.guarded("reconcile", Some(origin), executor.reconcile(operation)).await
+                        worker.guarded("reconcile", serving, executor.reconcile(operation)).await
                     };
                     worker.answer(label, outcome)
                 }
@@ -162,8 +183,9 @@ async fn handle(worker: Rc<Worker>, request: hyper::Request<Incoming>) -> Result
                 references: job.into_iter().collect(),
             });
             let executor = worker.executor.clone();
+            let serving = Serving { origin, label: None };
             let ack = worker
-                .guarded("webhook", origin, executor.webhook(WebhookEvent { body: body.to_vec() }))
+                .guarded("webhook", serving, executor.webhook(WebhookEvent { body: body.to_vec() }))
                 .await;
             let ack_name = ack.map_or("panicked".to_owned(), |ack| snake(&ack));
             worker.shared.history.push(EventKind::WebhookHandled {
@@ -187,15 +209,10 @@ fn snake(value: &impl serde::Serialize) -> String {
 }
 
 impl Worker {
-    /// Runs `future` as the executor's work for `origin`, catching a panic.
-    async fn guarded<T>(
-        &self,
-        during: &str,
-        origin: Option<String>,
-        future: LocalBoxFuture<'_, T>,
-    ) -> Option<T> {
+    /// Runs `future` as the executor's work for `serving`, catching a panic.
+    async fn guarded<T>(&self, during: &str, serving: Serving, future: LocalBoxFuture<'_, T>) -> Option<T> {
         let _busy = Busy::new(&self.shared);
-        match ORIGIN.scope(origin, CatchUnwind(AssertUnwindSafe(future))).await {
+        match SERVING.scope(serving, CatchUnwind(AssertUnwindSafe(future))).await {
             Ok(value) => Some(value),
             Err(message) => {
                 self.shared.history.push(EventKind::ExecutorPanicked {
@@ -289,9 +306,8 @@ async fn consume_queue(worker: Rc<Worker>) {
             worker: worker.name.clone(),
         });
         let executor = worker.executor.clone();
-        let result = worker
-            .guarded("consume", delivery.origin.clone(), executor.consume(delivery.envelope.clone()))
-            .await;
+        let serving = Serving { origin: delivery.origin.clone(), label: None };
+        let result = worker.guarded("consume", serving, executor.consume(delivery.envelope.clone())).await;
         let ack = result == Some(Consumed::Ack);
         worker.shared.history.push(EventKind::Consumed {
             envelope_id: delivery.envelope.envelope_id.clone(),
@@ -305,7 +321,7 @@ async fn consume_queue(worker: Rc<Worker>) {
         });
         turmoil::barriers::trigger(PointReached {
             worker: worker.name.clone(),
-            point: "queue:before_ack".into(),
+            point: Reached::BeforeQueueAck,
         })
         .await;
         let now = worker.shared.now_ms();
@@ -336,40 +352,47 @@ fn references_in(response: &HttpResponse) -> Vec<String> {
 impl DownstreamClient for SimDownstream {
     fn send(&self, request: HttpRequest) -> LocalBoxFuture<'_, Result<HttpResponse, TransportError>> {
         Box::pin(async move {
-            let origin = current_origin();
-            let described =
-                format!("{} {}", request.method, request.path.split('?').next().unwrap_or_default());
+            let serving = current_serving();
+            let origin = serving.origin.clone();
+            let path = request.path.split('?').next().unwrap_or_default().to_owned();
+            let method = request.method.to_string();
+            let described = format!("{method} {path}");
             let idempotency_key = request
                 .headers
                 .iter()
                 .find(|(name, _)| name.eq_ignore_ascii_case("idempotency-key"))
                 .map(|(_, value)| value.clone());
+            let request_id = self.shared.next_request_id(&self.worker);
             let mut request = request;
-            request.headers.retain(|(name, _)| !name.eq_ignore_ascii_case(ORIGIN_HEADER));
+            // The harness's own headers cannot be set by the executor.
+            request.headers.retain(|(name, _)| {
+                !name.eq_ignore_ascii_case(ORIGIN_HEADER) && !name.eq_ignore_ascii_case(REQUEST_ID_HEADER)
+            });
             if let Some(origin) = &origin {
                 request.headers.push((ORIGIN_HEADER.to_owned(), origin.clone()));
             }
-            turmoil::barriers::trigger(PointReached {
+            request.headers.push((REQUEST_ID_HEADER.to_owned(), request_id.clone()));
+            let reached = |moment, committed| PointReached {
                 worker: self.worker.clone(),
-                point: "downstream:before".into(),
-            })
-            .await;
+                point: Reached::Downstream { moment, method: method.clone(), path: path.clone(), committed },
+            };
+            turmoil::barriers::trigger(reached(Moment::Before, false)).await;
             self.shared.history.push(EventKind::DownstreamSent {
                 worker: self.worker.clone(),
+                request_id: request_id.clone(),
                 origin: origin.clone(),
-                method: request.method.to_string(),
+                serving: serving.label,
+                method: method.clone(),
                 path: request.path.clone(),
                 idempotency_key,
             });
             let result = self.client.send(request).await;
-            turmoil::barriers::trigger(PointReached {
-                worker: self.worker.clone(),
-                point: "downstream:after".into(),
-            })
-            .await;
+            let committed = self.shared.history.committed(&request_id);
+            turmoil::barriers::trigger(reached(Moment::After, committed)).await;
             match &result {
                 Ok(response) => self.shared.history.push(EventKind::DownstreamAnswered {
                     worker: self.worker.clone(),
+                    request_id,
                     origin,
                     request: described,
                     status: response.status,
@@ -377,6 +400,7 @@ impl DownstreamClient for SimDownstream {
                 }),
                 Err(error) => self.shared.history.push(EventKind::DownstreamFailed {
                     worker: self.worker.clone(),
+                    request_id,
                     origin,
                     request: described,
                     error: error.to_string(),
@@ -440,7 +464,7 @@ impl StoreGate for SimStoreGate {
             tokio::time::sleep(self.shared.store_latency()).await;
             turmoil::barriers::trigger(PointReached {
                 worker: self.worker.clone(),
-                point: format!("store:before:{call}"),
+                point: Reached::BeforeStore(call.to_owned()),
             })
             .await;
         })
@@ -453,7 +477,7 @@ impl StoreGate for SimStoreGate {
                 .push(EventKind::StoreCommitted { worker: self.worker.clone(), call: call.to_owned() });
             turmoil::barriers::trigger(PointReached {
                 worker: self.worker.clone(),
-                point: format!("store:after:{call}"),
+                point: Reached::AfterStore(call.to_owned()),
             })
             .await;
         })
@@ -470,10 +494,12 @@ struct SimBackground {
 impl Background for SimBackground {
     fn spawn(&self, task: LocalBoxFuture<'static, ()>) {
         let busy = Busy::new(&self.shared);
-        let origin = current_origin();
+        // Background work keeps the operation of the task that started it, but serves no
+        // agent request: it goes on after the answer.
+        let serving = Serving { origin: current_origin(), label: None };
         let worker = self.worker.clone();
         tokio::task::spawn_local(async move {
-            let result = ORIGIN.scope(origin, CatchUnwind(AssertUnwindSafe(task))).await;
+            let result = SERVING.scope(serving, CatchUnwind(AssertUnwindSafe(task))).await;
             if let Err(message) = result {
                 busy.0.history.push(EventKind::ExecutorPanicked {
                     worker,
@@ -483,6 +509,38 @@ impl Background for SimBackground {
             }
             drop(busy);
         });
+    }
+
+    fn sleep(&self, duration: Duration) -> LocalBoxFuture<'static, ()> {
+        let shared = self.shared.clone();
+        let due_ms = shared.now_ms().saturating_add(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX));
+        Box::pin(async move {
+            let _asleep = Asleep::new(&shared, due_ms);
+            wire::until_clock_reads(|| shared.now_ms(), &shared.clock_moved, due_ms).await;
+        })
+    }
+}
+
+/// A background task asleep until `due` by the world clock: registered in
+/// [`Shared::sleepers`] while it lives, so that the world counts as idle meanwhile and the
+/// runner may skip to its wake-up.
+struct Asleep {
+    shared: Rc<Shared>,
+    number: u64,
+}
+
+impl Asleep {
+    fn new(shared: &Rc<Shared>, due_ms: u64) -> Self {
+        let number = shared.next_sleeper.get();
+        shared.next_sleeper.set(number + 1);
+        shared.sleepers.borrow_mut().insert(number, due_ms);
+        Self { shared: shared.clone(), number }
+    }
+}
+
+impl Drop for Asleep {
+    fn drop(&mut self) {
+        self.shared.sleepers.borrow_mut().remove(&self.number);
     }
 }
 

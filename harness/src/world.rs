@@ -14,9 +14,10 @@ use fake_downstream::{Downstream, DownstreamConfig, Service, ServiceConfig, Webh
 use protocol::{ContractSet, Envelope, ExecutorFactory, OperationRef, Outcome, ToolCall};
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
-use scenarios::Scenario;
+use scenarios::{Moment, PausePoint, Scenario};
 use turmoil::Sim;
 
+use crate::attribution::{tool_effect_kind, RequestClass};
 use crate::clock::WorldClock;
 use crate::history::{EventKind, History, RequestKind};
 use crate::{agent, worker};
@@ -58,8 +59,84 @@ pub fn parameters() -> reports::WorldParameters {
 pub struct PointReached {
     /// The worker.
     pub worker: String,
-    /// The point, as scenarios write it (`downstream:before`, `store:after:claim`, ...).
-    pub point: String,
+    /// The point, with what the harness knows of it there.
+    pub point: Reached,
+}
+
+/// A pause point as a worker reaches it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reached {
+    /// Around a downstream request.
+    Downstream {
+        /// Before it left, or after its answer (or failure).
+        moment: Moment,
+        /// Its method.
+        method: String,
+        /// Its path, without the query.
+        path: String,
+        /// After: the downstream committed an effect for it.
+        committed: bool,
+    },
+    /// Before a store call.
+    BeforeStore(String),
+    /// After a store call.
+    AfterStore(String),
+    /// A consumer finished a delivery, before the queue hears the ack.
+    BeforeQueueAck,
+}
+
+impl PointReached {
+    /// Whether a pause at `point` (on `worker`, or on any worker) stops here.
+    pub fn stops(&self, worker: Option<&str>, point: &PausePoint) -> bool {
+        if worker.is_some_and(|worker| worker != self.worker) {
+            return false;
+        }
+        match (point, &self.point) {
+            (
+                PausePoint::Downstream { moment, filter },
+                Reached::Downstream { moment: reached, method, path, committed },
+            ) => {
+                let class = RequestClass::of(method, path);
+                let qualified = match moment {
+                    Moment::Before => class.effect_kind().is_some(),
+                    Moment::After => *committed,
+                };
+                moment == reached
+                    && (!filter.effect || qualified)
+                    && filter.method.as_deref().is_none_or(|wanted| wanted.eq_ignore_ascii_case(method))
+                    && filter.path.as_deref().is_none_or(|wanted| match wanted.strip_suffix('*') {
+                        Some(prefix) => path.starts_with(prefix),
+                        None => path == wanted,
+                    })
+                    && filter.tool.as_deref().is_none_or(|tool| {
+                        tool_effect_kind(tool).is_some_and(|kind| class.effect_kind() == Some(kind))
+                    })
+            }
+            (PausePoint::BeforeStore(wanted), Reached::BeforeStore(name))
+            | (PausePoint::AfterStore(wanted), Reached::AfterStore(name)) => wanted == name,
+            (PausePoint::BeforeQueueAck, Reached::BeforeQueueAck) => true,
+            _ => false,
+        }
+    }
+
+    /// Whether this is the moment right after a request the downstream committed an effect for.
+    pub fn after_commit(&self) -> bool {
+        matches!(self.point, Reached::Downstream { moment: Moment::After, committed: true, .. })
+    }
+
+    /// `downstream:after POST /v1/charges (committed)`, `store:before:claim`, ...
+    pub fn describe(&self) -> String {
+        match &self.point {
+            Reached::Downstream { moment, method, path, committed } => format!(
+                "downstream:{} {method} {path}{}",
+                if *moment == Moment::Before { "before" } else { "after" },
+                if *committed { " (committed)" } else { "" }
+            ),
+            Reached::BeforeStore(name) => format!("store:before:{name}"),
+            Reached::AfterStore(name) => format!("store:after:{name}"),
+            Reached::BeforeQueueAck => "queue:before_ack".to_owned(),
+        }
+    }
 }
 
 /// What the agent got back for a request.
@@ -229,8 +306,16 @@ pub struct Shared {
     pub seed: u64,
     /// The world clock every host and the runner read.
     pub clock: WorldClock,
-    /// Executor calls (tool calls, polls, deliveries, webhooks) in progress on any worker.
+    /// Executor calls (tool calls, polls, deliveries, webhooks) and background tasks in
+    /// progress on any worker.
     pub executor_busy: Cell<usize>,
+    /// Background tasks asleep in [`protocol::Background::sleep`], by number: when each wakes,
+    /// by the world clock. A task asleep there does not keep the world busy.
+    pub sleepers: RefCell<BTreeMap<u64, u64>>,
+    /// Numbers sleepers.
+    pub next_sleeper: Cell<u64>,
+    /// Notified when the runner skipped idle time, so that sleepers re-check the world clock.
+    pub clock_moved: tokio::sync::Notify,
     /// The ordered history.
     pub history: History,
     /// The fake downstream.
@@ -251,6 +336,8 @@ pub struct Shared {
     pub factory: Rc<dyn ExecutorFactory>,
     /// Starts per worker so far.
     pub incarnations: RefCell<BTreeMap<String, u32>>,
+    /// Downstream requests sent so far by every worker (numbers request ids).
+    pub requests_sent: Cell<u64>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -273,6 +360,18 @@ impl Shared {
             hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
         }
         hash
+    }
+
+    /// Whether any executor call or background task is active (not asleep).
+    pub fn executors_active(&self) -> bool {
+        self.executor_busy.get() > self.sleepers.borrow().len()
+    }
+
+    /// A new request id for a request `worker` sends downstream: `worker-1#7`.
+    pub fn next_request_id(&self, worker: &str) -> String {
+        let number = self.requests_sent.get() + 1;
+        self.requests_sent.set(number);
+        format!("{worker}#{number}")
     }
 
     /// A store-call latency, 1 to [`MAX_STORE_LATENCY_MS`] ms.
@@ -351,6 +450,9 @@ pub fn build(scenario: &Scenario, seed: u64, factory: Rc<dyn ExecutorFactory>) -
         seed,
         clock,
         executor_busy: Cell::new(0),
+        sleepers: RefCell::new(BTreeMap::new()),
+        next_sleeper: Cell::new(0),
+        clock_moved: tokio::sync::Notify::new(),
         history,
         downstream,
         contracts,
@@ -361,11 +463,13 @@ pub fn build(scenario: &Scenario, seed: u64, factory: Rc<dyn ExecutorFactory>) -
         agent: AgentState::default(),
         factory,
         incarnations: RefCell::new(BTreeMap::new()),
+        requests_sent: Cell::new(0),
     });
     let mut sim = sim;
     let served = shared.downstream.clone();
     sim.host("downstream", move || {
-        let router = served.router();
+        // Workers reach the business API only: `/__admin` is the harness's, in process.
+        let router = served.business_router();
         async move {
             let listener = turmoil::net::TcpListener::bind(("0.0.0.0", PORT)).await?;
             wire::serve(wire::SimAcceptor(listener), router).await?;

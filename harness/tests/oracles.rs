@@ -1,34 +1,73 @@
-//! Each oracle fires on a hand-made bad history and stays quiet on a good one.
+//! Each oracle fires on a hand-made bad history and stays quiet on a good one; each blind spot
+//! the oracles once had (docs/oracles.md) has a history that now fires, next to a quiet one.
+//!
+//! The histories are built the way a run records them: the agent's calls (with the content
+//! digest of their arguments), each downstream request a worker sends (its id, the operation
+//! tag of the task that sent it, what the downstream did with it), the effects as committed,
+//! and the answers.
 
-use fake_downstream::{Effect, EffectKind, Service, VersionChange};
+use fake_downstream::{content_digest, Disposition, Effect, EffectKind, Service, VersionChange};
 use harness::history::{Event, EventKind, RequestKind};
 use harness::oracles::{self, Evidence, FINAL_POLL_PREFIX};
 use protocol::{ContractSet, NextAction, Outcome, OutcomeStatus, ReasonCode};
+use serde_json::{json, Value};
 
 const OP: &str = "acme/production/run_1/step_1";
+const OTHER: &str = "acme/production/run_1/step_2";
+/// The idempotency key the executor derived for `OP`.
+const KEY: &str = "acme:production:run_1:step_1";
+const TICKET: &str = r#"{"queue": "support", "subject": "Refund", "body": "Twice charged"}"#;
+const OTHER_TICKET: &str = r#"{"queue": "support", "subject": "Invoice", "body": "Copy please"}"#;
+
+/// What the downstream did with one request.
+enum Handling<'a> {
+    /// Made an effect: (reference, the answer it committed with); the answer reaches the worker.
+    Commit(&'a str, Value),
+    /// Made an effect, but the connection closed before the answer.
+    CommitThenDrop(&'a str, Value),
+    /// Answered without an effect (a read, a lookup, a refusal).
+    Answer(Disposition, u16, Value),
+}
 
 /// A history and a ledger under construction.
 #[derive(Default)]
 struct World {
     events: Vec<Event>,
     ledger: Vec<Effect>,
+    requests: u64,
+    /// Simulated time let pass on top of 10 ms per event.
+    skipped_ms: u64,
 }
 
 impl World {
     fn push(&mut self, kind: EventKind) -> &mut Self {
         let seq = self.events.len() as u64 + 1;
-        self.events.push(Event { seq, at_ms: seq * 10, kind });
+        self.events.push(Event { seq, at_ms: seq * 10 + self.skipped_ms, kind });
         self
     }
 
-    fn call_as(
+    fn now_ms(&self) -> u64 {
+        (self.events.len() as u64 + 1) * 10 + self.skipped_ms
+    }
+
+    fn advance(&mut self, ms: u64) -> &mut Self {
+        self.skipped_ms += ms;
+        self
+    }
+
+    /// The agent calls `operation` with `tool` and `arguments` (JSON text) as `actor`.
+    fn call_full(
         &mut self,
         label: &str,
         operation: &str,
-        tenant: &str,
         actor: &str,
-        fingerprint: &str,
+        tool: &str,
+        arguments: &str,
     ) -> &mut Self {
+        let tenant = operation.split('/').next().unwrap_or_default();
+        let parsed: serde_json::Map<String, Value> =
+            serde_json::from_str(arguments).expect("test arguments parse");
+        let kind = harness::attribution::tool_effect_kind(tool).expect("a built-in tool");
         self.push(EventKind::CallSent {
             label: label.into(),
             call_id: format!("call-{label}"),
@@ -36,15 +75,174 @@ impl World {
             operation: operation.into(),
             tenant: tenant.into(),
             actor: actor.into(),
-            tool: "tickets.create".into(),
+            tool: tool.into(),
             tool_version: "2026-08-18".into(),
-            fingerprint: Some(fingerprint.into()),
-            expected_version: None,
+            fingerprint: Some(format!("fp:{}", Value::Object(parsed.clone()))),
+            expected_version: parsed.get("expected_version").and_then(Value::as_u64),
+            content: Some(content_digest(kind, tenant, &parsed)),
         })
     }
 
-    fn call(&mut self, label: &str, fingerprint: &str) -> &mut Self {
-        self.call_as(label, OP, "acme", "agent", fingerprint)
+    fn call_on(&mut self, label: &str, operation: &str, arguments: &str) -> &mut Self {
+        self.call_full(label, operation, "agent", "tickets.create", arguments)
+    }
+
+    fn call(&mut self, label: &str) -> &mut Self {
+        self.call_on(label, OP, TICKET)
+    }
+
+    /// A worker's task serving `tag` (`None`: no agent request) sends `method path` carrying
+    /// `content` (the business content of a state-changing request) and `key`, while serving
+    /// the agent request `serving`; the downstream handles it as `handling`.
+    #[allow(clippy::too_many_arguments)]
+    fn request_full(
+        &mut self,
+        tag: Option<&str>,
+        serving: Option<&str>,
+        method: &str,
+        path: &str,
+        key: Option<&str>,
+        content: Option<String>,
+        handling: Handling<'_>,
+    ) -> &mut Self {
+        self.requests += 1;
+        let request_id = format!("worker-1#{}", self.requests);
+        let tenant = tag.map_or("acme", |tag| tag.split('/').next().unwrap_or_default()).to_owned();
+        self.push(EventKind::DownstreamSent {
+            worker: "worker-1".into(),
+            request_id: request_id.clone(),
+            origin: tag.map(str::to_owned),
+            serving: serving.map(str::to_owned),
+            method: method.into(),
+            path: path.into(),
+            idempotency_key: key.map(str::to_owned),
+        });
+        let dropped = matches!(handling, Handling::CommitThenDrop(..));
+        let (disposition, status, body, effect_seq, dropped) = match handling {
+            Handling::Commit(reference, answer) | Handling::CommitThenDrop(reference, answer) => {
+                let kind =
+                    harness::attribution::RequestClass::of(method, path).effect_kind().expect("a change");
+                let seq = self.commit(Effect {
+                    seq: 0,
+                    service: service_of(kind),
+                    kind,
+                    tenant: tenant.clone(),
+                    idempotency_key: key.map(str::to_owned),
+                    effect_reference: reference.into(),
+                    request_digest: "sha256:00".into(),
+                    versions: (kind == EffectKind::TicketStatusChanged).then_some(VersionChange {
+                        from: 1,
+                        to: 2,
+                        if_match: Some(1),
+                    }),
+                    origin: tag.map(str::to_owned),
+                    request_id: Some(request_id.clone()),
+                    content_digest: content.clone().unwrap_or_default(),
+                    answer: answer.clone(),
+                    at_ms: 0,
+                });
+                (Disposition::Committed, 201, answer, Some(seq), dropped)
+            }
+            Handling::Answer(disposition, status, body) => (disposition, status, body, None, false),
+        };
+        self.push(EventKind::DownstreamHandled {
+            journal_seq: self.requests,
+            request: format!("{method} {}", path.split('?').next().unwrap_or_default()),
+            disposition,
+            status: (!dropped).then_some(status),
+            fault: dropped.then(|| "commit_then_drop".to_owned()),
+            fault_rule: dropped.then_some(1),
+            origin: tag.map(str::to_owned),
+            request_id: Some(request_id.clone()),
+            tenant: Some(tenant),
+            idempotency_key: key.map(str::to_owned),
+            content,
+            effect_seq,
+        });
+        let described = format!("{method} {}", path.split('?').next().unwrap_or_default());
+        if dropped {
+            self.push(EventKind::DownstreamFailed {
+                worker: "worker-1".into(),
+                request_id,
+                origin: tag.map(str::to_owned),
+                request: described,
+                error: "the connection closed without an answer".into(),
+            })
+        } else {
+            let references = ["ticket_id", "charge_id", "message_id", "job_id", "effect_reference"]
+                .iter()
+                .filter_map(|field| body.get(*field).and_then(Value::as_str).map(str::to_owned))
+                .filter(|_| (200..300).contains(&status))
+                .collect();
+            self.push(EventKind::DownstreamAnswered {
+                worker: "worker-1".into(),
+                request_id,
+                origin: tag.map(str::to_owned),
+                request: described,
+                status,
+                references,
+            })
+        }
+    }
+
+    /// The content digest of the call `label`.
+    fn content_of(&self, label: &str) -> Option<String> {
+        self.events.iter().find_map(|event| match &event.kind {
+            EventKind::CallSent { label: l, content, .. } if l == label => content.clone(),
+            _ => None,
+        })
+    }
+
+    /// The downstream commits an effect of `kind` for the worker serving `tag`, from `content`.
+    fn commit(&mut self, mut effect: Effect) -> u64 {
+        effect.seq = self.ledger.len() as u64 + 1;
+        effect.at_ms = self.now_ms();
+        self.ledger.push(effect.clone());
+        self.push(EventKind::Effect { effect });
+        self.ledger.len() as u64
+    }
+
+    /// Serving `tag`, a worker creates a ticket from call `label`'s content and gets the answer.
+    fn create(&mut self, tag: &str, label: &str, reference: &str) -> &mut Self {
+        let content = self.content_of(label);
+        let answer = json!({"ticket_id": reference, "version": 1, "status": "open"});
+        let key = tag.replace('/', ":");
+        self.request_full(
+            Some(tag),
+            Some(label),
+            "POST",
+            "/v1/tickets",
+            Some(&key),
+            content,
+            Handling::Commit(reference, answer),
+        )
+    }
+
+    /// A receipt lookup for key `key`, finding `reference` (or nothing).
+    fn lookup(
+        &mut self,
+        tag: Option<&str>,
+        serving: Option<&str>,
+        key: &str,
+        found: Option<&str>,
+    ) -> &mut Self {
+        let handling = match found {
+            Some(reference) => Handling::Answer(
+                Disposition::Read,
+                200,
+                json!({"tenant": "acme", "idempotency_key": key, "effect_reference": reference}),
+            ),
+            None => Handling::Answer(Disposition::NotFound, 404, json!({"title": "not found"})),
+        };
+        self.request_full(
+            tag,
+            serving,
+            "GET",
+            &format!("/v1/receipts/{key}?tenant=acme&service=tickets"),
+            None,
+            None,
+            handling,
+        )
     }
 
     fn answer(&mut self, label: &str, status: OutcomeStatus, reference: Option<&str>) -> &mut Self {
@@ -57,57 +255,12 @@ impl World {
         self.push(EventKind::Answered { label: label.into(), worker: "worker-1".into(), outcome })
     }
 
-    fn observed(&mut self, operation: &str, reference: &str) -> &mut Self {
-        self.push(EventKind::DownstreamAnswered {
-            worker: "worker-1".into(),
-            origin: Some(operation.into()),
-            request: "POST /v1/tickets".into(),
-            status: 201,
-            references: vec![reference.into()],
-        })
+    fn revoke(&mut self, actor: &str) -> &mut Self {
+        self.push(EventKind::Revoked { actor: actor.into(), tool: None })
     }
 
-    fn effect_at(
-        &mut self,
-        operation: Option<&str>,
-        tenant: &str,
-        kind: EffectKind,
-        reference: &str,
-        at_ms: u64,
-    ) -> &mut Self {
-        let seq = self.ledger.len() as u64 + 1;
-        let effect = Effect {
-            seq,
-            service: Service::Tickets,
-            kind,
-            tenant: tenant.into(),
-            idempotency_key: None,
-            effect_reference: reference.into(),
-            request_digest: "sha256:00".into(),
-            versions: None,
-            origin: operation.map(str::to_owned),
-            at_ms,
-        };
-        self.ledger.push(effect.clone());
-        self.push(EventKind::Effect {
-            ledger_seq: seq,
-            service: effect.service,
-            kind,
-            tenant: tenant.into(),
-            reference: reference.into(),
-            idempotency_key: None,
-            origin: effect.origin,
-            versions: None,
-        })
-    }
-
-    fn effect(&mut self, reference: &str) -> &mut Self {
-        let at = self.events.len() as u64 * 10;
-        self.effect_at(Some(OP), "acme", EffectKind::TicketCreated, reference, at)
-    }
-
-    /// The runner's final poll, answered `status`.
-    fn settled(&mut self, operation: &str, status: OutcomeStatus, reference: Option<&str>) -> &mut Self {
+    /// The runner's final poll of `operation`, answered `outcome`.
+    fn settled_with(&mut self, operation: &str, outcome: Outcome) -> &mut Self {
         self.settle();
         let label = format!("{FINAL_POLL_PREFIX}{operation}");
         self.push(EventKind::OperationQuery {
@@ -118,7 +271,13 @@ impl World {
             tenant: operation.split('/').next().unwrap_or_default().into(),
             actor: "agent".into(),
         });
-        self.answer(&label, status, reference)
+        self.answer_with(&label, outcome)
+    }
+
+    fn settled(&mut self, operation: &str, status: OutcomeStatus, reference: Option<&str>) -> &mut Self {
+        let mut outcome = Outcome::new(status);
+        outcome.effect_reference = reference.map(str::to_owned);
+        self.settled_with(operation, outcome)
     }
 
     /// The runner's settle phase begins (once).
@@ -129,10 +288,8 @@ impl World {
         self
     }
 
-    /// The oracle ids that fire, in order, without repeats.
-    fn fired(&self) -> Vec<String> {
-        let contracts = ContractSet::builtin();
-        let evidence = Evidence { history: &self.events, ledger: &self.ledger, contracts: &contracts };
+    fn fired_with(&self, contracts: &ContractSet) -> Vec<String> {
+        let evidence = Evidence { history: &self.events, ledger: &self.ledger, contracts };
         let mut ids: Vec<String> = Vec::new();
         for violation in oracles::check(&evidence) {
             assert!(!violation.explanation.is_empty());
@@ -142,17 +299,34 @@ impl World {
         }
         ids
     }
+
+    /// The oracle ids that fire, in order, without repeats.
+    fn fired(&self) -> Vec<String> {
+        self.fired_with(&ContractSet::builtin())
+    }
+}
+
+fn service_of(kind: EffectKind) -> Service {
+    match kind {
+        EffectKind::ChargeCreated => Service::Charges,
+        EffectKind::MessageSent => Service::Messages,
+        EffectKind::JobAccepted => Service::Jobs,
+        _ => Service::Tickets,
+    }
+}
+
+fn none() -> Vec<String> {
+    Vec::new()
 }
 
 /// One good run of an operation: applied with a receipt, replayed, settled.
 fn good() -> World {
     let mut world = World::default();
     world
-        .call("first", "fp-1")
-        .effect("ticket_1")
-        .observed(OP, "ticket_1")
+        .call("first")
+        .create(OP, "first", "ticket_1")
         .answer("first", OutcomeStatus::Applied, Some("ticket_1"))
-        .call("second", "fp-1")
+        .call("second")
         .answer("second", OutcomeStatus::Replayed, Some("ticket_1"))
         .settled(OP, OutcomeStatus::Replayed, Some("ticket_1"));
     world
@@ -160,170 +334,186 @@ fn good() -> World {
 
 #[test]
 fn a_good_history_is_quiet() {
-    assert_eq!(good().fired(), Vec::<String>::new());
+    assert_eq!(good().fired(), none());
 }
 
 #[test]
 fn o1_fires_on_two_effects_for_one_operation_and_on_an_unattributed_effect() {
     let mut world = good();
-    world.effect("ticket_2");
+    world.create(OP, "first", "ticket_2");
     assert_eq!(world.fired(), ["O1"]);
     let mut world = good();
-    world.effect_at(None, "acme", EffectKind::TicketCreated, "ticket_9", 5);
-    assert_eq!(world.fired(), ["O1"]);
+    world.request_full(
+        None,
+        None,
+        "POST",
+        "/v1/tickets",
+        None,
+        Some("sha256:nobody-asked".into()),
+        Handling::Commit("ticket_9", json!({"ticket_id": "ticket_9"})),
+    );
+    assert_eq!(world.fired(), ["O1"], "an effect no call asked for, sent outside any operation");
+}
+
+#[test]
+fn o1_fires_when_the_ledger_is_not_what_was_committed() {
+    let mut world = good();
+    world.ledger.clear();
+    assert_eq!(world.fired(), ["O1"], "the ledger was emptied after the effects were seen");
+    let mut world = good();
+    world.ledger[0].effect_reference = "ticket_7".into();
+    assert_eq!(world.fired(), ["O1"], "an entry was rewritten");
 }
 
 #[test]
 fn o2_fires_on_success_without_an_effect() {
     let mut world = good();
-    world.call_as("other", "acme/production/run_1/step_2", "acme", "agent", "fp-2").answer(
-        "other",
-        OutcomeStatus::Applied,
-        None,
-    );
-    world.settled("acme/production/run_1/step_2", OutcomeStatus::Replayed, None);
+    world.call_on("other", OTHER, OTHER_TICKET).answer("other", OutcomeStatus::Applied, None);
+    world.settled(OTHER, OutcomeStatus::Replayed, None);
     assert!(world.fired().contains(&"O2".to_owned()), "{:?}", world.fired());
 }
 
 #[test]
 fn o3_fires_when_a_changed_request_is_not_rejected() {
+    let changed = r#"{"queue": "support", "subject": "Refund", "body": "Close my account"}"#;
     let mut world = good();
-    world.call("changed", "fp-CHANGED").answer("changed", OutcomeStatus::Replayed, Some("ticket_1"));
+    world.call_on("changed", OP, changed).answer("changed", OutcomeStatus::Replayed, Some("ticket_1"));
     assert_eq!(world.fired(), ["O3"]);
     let mut world = good();
     let mut rejected = Outcome::rejected(ReasonCode::IdempotencyKeyReusedWithDifferentRequest, "mismatch");
     rejected.operation_key = Some("k".into());
-    world.call("changed", "fp-CHANGED").answer_with("changed", rejected);
-    assert_eq!(world.fired(), Vec::<String>::new(), "a rejected change is right");
+    world.call_on("changed", OP, changed).answer_with("changed", rejected);
+    assert_eq!(world.fired(), none(), "a rejected change is right");
     let mut world = good();
-    world.call("late-change", "fp-CHANGED").answer("late-change", OutcomeStatus::Expired, Some("ticket_1"));
-    assert_eq!(world.fired(), Vec::<String>::new(), "past retention, expired refuses too");
-    let mut world = good();
-    world.call("changed", "fp-CHANGED").answer("changed", OutcomeStatus::Applied, Some("ticket_1"));
-    assert_eq!(world.fired(), ["O3"], "applied is never right for a changed request");
+    world.call_on("late-change", OP, changed).answer("late-change", OutcomeStatus::Expired, Some("ticket_1"));
+    assert_eq!(world.fired(), none(), "past retention, expired refuses too");
 }
 
 #[test]
 fn o4_fires_on_success_without_a_receipt() {
     let mut world = World::default();
+    world.call("first");
+    let content = world.content_of("first");
     world
-        .call("first", "fp-1")
-        .effect("ticket_1")
+        .request_full(
+            Some(OP),
+            Some("first"),
+            "POST",
+            "/v1/tickets",
+            Some(KEY),
+            content,
+            Handling::CommitThenDrop("ticket_1", json!({"ticket_id": "ticket_1"})),
+        )
         .answer("first", OutcomeStatus::Applied, Some("ticket_1"))
         .settled(OP, OutcomeStatus::Replayed, Some("ticket_1"));
-    assert_eq!(world.fired(), ["O4"]);
-}
-
-#[test]
-fn o5_fires_on_an_effect_or_a_success_after_revocation() {
-    let mut world = World::default();
-    world
-        .call("first", "fp-1")
-        .push(EventKind::Revoked { actor: "agent".into(), tool: Some("tickets.create".into()) })
-        .effect("ticket_1")
-        .observed(OP, "ticket_1")
-        .answer("first", OutcomeStatus::Applied, Some("ticket_1"))
-        .call("retry", "fp-1")
-        .answer("retry", OutcomeStatus::Replayed, Some("ticket_1"))
-        .settled(OP, OutcomeStatus::Replayed, Some("ticket_1"));
-    assert_eq!(world.fired(), ["O5"]);
+    assert_eq!(world.fired(), ["O4"], "the answer was lost: nothing told the executor ticket_1 exists");
 }
 
 #[test]
 fn o5_judges_an_effect_by_when_its_request_left_the_worker() {
-    let sent = |world: &mut World| {
-        world.push(EventKind::DownstreamSent {
-            worker: "worker-1".into(),
-            origin: Some(OP.into()),
-            method: "POST".into(),
-            path: "/v1/tickets".into(),
-            idempotency_key: None,
-        });
-    };
-    let revoke = |world: &mut World| {
-        world.push(EventKind::Revoked { actor: "agent".into(), tool: None });
-    };
     let mut on_the_wire = World::default();
-    on_the_wire.call("first", "fp-1");
-    sent(&mut on_the_wire);
-    revoke(&mut on_the_wire);
-    on_the_wire.effect("ticket_1").settled(OP, OutcomeStatus::Rejected, None);
-    assert_eq!(on_the_wire.fired(), Vec::<String>::new(), "a request already sent cannot be recalled");
+    on_the_wire.call("first");
+    let content = on_the_wire.content_of("first");
+    // The request leaves, the permission is revoked while it is on the wire, then it commits.
+    on_the_wire.requests += 1;
+    let request_id = format!("worker-1#{}", on_the_wire.requests);
+    on_the_wire.push(EventKind::DownstreamSent {
+        worker: "worker-1".into(),
+        request_id: request_id.clone(),
+        origin: Some(OP.into()),
+        serving: Some("first".into()),
+        method: "POST".into(),
+        path: "/v1/tickets".into(),
+        idempotency_key: None,
+    });
+    on_the_wire.revoke("agent");
+    let seq = on_the_wire.commit(Effect {
+        seq: 0,
+        service: Service::Tickets,
+        kind: EffectKind::TicketCreated,
+        tenant: "acme".into(),
+        idempotency_key: None,
+        effect_reference: "ticket_1".into(),
+        request_digest: "sha256:00".into(),
+        versions: None,
+        origin: Some(OP.into()),
+        request_id: Some(request_id.clone()),
+        content_digest: content.clone().unwrap_or_default(),
+        answer: json!({"ticket_id": "ticket_1"}),
+        at_ms: 0,
+    });
+    on_the_wire.push(EventKind::DownstreamHandled {
+        journal_seq: 1,
+        request: "POST /v1/tickets".into(),
+        disposition: Disposition::Committed,
+        status: Some(201),
+        fault: None,
+        fault_rule: None,
+        origin: Some(OP.into()),
+        request_id: Some(request_id),
+        tenant: Some("acme".into()),
+        idempotency_key: None,
+        content,
+        effect_seq: Some(seq),
+    });
+    on_the_wire.settled_with(OP, Outcome::rejected(ReasonCode::Unauthorized, "revoked"));
+    assert_eq!(on_the_wire.fired(), none(), "a request already sent cannot be recalled");
+
     let mut sent_after = World::default();
-    sent_after.call("first", "fp-1");
-    revoke(&mut sent_after);
-    sent(&mut sent_after);
-    sent_after.effect("ticket_1").settled(OP, OutcomeStatus::Rejected, None);
+    sent_after.call("first").revoke("agent").create(OP, "first", "ticket_1").settled(
+        OP,
+        OutcomeStatus::Replayed,
+        Some("ticket_1"),
+    );
     assert_eq!(sent_after.fired(), ["O5"]);
 }
 
 #[test]
 fn o6_fires_when_an_operation_is_still_in_flight_after_settling() {
     let mut world = World::default();
-    world.call("first", "fp-1").answer("first", OutcomeStatus::InFlight, None).settled(
+    world.call("first").answer("first", OutcomeStatus::InFlight, None).settled(
         OP,
         OutcomeStatus::InFlight,
         None,
     );
     assert_eq!(world.fired(), ["O6"]);
     let mut world = World::default();
-    world.call("first", "fp-1");
     let mut unknown = Outcome::new(OutcomeStatus::Unknown);
     unknown.next_action = NextAction::Poll;
-    let label = format!("{FINAL_POLL_PREFIX}{OP}");
-    world
-        .settle()
-        .push(EventKind::OperationQuery {
-            label: label.clone(),
-            kind: RequestKind::Poll,
-            worker: "worker-1".into(),
-            operation: OP.into(),
-            tenant: "acme".into(),
-            actor: "agent".into(),
-        })
-        .answer_with(&label, unknown);
+    world.call("first").settled_with(OP, unknown);
     assert_eq!(world.fired(), ["O6"], "unknown must point at reconciliation");
     let mut world = World::default();
-    world.call("first", "fp-1").settled(OP, OutcomeStatus::Unknown, None);
-    assert_eq!(world.fired(), Vec::<String>::new(), "unknown with reconcile is allowed");
-    let mut world = World::default();
-    world.call("first", "fp-1").settle();
+    world.call("first").settle();
     assert_eq!(world.fired(), ["O6"], "a settled world whose final poll got no answer");
     let mut world = World::default();
-    world.call("first", "fp-1");
-    assert_eq!(world.fired(), Vec::<String>::new(), "a run stopped before settling is judged by its limit");
+    world.call("first");
+    assert_eq!(world.fired(), none(), "a run stopped before settling is judged by its limit");
 }
 
 #[test]
 fn o7_fires_on_a_new_effect_past_retention() {
     let mut world = good();
-    world.effect_at(Some(OP), "acme", EffectKind::TicketCreated, "ticket_2", 120_000);
+    world.advance(120_000).call("late").create(OP, "late", "ticket_2");
     assert_eq!(world.fired(), ["O1", "O7"]);
 }
 
 #[test]
 fn o8_fires_on_a_replay_of_another_reference_or_result() {
     let mut world = good();
-    world.effect_at(Some("acme/production/run_1/step_9"), "acme", EffectKind::TicketCreated, "ticket_5", 5);
-    world.call("third", "fp-1").observed(OP, "ticket_5").answer(
-        "third",
-        OutcomeStatus::Replayed,
-        Some("ticket_5"),
-    );
+    world.call("third").answer("third", OutcomeStatus::Replayed, Some("ticket_5"));
     assert!(world.fired().contains(&"O8".to_owned()), "{:?}", world.fired());
     let mut world = World::default();
     let mut applied = Outcome::new(OutcomeStatus::Applied);
     applied.effect_reference = Some("ticket_1".into());
-    applied.result = Some(serde_json::json!({"ticket_id": "ticket_1", "version": 1}));
+    applied.result = Some(json!({"ticket_id": "ticket_1", "version": 1}));
     let mut replayed = applied.clone();
     replayed.status = OutcomeStatus::Replayed;
-    replayed.result = Some(serde_json::json!({"succeeded": true}));
+    replayed.result = Some(json!({"succeeded": true}));
     world
-        .call("first", "fp-1")
-        .effect("ticket_1")
-        .observed(OP, "ticket_1")
+        .call("first")
+        .create(OP, "first", "ticket_1")
         .answer_with("first", applied)
-        .call("second", "fp-1")
+        .call("second")
         .answer_with("second", replayed)
         .settled(OP, OutcomeStatus::Applied, Some("ticket_1"));
     assert_eq!(world.fired(), ["O8"]);
@@ -334,8 +524,7 @@ fn o9_fires_when_an_outcome_reveals_another_tenants_effect() {
     let mut world = good();
     let globex = "globex/production/run_1/step_1";
     world
-        .call_as("globex", globex, "globex", "agent", "fp-g")
-        .observed(globex, "ticket_1")
+        .call_on("globex", globex, TICKET)
         .answer("globex", OutcomeStatus::Replayed, Some("ticket_1"))
         .settled(globex, OutcomeStatus::Replayed, Some("ticket_1"));
     assert!(world.fired().contains(&"O9".to_owned()), "{:?}", world.fired());
@@ -343,49 +532,427 @@ fn o9_fires_when_an_outcome_reveals_another_tenants_effect() {
 
 #[test]
 fn o10_fires_on_two_jobs_for_one_operation() {
-    let mut world = good();
-    world.effect_at(Some(OP), "acme", EffectKind::JobAccepted, "job_1", 1);
-    world.effect_at(Some(OP), "acme", EffectKind::JobAccepted, "job_2", 2);
+    let job = r#"{"job_type": "report", "input": {}}"#;
+    let mut world = World::default();
+    world.call_full("submit", OP, "agent", "jobs.submit", job);
+    let content = world.content_of("submit");
+    for reference in ["job_1", "job_2"] {
+        world.request_full(
+            Some(OP),
+            Some("submit"),
+            "POST",
+            "/v1/jobs",
+            None,
+            content.clone(),
+            Handling::Commit(reference, json!({"job_id": reference, "status": "pending"})),
+        );
+    }
     assert_eq!(world.fired(), ["O10"]);
+}
+
+fn close(expected_version: u64) -> String {
+    format!(r#"{{"ticket_id": "ticket_1", "status": "closed", "expected_version": {expected_version}}}"#)
 }
 
 #[test]
 fn o11_fires_on_an_update_applied_over_a_newer_version() {
-    let op = "acme/production/run_1/close";
     let mut world = World::default();
-    world.push(EventKind::CallSent {
-        label: "close".into(),
-        call_id: "call-close".into(),
-        worker: "worker-1".into(),
-        operation: op.into(),
-        tenant: "acme".into(),
-        actor: "agent".into(),
-        tool: "tickets.set_status".into(),
-        tool_version: "2026-08-18".into(),
-        fingerprint: Some("fp-c".into()),
-        expected_version: Some(1),
-    });
-    world.effect_at(Some(op), "acme", EffectKind::TicketStatusChanged, "ticket_1", 10);
-    if let Some(effect) = world.ledger.last_mut() {
+    world.call_full("close", OP, "agent", "tickets.set_status", &close(1));
+    let content = world.content_of("close");
+    world.request_full(
+        Some(OP),
+        Some("close"),
+        "PATCH",
+        "/v1/tickets/ticket_1",
+        None,
+        content,
+        Handling::Commit("ticket_1", json!({"ticket_id": "ticket_1", "version": 3, "status": "closed"})),
+    );
+    world.ledger[0].versions = Some(VersionChange { from: 2, to: 3, if_match: None });
+    if let Some(EventKind::Effect { effect }) =
+        world.events.iter_mut().map(|e| &mut e.kind).find(|k| matches!(k, EventKind::Effect { .. }))
+    {
         effect.versions = Some(VersionChange { from: 2, to: 3, if_match: None });
     }
-    world.settled(op, OutcomeStatus::Rejected, None);
+    world.settled(OP, OutcomeStatus::Applied, Some("ticket_1"));
     assert_eq!(world.fired(), ["O11"]);
-    if let Some(effect) = world.ledger.last_mut() {
-        effect.versions = Some(VersionChange { from: 1, to: 2, if_match: Some(1) });
-    }
-    assert_eq!(world.fired(), Vec::<String>::new());
+}
+
+#[test]
+fn o12_fires_when_an_operation_disowns_its_effect() {
+    let mut world = World::default();
+    world.call("first").create(OP, "first", "ticket_1").answer(
+        "first",
+        OutcomeStatus::Applied,
+        Some("ticket_1"),
+    );
+    world.settled_with(OP, Outcome::rejected(ReasonCode::DownstreamRejected, "failed"));
+    assert_eq!(world.fired(), ["O12"]);
 }
 
 #[test]
 fn violations_name_oracle_operation_and_positions() {
     let mut world = good();
-    world.effect("ticket_2");
+    world.create(OP, "first", "ticket_2");
     let contracts = ContractSet::builtin();
     let evidence = Evidence { history: &world.events, ledger: &world.ledger, contracts: &contracts };
     let violations = oracles::check(&evidence);
     assert_eq!(violations.len(), 1);
     let text = violations[0].to_string();
-    assert!(text.starts_with("O1 single_effect [acme/production/run_1/step_1] at #2,#"), "{text}");
+    assert!(text.starts_with("O1 single_effect [acme/production/run_1/step_1] at #"), "{text}");
     assert!(text.contains("2 ticket_created effects"), "{text}");
+}
+
+// ------------------------------------------------------------------ the nine blind spots
+
+/// 1. An absolute update the downstream refused (412), answered `applied` with the ticket id
+///    the executor read in a plain GET. O2 sees that no status change of this operation exists;
+///    O4 that a read is no receipt.
+#[test]
+fn blind_spot_1_a_refused_update_answered_applied_from_a_plain_read() {
+    let refused = |answer: OutcomeStatus| {
+        let mut world = World::default();
+        world.call_on("create", OTHER, TICKET).create(OTHER, "create", "ticket_1").answer(
+            "create",
+            OutcomeStatus::Applied,
+            Some("ticket_1"),
+        );
+        world.call_full("close", OP, "agent", "tickets.set_status", &close(1));
+        let content = world.content_of("close");
+        world
+            .request_full(
+                Some(OP),
+                Some("close"),
+                "GET",
+                "/v1/tickets/ticket_1?tenant=acme",
+                None,
+                None,
+                Handling::Answer(Disposition::Read, 200, json!({"ticket_id": "ticket_1", "version": 2})),
+            )
+            .request_full(
+                Some(OP),
+                Some("close"),
+                "PATCH",
+                "/v1/tickets/ticket_1",
+                None,
+                content,
+                Handling::Answer(
+                    Disposition::PreconditionFailed,
+                    412,
+                    json!({"title": "precondition failed"}),
+                ),
+            );
+        if answer == OutcomeStatus::Applied {
+            world.answer("close", answer, Some("ticket_1")).settled(
+                OP,
+                OutcomeStatus::Replayed,
+                Some("ticket_1"),
+            );
+        } else {
+            let stale = Outcome::rejected(ReasonCode::PreconditionFailed, "stale");
+            world.answer_with("close", stale.clone()).settled_with(OP, stale);
+        }
+        world.settled(OTHER, OutcomeStatus::Replayed, Some("ticket_1"));
+        world
+    };
+    assert_eq!(refused(OutcomeStatus::Applied).fired(), ["O2", "O4"]);
+    assert_eq!(refused(OutcomeStatus::Rejected).fired(), none());
+}
+
+/// 2. A recovery sweep serving operation X re-creates operation Y's ticket: the effect belongs
+///    to Y (its content is Y's call's), not to X, whose task sent it. Only O1 can see it.
+#[test]
+fn blind_spot_2_an_effect_belongs_to_the_request_not_to_the_task_that_sent_it() {
+    let sweep = |recreate: bool| {
+        let mut world = World::default();
+        world.call_on("y", OTHER, OTHER_TICKET).create(OTHER, "y", "ticket_1").answer(
+            "y",
+            OutcomeStatus::Applied,
+            Some("ticket_1"),
+        );
+        world.call_full(
+            "x",
+            OP,
+            "agent",
+            "payments.charge",
+            r#"{"customer": "c", "amount_minor": 5, "currency": "EUR"}"#,
+        );
+        let charge = world.content_of("x");
+        if recreate {
+            // While serving X, a sweep re-creates Y's ticket.
+            let y_content = world.content_of("y");
+            world.request_full(
+                Some(OP),
+                Some("x"),
+                "POST",
+                "/v1/tickets",
+                None,
+                y_content,
+                Handling::Commit("ticket_2", json!({"ticket_id": "ticket_2"})),
+            );
+        }
+        world
+            .request_full(
+                Some(OP),
+                Some("x"),
+                "POST",
+                "/v1/charges",
+                Some(KEY),
+                charge,
+                Handling::Commit("charge_1", json!({"charge_id": "charge_1", "amount_minor": 5})),
+            )
+            .answer("x", OutcomeStatus::Applied, Some("charge_1"))
+            .settled(OP, OutcomeStatus::Replayed, Some("charge_1"))
+            .settled(OTHER, OutcomeStatus::Replayed, Some("ticket_1"));
+        world
+    };
+    assert_eq!(sweep(true).fired(), ["O1"]);
+    assert_eq!(sweep(false).fired(), none());
+}
+
+/// 3. A replay whose business result differs from what the downstream committed, with no
+///    earlier `applied` answer to compare with (the first answer was lost). Only O8 sees it.
+#[test]
+fn blind_spot_3_a_replay_is_compared_with_what_the_downstream_committed() {
+    let replay = |result: Value| {
+        let mut world = World::default();
+        world.call("first");
+        let content = world.content_of("first");
+        let committed = json!({"ticket_id": "ticket_1", "version": 1, "status": "open"});
+        world
+            .request_full(
+                Some(OP),
+                Some("first"),
+                "POST",
+                "/v1/tickets",
+                Some(KEY),
+                content,
+                Handling::CommitThenDrop("ticket_1", committed),
+            )
+            .answer("first", OutcomeStatus::Unknown, None)
+            .call("retry")
+            .lookup(Some(OP), Some("retry"), KEY, Some("ticket_1"));
+        let mut outcome = Outcome::new(OutcomeStatus::Replayed);
+        outcome.effect_reference = Some("ticket_1".into());
+        outcome.result = Some(result);
+        world.answer_with("retry", outcome).settled(OP, OutcomeStatus::Replayed, Some("ticket_1"));
+        world
+    };
+    assert_eq!(replay(json!({"ticket_id": "ticket_1", "status": "closed"})).fired(), ["O8"]);
+    assert_eq!(
+        replay(json!({"ticket_id": "ticket_1"})).fired(),
+        none(),
+        "a subset from the receipt is faithful"
+    );
+}
+
+/// 4. A retry after the revocation answered `in_flight` or `unknown` instead of `rejected`.
+///    Only O5 sees it.
+#[test]
+fn blind_spot_4_a_retry_after_revocation_must_be_rejected() {
+    for (status, fires) in
+        [(OutcomeStatus::InFlight, true), (OutcomeStatus::Unknown, true), (OutcomeStatus::Rejected, false)]
+    {
+        let mut world = World::default();
+        world.call("first");
+        let content = world.content_of("first");
+        world
+            .request_full(
+                Some(OP),
+                Some("first"),
+                "POST",
+                "/v1/tickets",
+                Some(KEY),
+                content,
+                Handling::CommitThenDrop("ticket_1", json!({"ticket_id": "ticket_1"})),
+            )
+            .answer("first", OutcomeStatus::Unknown, None)
+            .lookup(None, None, KEY, Some("ticket_1"))
+            .revoke("agent")
+            .call("retry");
+        let outcome = if status == OutcomeStatus::Rejected {
+            Outcome::rejected(ReasonCode::Unauthorized, "revoked")
+        } else {
+            Outcome::new(status)
+        };
+        world.answer_with("retry", outcome);
+        world.settled_with(OP, Outcome::rejected(ReasonCode::Unauthorized, "revoked"));
+        assert_eq!(world.fired(), if fires { vec!["O5".to_owned()] } else { none() }, "{status:?}");
+    }
+}
+
+/// 5. An outcome whose own reference is right, but whose result embeds another tenant's
+///    reference. Only O9 sees it.
+#[test]
+fn blind_spot_5_a_result_that_embeds_another_tenants_reference() {
+    let leak = |result: Value| {
+        let globex = "globex/production/run_1/step_1";
+        let mut world = World::default();
+        world.call_on("g", globex, TICKET).create(globex, "g", "ticket_1").answer(
+            "g",
+            OutcomeStatus::Applied,
+            Some("ticket_1"),
+        );
+        world.call("a").create(OP, "a", "ticket_2");
+        let mut outcome = Outcome::new(OutcomeStatus::Applied);
+        outcome.effect_reference = Some("ticket_2".into());
+        outcome.result = Some(result);
+        let mut replayed = outcome.clone();
+        replayed.status = OutcomeStatus::Replayed;
+        world.answer_with("a", outcome).settled_with(OP, replayed).settled(
+            globex,
+            OutcomeStatus::Replayed,
+            Some("ticket_1"),
+        );
+        world
+    };
+    assert_eq!(leak(json!({"ticket_id": "ticket_2", "related": ["ticket_1"]})).fired(), ["O9"]);
+    assert_eq!(leak(json!({"ticket_id": "ticket_2"})).fired(), none());
+}
+
+/// 6. An operation left `unknown` ("reconcile later") that the executor never looked up
+///    itself: its only lookup was made while serving the harness's final poll. Only O6 sees it.
+#[test]
+fn blind_spot_6_unknown_needs_the_executors_own_lookup() {
+    let left = |own_lookup: bool| {
+        let mut world = World::default();
+        world.call("first");
+        let content = world.content_of("first");
+        world
+            .request_full(
+                Some(OP),
+                Some("first"),
+                "POST",
+                "/v1/tickets",
+                Some(KEY),
+                content,
+                Handling::Answer(Disposition::DroppedBeforeCommit, 504, json!({})),
+            )
+            .answer("first", OutcomeStatus::Unknown, None);
+        if own_lookup {
+            // The executor's own reconciliation, outside any agent request.
+            world.lookup(None, None, KEY, None);
+        }
+        world.settle();
+        let final_poll = format!("{FINAL_POLL_PREFIX}{OP}");
+        world.lookup(Some(OP), Some(&final_poll), KEY, None).settled(OP, OutcomeStatus::Unknown, None);
+        world
+    };
+    assert_eq!(left(false).fired(), ["O6"]);
+    assert_eq!(left(true).fired(), none());
+    // Where the downstream offers no lookup at all, `unknown` without one is all there is.
+    let mut contracts = ContractSet::builtin();
+    contracts.set_capabilities("tickets", false, false);
+    assert_eq!(left(false).fired_with(&contracts), none());
+}
+
+/// 7. `jobs.submit` answered `applied` with the reference of the job's completion message.
+///    Only O2 sees it (the message is the job operation's, but not its own kind of effect).
+#[test]
+fn blind_spot_7_a_job_answered_with_its_completion_message() {
+    let job = |reference: &str| {
+        let mut world = World::default();
+        world.call_full("submit", OP, "agent", "jobs.submit", r#"{"job_type": "report", "input": {}}"#);
+        let content = world.content_of("submit");
+        world.request_full(
+            Some(OP),
+            Some("submit"),
+            "POST",
+            "/v1/jobs",
+            Some(KEY),
+            content,
+            Handling::Commit("job_1", json!({"job_id": "job_1", "status": "pending"})),
+        );
+        // The completion notice, sent while settling the job (no call carries its content).
+        world.request_full(
+            Some(OP),
+            None,
+            "POST",
+            "/v1/messages",
+            None,
+            Some("sha256:notice".into()),
+            Handling::Commit("message_1", json!({"message_id": "message_1", "status": "sent"})),
+        );
+        world.answer("submit", OutcomeStatus::Applied, Some(reference)).settled(
+            OP,
+            OutcomeStatus::Replayed,
+            Some("job_1"),
+        );
+        world
+    };
+    assert_eq!(job("message_1").fired(), ["O2"]);
+    assert_eq!(job("job_1").fired(), none());
+}
+
+/// 8. A changed request carried out under a key whose first attempt committed nothing and
+///    whose answer was lost. Only O3 sees it (nothing was there to compare with before).
+#[test]
+fn blind_spot_8_a_changed_request_after_a_first_attempt_that_committed_nothing() {
+    let changed = r#"{"queue": "support", "subject": "Refund", "body": "Close my account"}"#;
+    let attempt = |carried_out: bool| {
+        let mut world = World::default();
+        world.call("first");
+        let content = world.content_of("first");
+        world
+            .request_full(
+                Some(OP),
+                Some("first"),
+                "POST",
+                "/v1/tickets",
+                Some(KEY),
+                content,
+                Handling::Answer(Disposition::DroppedBeforeCommit, 504, json!({})),
+            )
+            .answer("first", OutcomeStatus::Unknown, None)
+            .call_on("changed", OP, changed);
+        if carried_out {
+            world.create(OP, "changed", "ticket_1").answer("changed", OutcomeStatus::Rejected, None);
+            world.settled(OP, OutcomeStatus::Replayed, Some("ticket_1"));
+        } else {
+            world.answer_with(
+                "changed",
+                Outcome::rejected(ReasonCode::IdempotencyKeyReusedWithDifferentRequest, "mismatch"),
+            );
+            world.lookup(None, None, KEY, None).settled(OP, OutcomeStatus::Unknown, None);
+        }
+        world
+    };
+    assert_eq!(attempt(true).fired(), ["O3"]);
+    assert_eq!(attempt(false).fired(), none());
+}
+
+/// 9. An operation whose effect is in the ledger finally answered `rejected` (an executor that
+///    deleted its claim on an error, then refuses). Only O12 sees it; a final poll refused
+///    because the actor lost its permission is not judged.
+#[test]
+fn blind_spot_9_an_effect_the_executor_disowns() {
+    let disowned = |final_answer: Outcome, revoked: bool| {
+        let mut world = World::default();
+        world.call("first");
+        let content = world.content_of("first");
+        world
+            .request_full(
+                Some(OP),
+                Some("first"),
+                "POST",
+                "/v1/tickets",
+                Some(KEY),
+                content,
+                Handling::CommitThenDrop("ticket_1", json!({"ticket_id": "ticket_1"})),
+            )
+            .answer("first", OutcomeStatus::Unknown, None)
+            .lookup(None, None, KEY, Some("ticket_1"));
+        if revoked {
+            world.revoke("agent");
+        }
+        world.settled_with(OP, final_answer);
+        world
+    };
+    let failed = Outcome::rejected(ReasonCode::DownstreamRejected, "the downstream failed");
+    assert_eq!(disowned(failed, false).fired(), ["O12"]);
+    let mut replayed = Outcome::new(OutcomeStatus::Replayed);
+    replayed.effect_reference = Some("ticket_1".into());
+    assert_eq!(disowned(replayed, false).fired(), none());
+    let unauthorized = Outcome::rejected(ReasonCode::Unauthorized, "revoked");
+    assert_eq!(disowned(unauthorized, true).fired(), none(), "the poll was refused, not the operation");
 }

@@ -211,21 +211,25 @@ fn bad_usage_exits_2() {
     }
 }
 
-/// An executor that panics on every call.
+/// An executor that panics on every call (and, having claimed nothing, knows no operation).
 struct Panicking;
+
+fn no_such_operation() -> protocol::Outcome {
+    protocol::Outcome::rejected(protocol::ReasonCode::InvalidRequest, "no operation with this key")
+}
 
 impl protocol::Executor for Panicking {
     fn call(&self, _call: protocol::ToolCall) -> protocol::LocalBoxFuture<'_, protocol::Outcome> {
         Box::pin(async { panic!("the executor under test fell over") })
     }
     fn poll(&self, _operation: protocol::OperationRef) -> protocol::LocalBoxFuture<'_, protocol::Outcome> {
-        Box::pin(async { protocol::Outcome::new(protocol::OutcomeStatus::Unknown) })
+        Box::pin(async { no_such_operation() })
     }
     fn reconcile(
         &self,
         _operation: protocol::OperationRef,
     ) -> protocol::LocalBoxFuture<'_, protocol::Outcome> {
-        Box::pin(async { protocol::Outcome::new(protocol::OutcomeStatus::Unknown) })
+        Box::pin(async { no_such_operation() })
     }
     fn consume(&self, _envelope: protocol::Envelope) -> protocol::LocalBoxFuture<'_, protocol::Consumed> {
         Box::pin(async { protocol::Consumed::Ack })

@@ -8,6 +8,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::Duration;
 
 use wire::{Clock, HttpRequest, HttpResponse, TransportError};
 
@@ -124,6 +125,12 @@ pub trait Entropy {
 pub trait Background {
     /// Starts `task` on this worker.
     fn spawn(&self, task: LocalBoxFuture<'static, ()>);
+
+    /// Waits `duration` by the environment's clock. Background work waits with this rather
+    /// than with tokio's timers: inside the simulation, a task asleep here leaves the world
+    /// idle, so the harness skips straight to its wake-up instead of stepping through the
+    /// wait; for real, it is an ordinary sleep.
+    fn sleep(&self, duration: Duration) -> LocalBoxFuture<'static, ()>;
 }
 
 /// Everything a worker's executor may use to reach the world.

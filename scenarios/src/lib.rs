@@ -16,8 +16,9 @@ mod model;
 mod parse;
 
 pub use model::{
-    CallStep, DownstreamSpec, ExpectOutcome, OperationSpec, PausePoint, QueueSpec, Row, Scenario,
-    ServiceSpec, Step, StepKind, TimingSpec, WebhookSpec, DEFAULT_SETTLE, DEFAULT_TOOL_VERSION,
+    ticket_placeholders, CallStep, DownstreamSpec, ExpectOutcome, Moment, OperationSpec, PausePoint,
+    QueueSpec, RequestFilter, Row, Scenario, ServiceSpec, Step, StepKind, TimingSpec, WebhookSpec, WorkerRef,
+    DEFAULT_SETTLE, DEFAULT_TOOL_VERSION, TICKET_OF_PLACEHOLDER,
 };
 pub use parse::ScenarioError;
 

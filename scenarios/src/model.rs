@@ -115,13 +115,55 @@ pub struct TimingSpec {
     pub retention: Option<Duration>,
 }
 
+/// When a downstream pause point stops a worker, relative to its request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Moment {
+    /// Before the request leaves the worker.
+    Before,
+    /// After the downstream answered (or the connection failed), before the executor sees it.
+    After,
+}
+
+/// Which downstream requests a downstream pause point stops at. Every field that is set must
+/// hold; the default stops at any request.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RequestFilter {
+    /// Before: only a request that can commit an effect (a state-changing business request:
+    /// `POST /v1/tickets`, `PATCH /v1/tickets/{id}`, `POST /v1/charges`, `POST /v1/messages`,
+    /// `POST /v1/jobs`), never a read or a receipt lookup. After: only a request for which the
+    /// downstream committed an effect, whatever answer (if any) came back.
+    pub effect: bool,
+    /// Only this HTTP method (`POST`, case-insensitive).
+    pub method: Option<String>,
+    /// Only this path: exact, or a prefix ending in `*` (`/v1/tickets/*`); no query.
+    pub path: Option<String>,
+    /// Only requests that carry out this tool's effect (`payments.charge` is
+    /// `POST /v1/charges`, `tickets.set_status` is `PATCH /v1/tickets/{id}`, ...).
+    pub tool: Option<String>,
+}
+
+impl RequestFilter {
+    /// The request part as scenarios write it: `POST /v1/charges`, `POST`, `/v1/charges`.
+    pub fn request_text(&self) -> Option<String> {
+        match (&self.method, &self.path) {
+            (None, None) => None,
+            (Some(method), None) => Some(method.clone()),
+            (None, Some(path)) => Some(path.clone()),
+            (Some(method), Some(path)) => Some(format!("{method} {path}")),
+        }
+    }
+}
+
 /// Where a worker can be paused: boundaries the harness owns.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum PausePoint {
-    /// Before a downstream request leaves the worker.
-    BeforeDownstream,
-    /// After the downstream answered, before the executor sees the answer.
-    AfterDownstream,
+    /// Around a downstream request that passes the filter.
+    Downstream {
+        /// Before it leaves or after its answer.
+        moment: Moment,
+        /// Which requests.
+        filter: RequestFilter,
+    },
     /// Before the named store call (executors that use the store gate).
     BeforeStore(String),
     /// After the named store call committed.
@@ -131,12 +173,21 @@ pub enum PausePoint {
 }
 
 impl PausePoint {
-    /// Parses `downstream:before`, `downstream:after`, `store:before:NAME`,
-    /// `store:after:NAME` or `queue:before_ack`.
+    /// A downstream point with only the effect qualifier.
+    pub fn downstream(moment: Moment, effect: bool) -> PausePoint {
+        PausePoint::Downstream { moment, filter: RequestFilter { effect, ..RequestFilter::default() } }
+    }
+
+    /// Parses `downstream:before`, `downstream:before:effect` (before a request that can
+    /// commit an effect), `downstream:after`, `downstream:after:committed` (after a request the
+    /// downstream committed an effect for), `store:before:NAME`, `store:after:NAME` or
+    /// `queue:before_ack`. Method, path and tool filters are given beside the point.
     pub fn parse(text: &str) -> Option<PausePoint> {
         match text {
-            "downstream:before" => Some(PausePoint::BeforeDownstream),
-            "downstream:after" => Some(PausePoint::AfterDownstream),
+            "downstream:before" => Some(PausePoint::downstream(Moment::Before, false)),
+            "downstream:before:effect" => Some(PausePoint::downstream(Moment::Before, true)),
+            "downstream:after" => Some(PausePoint::downstream(Moment::After, false)),
+            "downstream:after:committed" => Some(PausePoint::downstream(Moment::After, true)),
             "queue:before_ack" => Some(PausePoint::BeforeQueueAck),
             _ => {
                 if let Some(name) = text.strip_prefix("store:before:") {
@@ -149,18 +200,84 @@ impl PausePoint {
             }
         }
     }
+
+    /// The filter of a downstream point.
+    pub fn filter(&self) -> Option<&RequestFilter> {
+        match self {
+            PausePoint::Downstream { filter, .. } => Some(filter),
+            _ => None,
+        }
+    }
+
+    /// The point with its filters, for messages: `downstream:after:committed POST /v1/charges`,
+    /// `downstream:before:effect for payments.charge`.
+    pub fn describe(&self) -> String {
+        let mut text = self.to_string();
+        if let Some(filter) = self.filter() {
+            if let Some(request) = filter.request_text() {
+                text.push(' ');
+                text.push_str(&request);
+            }
+            if let Some(tool) = &filter.tool {
+                text.push_str(&format!(" for {tool}"));
+            }
+        }
+        text
+    }
 }
 
+/// The point alone, as scenarios write it in `point` (filters are separate fields).
 impl std::fmt::Display for PausePoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            PausePoint::BeforeDownstream => f.write_str("downstream:before"),
-            PausePoint::AfterDownstream => f.write_str("downstream:after"),
+            PausePoint::Downstream { moment: Moment::Before, filter } if filter.effect => {
+                f.write_str("downstream:before:effect")
+            }
+            PausePoint::Downstream { moment: Moment::Before, .. } => f.write_str("downstream:before"),
+            PausePoint::Downstream { moment: Moment::After, filter } if filter.effect => {
+                f.write_str("downstream:after:committed")
+            }
+            PausePoint::Downstream { moment: Moment::After, .. } => f.write_str("downstream:after"),
             PausePoint::BeforeStore(name) => write!(f, "store:before:{name}"),
             PausePoint::AfterStore(name) => write!(f, "store:after:{name}"),
             PausePoint::BeforeQueueAck => f.write_str("queue:before_ack"),
         }
     }
+}
+
+/// Which worker a crash or restart step means.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WorkerRef {
+    /// `worker-2`.
+    Named(String),
+    /// The worker that reached the named pause (a pause on any worker).
+    PausedAt(String),
+}
+
+impl std::fmt::Display for WorkerRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WorkerRef::Named(name) => f.write_str(name),
+            WorkerRef::PausedAt(pause) => write!(f, "the worker paused at {pause:?}"),
+        }
+    }
+}
+
+/// The placeholder a call's arguments may hold for the ticket an operation created:
+/// `${ticket_of:NAME}` becomes that ticket's id (read from the ledger) when the call is sent.
+pub const TICKET_OF_PLACEHOLDER: &str = "${ticket_of:";
+
+/// The operations `arguments` names in `${ticket_of:NAME}` placeholders, in order.
+pub fn ticket_placeholders(arguments: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut rest = arguments;
+    while let Some(start) = rest.find(TICKET_OF_PLACEHOLDER) {
+        let after = &rest[start + TICKET_OF_PLACEHOLDER.len()..];
+        let Some(end) = after.find('}') else { break };
+        names.push(after[..end].to_owned());
+        rest = &after[end + 1..];
+    }
+    names
 }
 
 /// One tool call the agent makes.
@@ -176,7 +293,8 @@ pub struct CallStep {
     pub tool: String,
     /// Tool version.
     pub version: String,
-    /// The arguments, as the exact JSON text to send.
+    /// The arguments, as the exact JSON text to send (after `${ticket_of:NAME}` placeholders
+    /// are replaced).
     pub arguments: String,
     /// Overrides the operation's actor.
     pub actor: Option<String>,
@@ -241,12 +359,12 @@ pub enum StepKind {
         /// The fault's name.
         name: String,
     },
-    /// Pause `worker` the next time it reaches `point`.
+    /// Pause `worker` (or whichever worker gets there first) the next time it reaches `point`.
     Pause {
         /// Names the pause for `wait_paused` and `release`.
         name: String,
-        /// The worker.
-        worker: String,
+        /// The worker, or `None` for any worker.
+        worker: Option<String>,
         /// Where.
         point: PausePoint,
     },
@@ -263,12 +381,12 @@ pub enum StepKind {
     /// Kill a worker (its process state is lost; its store is not).
     Crash {
         /// The worker.
-        worker: String,
+        worker: WorkerRef,
     },
     /// Start a crashed worker again.
     Restart {
         /// The worker.
-        worker: String,
+        worker: WorkerRef,
     },
     /// Let simulated time pass.
     Advance {

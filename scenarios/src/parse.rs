@@ -10,8 +10,9 @@ use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
 use crate::model::{
-    CallStep, DownstreamSpec, ExpectOutcome, OperationSpec, PausePoint, QueueSpec, Row, Scenario,
-    ServiceSpec, Step, StepKind, TimingSpec, WebhookSpec, DEFAULT_SETTLE, DEFAULT_TOOL_VERSION,
+    CallStep, DownstreamSpec, ExpectOutcome, OperationSpec, PausePoint, QueueSpec, RequestFilter, Row,
+    Scenario, ServiceSpec, Step, StepKind, TimingSpec, WebhookSpec, WorkerRef, DEFAULT_SETTLE,
+    DEFAULT_TOOL_VERSION,
 };
 
 /// The most workers a scenario may ask for (each is a simulated host).
@@ -202,6 +203,10 @@ enum StepForm {
         name: String,
         worker: String,
         point: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        request: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tool: Option<String>,
     },
     WaitPaused {
         name: String,
@@ -210,10 +215,16 @@ enum StepForm {
         name: String,
     },
     Crash {
-        worker: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        worker: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        paused: Option<String>,
     },
     Restart {
-        worker: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        worker: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        paused: Option<String>,
     },
     Advance {
         by: String,
@@ -478,21 +489,34 @@ impl Validator<'_> {
                     return Err(format!("`release_hold` names {name:?}, which is not an earlier named fault"))
                 }
             },
-            StepForm::Pause { name, worker: w, point } => {
-                let point = PausePoint::parse(&point).ok_or_else(|| {
+            StepForm::Pause { name, worker: w, point, request, tool } => {
+                let mut point = PausePoint::parse(&point).ok_or_else(|| {
                     format!(
-                        "`point` = {point:?}: use downstream:before, downstream:after, store:before:NAME, store:after:NAME or queue:before_ack"
+                        "`point` = {point:?}: use downstream:before, downstream:before:effect, downstream:after, downstream:after:committed, store:before:NAME, store:after:NAME or queue:before_ack"
                     )
                 })?;
+                if let PausePoint::Downstream { filter, .. } = &mut point {
+                    if let Some(request) = request {
+                        (filter.method, filter.path) = request_filter(&request)?;
+                    }
+                    filter.tool = tool;
+                } else if request.is_some() || tool.is_some() {
+                    return Err("`request` and `tool` narrow downstream points only".into());
+                }
                 if !context.pauses.insert(name.clone()) {
                     return Err(format!("pause name {name:?} is used twice"));
                 }
-                StepKind::Pause { name, worker: worker(&w)?, point }
+                let worker = if w == ANY_WORKER { None } else { Some(worker(&w)?) };
+                StepKind::Pause { name, worker, point }
             }
             StepForm::WaitPaused { name } => StepKind::WaitPaused { name: context.known_pause(name)? },
             StepForm::Release { name } => StepKind::Release { name: context.known_pause(name)? },
-            StepForm::Crash { worker: w } => StepKind::Crash { worker: worker(&w)? },
-            StepForm::Restart { worker: w } => StepKind::Restart { worker: worker(&w)? },
+            StepForm::Crash { worker: w, paused } => {
+                StepKind::Crash { worker: worker_ref(w, paused, &worker, context)? }
+            }
+            StepForm::Restart { worker: w, paused } => {
+                StepKind::Restart { worker: worker_ref(w, paused, &worker, context)? }
+            }
             StepForm::Advance { by } => StepKind::Advance {
                 by: humantime::parse_duration(&by)
                     .map_err(|error| format!("`by` = {by:?} is not a duration like \"5s\": {error}"))?,
@@ -563,6 +587,11 @@ impl Validator<'_> {
                 serde_json::to_string(&table).map_err(|error| error.to_string())?
             }
         };
+        for name in crate::model::ticket_placeholders(&arguments) {
+            operation(&name).map_err(|_| {
+                format!("call {:?}: `${{ticket_of:{name}}}` names no operation of [operations]", form.id)
+            })?;
+        }
         if !form.wait {
             context.unawaited.insert(form.id.clone());
         }
@@ -577,6 +606,43 @@ impl Validator<'_> {
             wait: form.wait,
             id: form.id,
         })
+    }
+}
+
+/// What `worker` says in a `pause` step that may stop any worker.
+const ANY_WORKER: &str = "any";
+
+/// `POST /v1/charges`, `POST` or `/v1/charges` -> (method, path).
+fn request_filter(text: &str) -> Result<(Option<String>, Option<String>), String> {
+    let mut parts = text.split_whitespace();
+    let (first, second) = (parts.next(), parts.next());
+    let bad = || format!("`request` = {text:?}: write a method and a path, e.g. \"POST /v1/charges\"");
+    if parts.next().is_some() {
+        return Err(bad());
+    }
+    let is_path = |part: &str| part.starts_with('/');
+    let is_method = |part: &str| !part.is_empty() && part.chars().all(|c| c.is_ascii_alphabetic());
+    match (first, second) {
+        (Some(method), Some(path)) if is_method(method) && is_path(path) => {
+            Ok((Some(method.to_ascii_uppercase()), Some(path.to_owned())))
+        }
+        (Some(path), None) if is_path(path) => Ok((None, Some(path.to_owned()))),
+        (Some(method), None) if is_method(method) => Ok((Some(method.to_ascii_uppercase()), None)),
+        _ => Err(bad()),
+    }
+}
+
+/// A crash or restart target: `worker = NAME` or `paused = PAUSE`, exactly one.
+fn worker_ref(
+    worker: Option<String>,
+    paused: Option<String>,
+    check_worker: &dyn Fn(&str) -> Result<String, String>,
+    context: &StepContext,
+) -> Result<WorkerRef, String> {
+    match (worker, paused) {
+        (Some(worker), None) => Ok(WorkerRef::Named(check_worker(&worker)?)),
+        (None, Some(pause)) => Ok(WorkerRef::PausedAt(context.known_pause(pause)?)),
+        _ => Err("name the worker with `worker`, or the pause it reached with `paused` (one of them)".into()),
     }
 }
 
@@ -797,13 +863,21 @@ impl Scenario {
                     StepKind::ReleaseHold { name } => StepForm::ReleaseHold { name: name.clone() },
                     StepKind::Pause { name, worker, point } => StepForm::Pause {
                         name: name.clone(),
-                        worker: worker.clone(),
+                        worker: worker.clone().unwrap_or_else(|| ANY_WORKER.to_owned()),
                         point: point.to_string(),
+                        request: point.filter().and_then(RequestFilter::request_text),
+                        tool: point.filter().and_then(|filter| filter.tool.clone()),
                     },
                     StepKind::WaitPaused { name } => StepForm::WaitPaused { name: name.clone() },
                     StepKind::Release { name } => StepForm::Release { name: name.clone() },
-                    StepKind::Crash { worker } => StepForm::Crash { worker: worker.clone() },
-                    StepKind::Restart { worker } => StepForm::Restart { worker: worker.clone() },
+                    StepKind::Crash { worker } => {
+                        let (worker, paused) = worker_ref_form(worker);
+                        StepForm::Crash { worker, paused }
+                    }
+                    StepKind::Restart { worker } => {
+                        let (worker, paused) = worker_ref_form(worker);
+                        StepForm::Restart { worker, paused }
+                    }
                     StepKind::Advance { by } => StepForm::Advance { by: duration(*by) },
                     StepKind::Revoke { actor, tool } => {
                         StepForm::Revoke { actor: actor.clone(), tool: tool.clone() }
@@ -873,6 +947,13 @@ impl Scenario {
             steps,
         };
         toml::to_string(&form).expect("a scenario serialises to TOML")
+    }
+}
+
+fn worker_ref_form(worker: &WorkerRef) -> (Option<String>, Option<String>) {
+    match worker {
+        WorkerRef::Named(name) => (Some(name.clone()), None),
+        WorkerRef::PausedAt(pause) => (None, Some(pause.clone())),
     }
 }
 

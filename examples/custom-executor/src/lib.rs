@@ -9,8 +9,11 @@
 //! What it does, in order: look up the contract, validate and fingerprint the arguments,
 //! derive the operation key from the workflow context, ask the authorizer, claim or load,
 //! compare fingerprints, then call the downstream with the key as `Idempotency-Key`. An
-//! ambiguous answer (timeout, closed connection, 5xx, unreadable body) is `unknown`; a later
-//! call, poll or reconciliation resends with the same key, which the downstream deduplicates.
+//! ambiguous answer (timeout, closed connection, 5xx, unreadable body) is `unknown`; the
+//! executor does not wait for the agent to find out: it keeps the arguments of that one
+//! operation and resends them with the same key in the background (`env.background`), which the
+//! downstream deduplicates, until it gets an answer or has tried three times. A later call
+//! resends too.
 //!
 //! It is deliberately narrow: every other tool is rejected, and it trusts the downstream to
 //! honour keys (see `tests/property.rs`, which tests it only on such worlds).
@@ -31,6 +34,11 @@ use wire::HttpRequest;
 pub const TOOL: &str = "tickets.create";
 /// How long one downstream request may take before its outcome is unknown.
 const DOWNSTREAM_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long after an ambiguous answer the executor resends on its own (then twice, three
+/// times as long).
+const RESEND_AFTER: Duration = Duration::from_secs(1);
+/// How many times the executor resends on its own before it leaves the operation `unknown`.
+const RESEND_ATTEMPTS: u32 = 3;
 
 #[derive(Debug, Clone, PartialEq)]
 enum State {
@@ -47,7 +55,14 @@ struct Record {
     fingerprint: String,
     tool_version: String,
     state: State,
+    /// The validated arguments, kept until the ticket exists: what a resend needs after an
+    /// ambiguous answer or a crash.
+    arguments: Option<Arguments>,
+    /// Who asked: a resend is authorized again, like any effect.
+    actor: String,
 }
+
+type Arguments = serde_json::Map<String, serde_json::Value>;
 
 type Claims = Rc<RefCell<BTreeMap<(String, String), Record>>>;
 
@@ -60,6 +75,22 @@ pub struct TinyFactory {
 impl ExecutorFactory for TinyFactory {
     fn start(&self, env: WorkerEnv) -> Box<dyn Executor> {
         let owner = format!("{}#{}", env.worker_id, env.incarnation);
+        // Operations an earlier incarnation (of any worker) left unknown or pending: resend them
+        // with their key (pending ones once their leases run out).
+        let abandoned: Vec<(String, String)> = self
+            .claims
+            .borrow()
+            .iter()
+            .filter(|(_, record)| {
+                !matches!(record.state, State::Applied { .. }) && record.arguments.is_some()
+            })
+            .map(|(scope, _)| scope.clone())
+            .collect();
+        for scope in abandoned {
+            let (task_env, claims, task_owner) = (env.clone(), self.claims.clone(), owner.clone());
+            env.background
+                .spawn(Box::pin(async move { resend_later(task_env, claims, task_owner, scope).await }));
+        }
         Box::new(TinyExecutor { env, owner, claims: self.claims.clone() })
     }
 }
@@ -120,74 +151,14 @@ impl TinyExecutor {
     }
 
     /// Sends the ticket with the operation key and records what came back.
-    async fn effect(
-        &self,
-        tenant: &str,
-        key: &str,
-        arguments: &serde_json::Map<String, serde_json::Value>,
-    ) -> Outcome {
-        let body = serde_json::json!({
-            "tenant": tenant,
-            "queue": arguments.get("queue"),
-            "subject": arguments.get("subject"),
-            "body": arguments.get("body"),
-        });
-        let request =
-            HttpRequest::json(http::Method::POST, "/v1/tickets", &body).header("Idempotency-Key", key);
-        let answer = tokio::time::timeout(DOWNSTREAM_TIMEOUT, self.env.downstream.send(request)).await;
-        let ticket = match &answer {
-            Ok(Ok(response)) if (200..300).contains(&response.status) => response
-                .json::<serde_json::Value>()
-                .ok()
-                .and_then(|body| body["ticket_id"].as_str().map(|id| (id.to_owned(), body.clone()))),
-            _ => None,
-        };
-        let scope = (tenant.to_owned(), key.to_owned());
-        let mut claims = self.claims.borrow_mut();
-        let Some(record) = claims.get_mut(&scope) else { return outcome(OutcomeStatus::Unknown, key) };
-        match ticket {
-            Some((ticket_id, body)) => {
-                let result = serde_json::json!({ "ticket_id": ticket_id, "version": body["version"] });
-                record.state = State::Applied { ticket_id: ticket_id.clone(), result: result.clone() };
-                let mut applied = outcome(OutcomeStatus::Applied, key);
-                applied.effect_reference = Some(ticket_id);
-                applied.result = Some(result);
-                applied
-            }
-            None => {
-                let refused = matches!(&answer, Ok(Ok(response)) if (400..500).contains(&response.status) && response.status != 409);
-                if refused {
-                    claims.remove(&scope);
-                    return rejected(
-                        ReasonCode::DownstreamRejected,
-                        "the ticket service refused the request",
-                        Some(key),
-                    );
-                }
-                record.state = State::Unknown;
-                let mut unknown = outcome(OutcomeStatus::Unknown, key);
-                unknown.next_action = NextAction::Reconcile;
-                unknown
-            }
-        }
+    async fn effect(&self, tenant: &str, key: &str, arguments: &Arguments) -> Outcome {
+        send_ticket(&self.env, &self.claims, &self.owner, tenant, key, arguments).await
     }
 
     /// Takes a record over when it is unknown or its owner's lease ran out; says whether
     /// this worker now owns it.
     fn take_over(&self, scope: &(String, String)) -> bool {
-        let now_ms = self.env.clock.now_ms();
-        let lease_ms = self.contract(protocol_version()).map_or(2_000, |c| c.lease.as_millis() as u64);
-        let mut claims = self.claims.borrow_mut();
-        let Some(record) = claims.get_mut(scope) else { return false };
-        let abandoned = match &record.state {
-            State::Unknown => true,
-            State::Pending { lease_until_ms, .. } => *lease_until_ms <= now_ms,
-            State::Applied { .. } => false,
-        };
-        if abandoned {
-            record.state = State::Pending { owner: self.owner.clone(), lease_until_ms: now_ms + lease_ms };
-        }
-        abandoned
+        take_over(&self.env, &self.claims, &self.owner, scope)
     }
 
     async fn settle(&self, operation: &OperationRef) -> Outcome {
@@ -221,6 +192,117 @@ impl TinyExecutor {
 /// The contract version this example was written against.
 fn protocol_version() -> &'static str {
     "2026-08-18"
+}
+
+/// Takes a record over when it is unknown or its owner's lease ran out; says whether `owner`
+/// now owns it.
+fn take_over(env: &WorkerEnv, claims: &Claims, owner: &str, scope: &(String, String)) -> bool {
+    let now_ms = env.clock.now_ms();
+    let lease_ms = env.contracts.get(TOOL, protocol_version()).map_or(2_000, |c| c.lease.as_millis() as u64);
+    let mut claims = claims.borrow_mut();
+    let Some(record) = claims.get_mut(scope) else { return false };
+    let abandoned = match &record.state {
+        State::Unknown => true,
+        State::Pending { lease_until_ms, .. } => *lease_until_ms <= now_ms,
+        State::Applied { .. } => false,
+    };
+    if abandoned {
+        record.state = State::Pending { owner: owner.to_owned(), lease_until_ms: now_ms + lease_ms };
+    }
+    abandoned
+}
+
+/// Sends the ticket with the operation key and records what came back. An ambiguous answer
+/// leaves the record `unknown`, with its arguments, and starts the background resend.
+async fn send_ticket(
+    env: &WorkerEnv,
+    claims: &Claims,
+    owner: &str,
+    tenant: &str,
+    key: &str,
+    arguments: &Arguments,
+) -> Outcome {
+    let body = serde_json::json!({
+        "tenant": tenant,
+        "queue": arguments.get("queue"),
+        "subject": arguments.get("subject"),
+        "body": arguments.get("body"),
+    });
+    let request = HttpRequest::json(http::Method::POST, "/v1/tickets", &body).header("Idempotency-Key", key);
+    let answer = tokio::time::timeout(DOWNSTREAM_TIMEOUT, env.downstream.send(request)).await;
+    let ticket = match &answer {
+        Ok(Ok(response)) if (200..300).contains(&response.status) => response
+            .json::<serde_json::Value>()
+            .ok()
+            .and_then(|body| body["ticket_id"].as_str().map(|id| (id.to_owned(), body.clone()))),
+        _ => None,
+    };
+    let scope = (tenant.to_owned(), key.to_owned());
+    let mut all = claims.borrow_mut();
+    let Some(record) = all.get_mut(&scope) else { return outcome(OutcomeStatus::Unknown, key) };
+    match ticket {
+        Some((ticket_id, body)) => {
+            let result = serde_json::json!({ "ticket_id": ticket_id, "version": body["version"] });
+            record.state = State::Applied { ticket_id: ticket_id.clone(), result: result.clone() };
+            record.arguments = None;
+            let mut applied = outcome(OutcomeStatus::Applied, key);
+            applied.effect_reference = Some(ticket_id);
+            applied.result = Some(result);
+            applied
+        }
+        None => {
+            let refused = matches!(&answer, Ok(Ok(response)) if (400..500).contains(&response.status) && response.status != 409);
+            if refused {
+                all.remove(&scope);
+                return rejected(
+                    ReasonCode::DownstreamRejected,
+                    "the ticket service refused the request",
+                    Some(key),
+                );
+            }
+            record.state = State::Unknown;
+            drop(all);
+            let (task_env, claims, owner) = (env.clone(), claims.clone(), owner.to_owned());
+            env.background.spawn(Box::pin(async move { resend_later(task_env, claims, owner, scope).await }));
+            let mut unknown = outcome(OutcomeStatus::Unknown, key);
+            unknown.next_action = NextAction::Reconcile;
+            unknown
+        }
+    }
+}
+
+/// The executor's own recovery of an ambiguous or abandoned create: once the record is
+/// unknown or its owner's lease ran out, resends the kept arguments with the same key (the
+/// downstream answers from the first request if it got it), waiting a little longer each time,
+/// until the ticket is known or [`RESEND_ATTEMPTS`] are spent. The first resend that gets an
+/// answer settles it; the others find the record settled and stop.
+async fn resend_later(env: WorkerEnv, claims: Claims, owner: String, scope: (String, String)) {
+    for attempt in 1..=RESEND_ATTEMPTS {
+        let lease_until_ms = match claims.borrow().get(&scope).map(|record| &record.state) {
+            Some(State::Pending { lease_until_ms, .. }) => *lease_until_ms,
+            Some(State::Unknown) => 0,
+            Some(State::Applied { .. }) | None => return,
+        };
+        let wait_ms = lease_until_ms.saturating_sub(env.clock.now_ms());
+        env.background.sleep((RESEND_AFTER * attempt).max(Duration::from_millis(wait_ms))).await;
+        let kept = claims
+            .borrow()
+            .get(&scope)
+            .and_then(|record| Some((record.arguments.clone()?, record.actor.clone())));
+        let Some((arguments, actor)) = kept else { return };
+        // An idempotency hit is no authorization bypass: a resend is asked for again.
+        let request = AuthRequest { tenant: scope.0.clone(), actor, tool: TOOL.to_owned() };
+        if !env.authorizer.authorize(request).await.allowed {
+            return;
+        }
+        if !take_over(&env, &claims, &owner, &scope) {
+            continue;
+        }
+        let outcome = Box::pin(send_ticket(&env, &claims, &owner, &scope.0, &scope.1, &arguments)).await;
+        if outcome.status != OutcomeStatus::Unknown {
+            return;
+        }
+    }
 }
 
 impl Executor for TinyExecutor {
@@ -263,6 +345,8 @@ impl Executor for TinyExecutor {
                             fingerprint: fingerprint.clone(),
                             tool_version: call.tool_version.clone(),
                             state: State::Pending { owner: self.owner.clone(), lease_until_ms },
+                            arguments: Some(arguments.clone()),
+                            actor: call.actor.clone(),
                         };
                         claims.insert(scope.clone(), record);
                         None

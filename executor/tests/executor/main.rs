@@ -8,6 +8,7 @@ mod jobs;
 mod leases;
 mod mutants;
 mod queue;
+mod reconcile;
 mod retention;
 mod store_file;
 mod support;

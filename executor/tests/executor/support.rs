@@ -195,6 +195,7 @@ impl WorldBuilder {
         let location = self.location.unwrap_or_else(unique_memory);
         let config = ReferenceConfig::default().with_downstream_timeout(self.timeout);
         let factory = ReferenceFactory::with_strategies(location, config, self.strategies).unwrap();
+        let background = Rc::new(QueuedBackground { tasks: RefCell::default(), clock: clock.clone() });
         World {
             downstream,
             port,
@@ -205,6 +206,7 @@ impl WorldBuilder {
             entropy: Rc::default(),
             contracts: Arc::new(self.contracts),
             factory,
+            background,
             starts: Cell::new(0),
             calls: Cell::new(0),
         }
@@ -227,6 +229,8 @@ pub struct World {
     pub entropy: Rc<Counter>,
     pub contracts: Arc<ContractSet>,
     pub factory: ReferenceFactory,
+    /// The executors' background work, run only when a test asks ([`World::run_background`]).
+    pub background: Rc<QueuedBackground>,
     starts: Cell<u32>,
     calls: Cell<u32>,
 }
@@ -270,9 +274,33 @@ impl World {
             outbox: self.outbox.clone(),
             store_gate: gate,
             entropy: self.entropy.clone(),
-            background: Rc::new(LocalBackground),
+            background: self.background.clone(),
             contracts: self.contracts.clone(),
         })
+    }
+
+    /// Runs the background work the executors started (and the work that starts), one task
+    /// after another, until none is left; their sleeps move the manual clock on.
+    pub async fn run_background(&self) {
+        loop {
+            let tasks = std::mem::take(&mut *self.background.tasks.borrow_mut());
+            if tasks.is_empty() {
+                return;
+            }
+            for task in tasks {
+                task.await;
+            }
+        }
+    }
+
+    /// Drops the background work started so far (its worker crashed).
+    pub fn drop_background(&self) {
+        self.background.tasks.borrow_mut().clear();
+    }
+
+    /// The manual clock.
+    pub fn now_ms(&self) -> u64 {
+        self.clock.load(Ordering::SeqCst)
     }
 
     /// Moves the manual clock on, and tells the downstream (its jobs finish by this clock).
@@ -369,11 +397,23 @@ pub async fn eventually(what: &str, condition: impl Fn() -> bool) {
     panic!("timed out waiting until {what}");
 }
 
-/// Background work on the current `LocalSet` (the reference starts none).
-struct LocalBackground;
+/// Background work (the reference's own reconciliation) kept until a test runs it with
+/// [`World::run_background`], so that tests decide when it happens; a sleep moves the manual
+/// clock on instead of waiting.
+pub struct QueuedBackground {
+    tasks: RefCell<Vec<LocalBoxFuture<'static, ()>>>,
+    clock: Arc<AtomicU64>,
+}
 
-impl protocol::Background for LocalBackground {
-    fn spawn(&self, task: protocol::LocalBoxFuture<'static, ()>) {
-        tokio::task::spawn_local(task);
+impl protocol::Background for QueuedBackground {
+    fn spawn(&self, task: LocalBoxFuture<'static, ()>) {
+        self.tasks.borrow_mut().push(task);
+    }
+
+    fn sleep(&self, duration: Duration) -> LocalBoxFuture<'static, ()> {
+        let clock = self.clock.clone();
+        Box::pin(async move {
+            clock.fetch_add(duration.as_millis() as u64, Ordering::SeqCst);
+        })
     }
 }

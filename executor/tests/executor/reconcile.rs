@@ -1,0 +1,105 @@
+//! The executor's own reconciliation: an operation left `unknown`, or a claim whose owner
+//! crashed, is looked up in the downstream's system of record without waiting for the agent,
+//! a bounded number of times, and never resent without the request.
+
+use std::rc::Rc;
+
+use executor::RecordStatus;
+use fake_downstream::{FaultAction, FaultRule, IdempotencyMode, RuleMatch, Service, ServiceConfig};
+use protocol::{ContractSet, OutcomeStatus};
+
+use crate::support::{PausingGate, World, LEASE_MS, TICKET};
+
+fn on(method: &str, path: &str) -> RuleMatch {
+    RuleMatch { method: Some(method.into()), path: Some(path.into()), ..RuleMatch::default() }
+}
+
+fn receipt_lookups(world: &World) -> usize {
+    world.downstream.requests().iter().filter(|request| request.path.starts_with("/v1/receipts/")).count()
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn an_unknown_operation_is_settled_from_the_receipt_without_the_agent() {
+    let world = World::new().await;
+    world.downstream.install_fault(FaultRule::once(on("POST", "/v1/tickets"), FaultAction::CommitThenDrop));
+    let worker = world.worker("worker-1");
+    let first = worker.call(world.call("tickets.create", "s", TICKET)).await;
+    assert_eq!(first.status, OutcomeStatus::Unknown, "{first:?}");
+    assert_eq!(receipt_lookups(&world), 0, "nothing is looked up while answering");
+
+    world.run_background().await;
+
+    let record = world.record("s");
+    assert_eq!(record.status, RecordStatus::Applied, "{record:?}");
+    assert_eq!(record.effect_reference.as_deref(), Some("ticket_1"));
+    assert_eq!(receipt_lookups(&world), 1);
+    assert_eq!(world.requests_to("POST", "/v1/tickets").len(), 1, "found, not resent");
+    let polled = worker.poll(world.operation("s")).await;
+    assert_eq!(polled.status, OutcomeStatus::Replayed, "{polled:?}");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_crashed_owners_claim_is_looked_up_once_its_lease_ran_out() {
+    let world = World::new().await;
+    let gate = Rc::new(PausingGate::default());
+    gate.pause_at("enter complete");
+    let doomed = world.worker_with_gate("worker-1", gate.clone());
+    tokio::select! {
+        _ = doomed.call(world.call("tickets.create", "s", TICKET)) => panic!("the worker was expected to pause"),
+        () = gate.paused() => {}
+    }
+    drop(doomed);
+    // The earlier incarnation's background work died with it.
+    world.drop_background();
+    assert_eq!(world.record("s").status, RecordStatus::Pending);
+
+    let _restarted = world.worker("worker-1");
+    let started_at = world.now_ms();
+    world.run_background().await;
+
+    assert!(world.now_ms() >= started_at + LEASE_MS - 1_000, "it waited for the lease");
+    let record = world.record("s");
+    assert_eq!(
+        (record.status, record.effect_reference.as_deref()),
+        (RecordStatus::Applied, Some("ticket_1"))
+    );
+    assert_eq!(world.ledger().len(), 1);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn without_a_receipt_it_gives_up_after_three_lookups_and_never_resends() {
+    // The request is swallowed and never answered: a short downstream timeout.
+    let world = World::builder().timeout(std::time::Duration::from_millis(200)).build().await;
+    world.downstream.install_fault(FaultRule::once(on("POST", "/v1/tickets"), FaultAction::DropBeforeCommit));
+    let worker = world.worker("worker-1");
+    let first = worker.call(world.call("tickets.create", "s", TICKET)).await;
+    assert_eq!(first.status, OutcomeStatus::Unknown, "{first:?}");
+
+    world.run_background().await;
+
+    assert_eq!(receipt_lookups(&world), 3, "three tries, then it is the agent's or an operator's");
+    assert_eq!(world.requests_to("POST", "/v1/tickets").len(), 1, "no request at hand: nothing resent");
+    assert_eq!(world.record("s").status, RecordStatus::Unknown);
+    assert!(world.ledger().is_empty());
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn an_operation_without_any_lookup_is_left_to_the_agent() {
+    let mut config = World::builder_downstream_config();
+    config.set_service(
+        Service::Tickets,
+        ServiceConfig { idempotency: IdempotencyMode::Ignored, receipts: false },
+    );
+    let mut contracts = ContractSet::builtin();
+    contracts.set_capabilities("tickets", false, false);
+    let world = World::builder().downstream(config).contracts(contracts).build().await;
+    world.downstream.install_fault(FaultRule::once(on("POST", "/v1/tickets"), FaultAction::CommitThenDrop));
+    let worker = world.worker("worker-1");
+    let first = worker.call(world.call("tickets.create", "s", TICKET)).await;
+    assert_eq!(first.status, OutcomeStatus::Unknown, "{first:?}");
+
+    world.run_background().await;
+
+    assert_eq!(world.downstream.requests().len(), 1, "nothing to ask: no request after the first");
+    assert_eq!(world.record("s").status, RecordStatus::Unknown);
+}
