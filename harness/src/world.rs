@@ -492,3 +492,52 @@ impl Shared {
         self.history.push(kind);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use scenarios::RequestFilter;
+
+    use super::*;
+
+    fn at(moment: Moment, method: &str, path: &str, committed: bool) -> PointReached {
+        PointReached {
+            worker: "worker-1".into(),
+            point: Reached::Downstream { moment, method: method.into(), path: path.into(), committed },
+        }
+    }
+
+    #[test]
+    fn qualified_downstream_points_stop_only_at_their_moment() {
+        let after_commit = PausePoint::downstream(Moment::After, true);
+        assert!(at(Moment::After, "POST", "/v1/tickets", true).stops(Some("worker-1"), &after_commit));
+        assert!(!at(Moment::After, "POST", "/v1/tickets", false).stops(Some("worker-1"), &after_commit));
+        assert!(!at(Moment::After, "GET", "/v1/receipts/k", false).stops(None, &after_commit));
+        assert!(!at(Moment::Before, "POST", "/v1/tickets", true).stops(None, &after_commit));
+        assert!(!at(Moment::After, "POST", "/v1/tickets", true).stops(Some("worker-2"), &after_commit));
+
+        let before_effect = PausePoint::downstream(Moment::Before, true);
+        assert!(at(Moment::Before, "PATCH", "/v1/tickets/ticket_1", false).stops(None, &before_effect));
+        assert!(!at(Moment::Before, "GET", "/v1/tickets/ticket_1", false).stops(None, &before_effect));
+        assert!(!at(Moment::Before, "GET", "/v1/receipts/k", false).stops(None, &before_effect));
+        // Unqualified, any request will do.
+        assert!(at(Moment::Before, "GET", "/v1/receipts/k", false)
+            .stops(None, &PausePoint::downstream(Moment::Before, false)));
+    }
+
+    #[test]
+    fn downstream_points_filter_by_method_path_and_tool() {
+        let point = |filter: RequestFilter| PausePoint::Downstream { moment: Moment::Before, filter };
+        let charge = at(Moment::Before, "POST", "/v1/charges", false);
+        let by_tool =
+            point(RequestFilter { tool: Some("payments.charge".into()), ..RequestFilter::default() });
+        assert!(charge.stops(None, &by_tool));
+        assert!(!at(Moment::Before, "POST", "/v1/tickets", false).stops(None, &by_tool));
+        let by_prefix =
+            point(RequestFilter { path: Some("/v1/tickets/*".into()), ..RequestFilter::default() });
+        assert!(at(Moment::Before, "PATCH", "/v1/tickets/ticket_2", false).stops(None, &by_prefix));
+        assert!(!charge.stops(None, &by_prefix));
+        let by_method = point(RequestFilter { method: Some("get".into()), ..RequestFilter::default() });
+        assert!(!charge.stops(None, &by_method));
+        assert!(at(Moment::Before, "GET", "/v1/jobs/job_1", false).stops(None, &by_method));
+    }
+}

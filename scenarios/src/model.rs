@@ -274,7 +274,10 @@ pub fn ticket_placeholders(arguments: &str) -> Vec<String> {
     while let Some(start) = rest.find(TICKET_OF_PLACEHOLDER) {
         let after = &rest[start + TICKET_OF_PLACEHOLDER.len()..];
         let Some(end) = after.find('}') else { break };
-        names.push(after[..end].to_owned());
+        let name = &after[..end];
+        if !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+            names.push(name.to_owned());
+        }
         rest = &after[end + 1..];
     }
     names

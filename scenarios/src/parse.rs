@@ -783,6 +783,94 @@ status = "applied"
         assert!(error.line >= 20, "{error}");
     }
 
+    /// MINIMAL with `steps` instead of its steps.
+    fn with_steps(steps: &str) -> String {
+        let head = &MINIMAL[..MINIMAL.find("[[step]]").expect("steps")];
+        format!("workers = 2\n{head}{steps}")
+    }
+
+    #[test]
+    fn pause_points_take_qualifiers_filters_and_any_worker() {
+        let scenario = Scenario::from_toml(
+            &with_steps(
+                r#"
+[[step]]
+action = "pause"
+name = "p"
+worker = "any"
+point = "downstream:after:committed"
+request = "post /v1/charges"
+tool = "payments.charge"
+
+[[step]]
+action = "wait_paused"
+name = "p"
+
+[[step]]
+action = "crash"
+paused = "p"
+
+[[step]]
+action = "restart"
+paused = "p"
+"#,
+            ),
+            "test.toml",
+        )
+        .unwrap();
+        let StepKind::Pause { worker, point, .. } = &scenario.steps[0].kind else { panic!("a pause") };
+        assert_eq!(*worker, None);
+        let expected = RequestFilter {
+            effect: true,
+            method: Some("POST".into()),
+            path: Some("/v1/charges".into()),
+            tool: Some("payments.charge".into()),
+        };
+        assert_eq!(point, &PausePoint::Downstream { moment: crate::Moment::After, filter: expected });
+        assert_eq!(point.describe(), "downstream:after:committed POST /v1/charges for payments.charge");
+        assert_eq!(scenario.steps[2].kind, StepKind::Crash { worker: WorkerRef::PausedAt("p".into()) });
+        let again = Scenario::from_toml(&scenario.to_toml(), "again.toml").unwrap();
+        assert_eq!(again.steps[0].kind, scenario.steps[0].kind, "{}", scenario.to_toml());
+        assert_eq!(
+            PausePoint::parse("downstream:before:effect"),
+            Some(PausePoint::downstream(crate::Moment::Before, true))
+        );
+    }
+
+    #[test]
+    fn bad_pause_points_crash_targets_and_placeholders_are_refused_with_a_reason() {
+        let check = |steps: &str, expected: &str| {
+            let error = error_of(&with_steps(steps));
+            assert!(error.message.contains(expected), "{steps}: {error}");
+        };
+        check(
+            "[[step]]\naction = \"pause\"\nname = \"p\"\nworker = \"worker-1\"\npoint = \"downstream:after:effect\"\n",
+            "downstream:after:committed",
+        );
+        check(
+            "[[step]]\naction = \"pause\"\nname = \"p\"\nworker = \"worker-1\"\npoint = \"downstream:before\"\nrequest = \"POST charges now\"\n",
+            "write a method and a path",
+        );
+        check(
+            "[[step]]\naction = \"pause\"\nname = \"p\"\nworker = \"worker-1\"\npoint = \"queue:before_ack\"\ntool = \"messages.send\"\n",
+            "narrow downstream points only",
+        );
+        check("[[step]]\naction = \"crash\"\n", "one of them");
+        check("[[step]]\naction = \"crash\"\nworker = \"worker-1\"\npaused = \"p\"\n", "one of them");
+        check("[[step]]\naction = \"restart\"\npaused = \"nowhere\"\n", "no earlier `pause`");
+        check(
+            "[[step]]\naction = \"call\"\nid = \"c\"\nworker = \"worker-1\"\noperation = \"op1\"\ntool = \"tickets.set_status\"\narguments = '{\"ticket_id\": \"${ticket_of:op9}\"}'\n",
+            "names no operation",
+        );
+    }
+
+    #[test]
+    fn ticket_placeholders_are_found_in_order() {
+        let text = r#"{"a": "${ticket_of:one}", "b": "x${ticket_of:two}y", "c": "${ticket_of:"}"#;
+        assert_eq!(crate::ticket_placeholders(text), ["one", "two"]);
+        assert!(crate::ticket_placeholders(r#"{"plain": "text"}"#).is_empty());
+    }
+
     #[test]
     fn semantic_errors_name_the_step_line() {
         let check = |from: &str, to: &str, expected: &str| {

@@ -1,0 +1,353 @@
+//! Premises before verdicts: a run whose fault never fired, whose pause point was never reached
+//! or whose concurrent calls never overlapped is `unknown`, names the premise, and never
+//! passes. And the ground truth is out of the executor's reach.
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use harness::executors::{self, ExecutorSpec};
+use harness::history::EventKind;
+use harness::runner;
+use harness::verdict::Verdict;
+use protocol::{
+    Consumed, Envelope, Executor, ExecutorFactory, LocalBoxFuture, OperationRef, Outcome, OutcomeStatus,
+    ToolCall, WebhookAck, WebhookEvent, WorkerEnv,
+};
+use wire::HttpRequest;
+
+const REPLAYLAB: &str = env!("CARGO_BIN_EXE_replaylab");
+
+fn scenario(id: &str) -> scenarios::Scenario {
+    scenarios::builtin().into_iter().find(|s| s.id == id).expect("a built-in scenario")
+}
+
+fn reference() -> ExecutorSpec {
+    executors::find("reference").expect("the reference executor is registered")
+}
+
+fn spec(name: &str, factory: fn() -> Rc<dyn ExecutorFactory>) -> ExecutorSpec {
+    ExecutorSpec {
+        name: name.into(),
+        version: "0".into(),
+        description: name.into(),
+        factory: Arc::new(move |_run: &str| factory()),
+    }
+}
+
+fn builtin_text(id: &str) -> String {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/matrix");
+    let entry = std::fs::read_dir(&dir)
+        .expect("the scenarios folder")
+        .filter_map(Result::ok)
+        .find(|entry| entry.file_name().to_string_lossy().starts_with(id))
+        .expect("the scenario file");
+    std::fs::read_to_string(entry.path()).expect("readable")
+}
+
+#[test]
+fn a_fault_that_never_fires_makes_the_run_unknown_and_names_it() {
+    let text = builtin_text("S19")
+        .replace(r#"path = "/v1/charges""#, r#"path = "/v1/chargez""#)
+        .replace(r#"id = "S19""#, r#"id = "S91""#);
+    assert!(text.contains("/v1/chargez"), "the rule was rewritten");
+    let dir = std::env::temp_dir().join(format!("replaylab-premise-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("S19_chargez.toml");
+    std::fs::write(&path, &text).expect("written");
+
+    let chargez = scenarios::Scenario::from_file(&path).expect("valid");
+    for seed in 1..=3 {
+        let record = runner::run(&chargez, seed, &reference());
+        assert_eq!(record.result.verdict, Verdict::Unknown, "seed {seed}: {:?}", record.result);
+        assert!(
+            record
+                .result
+                .notes
+                .iter()
+                .any(|note| note.contains("fault rule 1 (POST /v1/chargez, commit_then_delay) never fired")),
+            "{:?}",
+            record.result.notes
+        );
+    }
+    // The whole matrix with that file: the row cannot pass, and the command says so.
+    let out = dir.join("report");
+    let output = std::process::Command::new(REPLAYLAB)
+        .args(["matrix", "--seeds", "3", "--scenario-file"])
+        .arg(&path)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("replaylab runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("never fired"), "{stdout}");
+    assert!(stdout.contains("verdict: unknown"), "{stdout}");
+    // The unchanged scenario's fault fires, and it passes.
+    let record = runner::run(&scenario("S19"), 1, &reference());
+    assert_eq!(record.result.verdict, Verdict::Pass, "{:?}", record.result);
+}
+
+#[test]
+fn crashes_fall_at_the_named_moment() {
+    // S03 crashes the worker right after the request that committed the ticket.
+    let record = runner::run(&scenario("S03"), 4, &reference());
+    assert_eq!(record.result.verdict, Verdict::Pass, "{:?}", record.result);
+    let crash = record
+        .history
+        .iter()
+        .find_map(|event| match &event.kind {
+            EventKind::Crashed { paused_at, after_commit, .. } => Some((paused_at.clone(), *after_commit)),
+            _ => None,
+        })
+        .expect("S03 crashes a worker");
+    assert_eq!(crash, (Some("downstream:after POST /v1/tickets (committed)".into()), true));
+    assert_eq!(record.coverage.crashes_after_commit, 1);
+
+    // S04's first crash falls before the ticket request leaves: no effect yet.
+    let record = runner::run(&scenario("S04"), 4, &reference());
+    let crashes: Vec<(Option<String>, bool)> = record
+        .history
+        .iter()
+        .filter_map(|event| match &event.kind {
+            EventKind::Crashed { paused_at, after_commit, .. } => Some((paused_at.clone(), *after_commit)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        crashes,
+        [
+            (Some("downstream:before POST /v1/tickets".into()), false),
+            (Some("downstream:after POST /v1/charges (committed)".into()), true)
+        ]
+    );
+}
+
+/// Looks the receipt up before every create, then creates: shaped unlike the reference.
+struct LookupFirst {
+    env: WorkerEnv,
+}
+
+impl Executor for LookupFirst {
+    fn call(&self, call: ToolCall) -> LocalBoxFuture<'_, Outcome> {
+        Box::pin(async move {
+            let key = format!("{}:{}:{}", call.tenant, call.workflow_id, call.step_id);
+            let lookup =
+                HttpRequest::get(format!("/v1/receipts/{key}?tenant={}&service=tickets", call.tenant));
+            let _ = self.env.downstream.send(lookup).await;
+            let body: serde_json::Value = serde_json::from_str(call.arguments.get()).unwrap_or_default();
+            let mut ticket = body.as_object().cloned().unwrap_or_default();
+            ticket.insert("tenant".into(), call.tenant.clone().into());
+            let request =
+                HttpRequest::json(http::Method::POST, "/v1/tickets", &ticket).header("Idempotency-Key", &key);
+            let mut outcome = Outcome::new(OutcomeStatus::Unknown);
+            if let Ok(response) = self.env.downstream.send(request).await {
+                if let Ok(answer) = response.json::<serde_json::Value>() {
+                    outcome = Outcome::new(OutcomeStatus::Applied);
+                    outcome.effect_reference = answer["ticket_id"].as_str().map(str::to_owned);
+                }
+            }
+            outcome
+        })
+    }
+    fn poll(&self, _operation: OperationRef) -> LocalBoxFuture<'_, Outcome> {
+        Box::pin(async { Outcome::new(OutcomeStatus::Unknown) })
+    }
+    fn reconcile(&self, _operation: OperationRef) -> LocalBoxFuture<'_, Outcome> {
+        Box::pin(async { Outcome::new(OutcomeStatus::Unknown) })
+    }
+    fn consume(&self, _envelope: Envelope) -> LocalBoxFuture<'_, Consumed> {
+        Box::pin(async { Consumed::Ack })
+    }
+    fn webhook(&self, _event: WebhookEvent) -> LocalBoxFuture<'_, WebhookAck> {
+        Box::pin(async { WebhookAck::Unmatched })
+    }
+}
+
+struct LookupFirstFactory;
+
+impl ExecutorFactory for LookupFirstFactory {
+    fn start(&self, env: WorkerEnv) -> Box<dyn Executor> {
+        Box::new(LookupFirst { env })
+    }
+}
+
+#[test]
+fn a_qualified_pause_point_skips_requests_that_are_not_the_moment() {
+    // An executor that looks the receipt up first is still crashed after the create commits,
+    // not after its lookup.
+    let record = runner::run(&scenario("S03"), 2, &spec("lookup-first", || Rc::new(LookupFirstFactory)));
+    let paused = record
+        .history
+        .iter()
+        .find_map(|event| match &event.kind {
+            EventKind::Paused { point, .. } => Some(point.clone()),
+            _ => None,
+        })
+        .expect("the pause was reached");
+    assert_eq!(paused, "downstream:after POST /v1/tickets (committed)");
+    let lookup_before = record.history.iter().position(|event| {
+        matches!(&event.kind, EventKind::DownstreamSent { path, .. } if path.starts_with("/v1/receipts/"))
+    });
+    let pause = record.history.iter().position(|event| matches!(event.kind, EventKind::Paused { .. }));
+    assert!(lookup_before < pause, "the lookup went by without pausing");
+}
+
+/// Answers every call at once, without touching anything: two calls to it never overlap.
+struct Instant;
+
+impl Executor for Instant {
+    fn call(&self, _call: ToolCall) -> LocalBoxFuture<'_, Outcome> {
+        Box::pin(async { Outcome::new(OutcomeStatus::InFlight) })
+    }
+    fn poll(&self, _operation: OperationRef) -> LocalBoxFuture<'_, Outcome> {
+        Box::pin(async { Outcome::new(OutcomeStatus::Rejected) })
+    }
+    fn reconcile(&self, _operation: OperationRef) -> LocalBoxFuture<'_, Outcome> {
+        Box::pin(async { Outcome::new(OutcomeStatus::Rejected) })
+    }
+    fn consume(&self, _envelope: Envelope) -> LocalBoxFuture<'_, Consumed> {
+        Box::pin(async { Consumed::Ack })
+    }
+    fn webhook(&self, _event: WebhookEvent) -> LocalBoxFuture<'_, WebhookAck> {
+        Box::pin(async { WebhookAck::Unmatched })
+    }
+}
+
+struct InstantFactory;
+
+impl ExecutorFactory for InstantFactory {
+    fn start(&self, _env: WorkerEnv) -> Box<dyn Executor> {
+        Box::new(Instant)
+    }
+}
+
+#[test]
+fn concurrent_calls_that_never_overlapped_are_no_race() {
+    let scenario = scenarios::Scenario::from_toml(
+        r#"
+id = "S90"
+name = "race"
+rows = ["C4"]
+summary = "Two workers get the same call at once."
+expected = "One owner."
+workers = 2
+
+[operations.race]
+tenant = "acme"
+workflow = "run_1"
+step = "charge"
+
+[[step]]
+action = "concurrent"
+calls = [
+  { id = "one", worker = "worker-1", operation = "race", tool = "payments.charge", arguments = '{"customer": "c", "amount_minor": 1, "currency": "EUR"}' },
+  { id = "two", worker = "worker-2", operation = "race", tool = "payments.charge", arguments = '{"customer": "c", "amount_minor": 1, "currency": "EUR"}' },
+]
+"#,
+        "race.toml",
+    )
+    .expect("valid");
+    let mut overlapped = 0;
+    for seed in 0..20 {
+        let instant = runner::run(&scenario, seed, &spec("instant", || Rc::new(InstantFactory)));
+        if instant.result.verdict != Verdict::Unknown {
+            overlapped += 1;
+            continue;
+        }
+        assert!(
+            instant.result.notes.iter().any(|note| note.contains("did not overlap")),
+            "{:?}",
+            instant.result.notes
+        );
+    }
+    assert_eq!(overlapped, 0, "an executor that answers at once never races with itself");
+    // The reference's calls take store and network time: they always overlap.
+    for seed in 0..20 {
+        let record = runner::run(&scenario, seed, &reference());
+        assert_eq!(record.result.verdict, Verdict::Pass, "seed {seed}: {:?}", record.result);
+    }
+}
+
+/// Makes two tickets for every call, then tries to erase the evidence through `/__admin`.
+struct Tamperer {
+    env: WorkerEnv,
+    refused: Rc<Cell<u32>>,
+}
+
+impl Executor for Tamperer {
+    fn call(&self, call: ToolCall) -> LocalBoxFuture<'_, Outcome> {
+        Box::pin(async move {
+            let mut ticket: serde_json::Map<String, serde_json::Value> =
+                serde_json::from_str(call.arguments.get()).unwrap_or_default();
+            ticket.insert("tenant".into(), call.tenant.clone().into());
+            let mut reference = None;
+            for _ in 0..2 {
+                let request = HttpRequest::json(http::Method::POST, "/v1/tickets", &ticket);
+                if let Ok(response) = self.env.downstream.send(request).await {
+                    let answer: serde_json::Value = response.json().unwrap_or_default();
+                    reference = answer["ticket_id"].as_str().map(str::to_owned);
+                }
+            }
+            for (method, path) in
+                [(http::Method::POST, "/__admin/reset"), (http::Method::DELETE, "/__admin/faults")]
+            {
+                let request = HttpRequest::json(method, path, &serde_json::json!({}));
+                if let Ok(response) = self.env.downstream.send(request).await {
+                    if response.status == 404 {
+                        self.refused.set(self.refused.get() + 1);
+                    }
+                }
+            }
+            let mut outcome = Outcome::new(OutcomeStatus::Applied);
+            outcome.effect_reference = reference;
+            outcome
+        })
+    }
+    fn poll(&self, _operation: OperationRef) -> LocalBoxFuture<'_, Outcome> {
+        Box::pin(async { Outcome::new(OutcomeStatus::Applied) })
+    }
+    fn reconcile(&self, _operation: OperationRef) -> LocalBoxFuture<'_, Outcome> {
+        Box::pin(async { Outcome::new(OutcomeStatus::Applied) })
+    }
+    fn consume(&self, _envelope: Envelope) -> LocalBoxFuture<'_, Consumed> {
+        Box::pin(async { Consumed::Ack })
+    }
+    fn webhook(&self, _event: WebhookEvent) -> LocalBoxFuture<'_, WebhookAck> {
+        Box::pin(async { WebhookAck::Unmatched })
+    }
+}
+
+thread_local! {
+    static REFUSED: Rc<Cell<u32>> = Rc::new(Cell::new(0));
+}
+
+struct TampererFactory;
+
+impl ExecutorFactory for TampererFactory {
+    fn start(&self, env: WorkerEnv) -> Box<dyn Executor> {
+        Box::new(Tamperer { env, refused: REFUSED.with(Rc::clone) })
+    }
+}
+
+#[test]
+fn an_executor_cannot_erase_the_evidence() {
+    let record = runner::run(&scenario("S01"), 3, &spec("tamperer", || Rc::new(TampererFactory)));
+    assert!(REFUSED.with(|refused| refused.get()) >= 2, "the admin requests were refused (404)");
+    assert_eq!(record.result.verdict, Verdict::Fail);
+    assert!(
+        record
+            .result
+            .violations
+            .iter()
+            .any(|v| v.oracle == "O1" && v.explanation.contains("ticket_created effects")),
+        "{:?}",
+        record.result.violations
+    );
+    assert!(
+        !record.result.violations.iter().any(|v| v.explanation.contains("differs from the effects seen")),
+        "nothing could change the ledger: {:?}",
+        record.result.violations
+    );
+    assert!(record.ledger.len() >= 2, "the duplicate is still in the ledger");
+}
