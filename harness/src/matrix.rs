@@ -67,11 +67,16 @@ pub fn run(config: &MatrixConfig) -> MatrixResult {
         let runs: Vec<&Finished> = results.iter().filter(|r| r.index == index).collect();
         summaries.push(summarise(scenario, &runs));
     }
-    let rows: Vec<RowSummary> = Row::all()
-        .into_iter()
+    // The two tables' rows, then each scenario of the prose as a row of its own, so that a
+    // failing scenario always shows as a failing row.
+    let table_rows = Row::all().into_iter().map(|row| row.to_string());
+    let prose_rows =
+        summaries.iter().filter(|s| s.rows.iter().any(|row| row == "prose")).map(|s| s.id.clone());
+    let rows: Vec<RowSummary> = table_rows
+        .chain(prose_rows)
         .map(|row| {
             let covering: Vec<&ScenarioSummary> =
-                summaries.iter().filter(|s| s.rows.contains(&row.to_string())).collect();
+                summaries.iter().filter(|s| s.rows.contains(&row) || s.id == row).collect();
             let verdict = if covering.is_empty() {
                 Verdict::Unknown
             } else {
@@ -88,7 +93,7 @@ pub fn run(config: &MatrixConfig) -> MatrixResult {
                 })
             });
             RowSummary {
-                row: row.to_string(),
+                row,
                 verdict,
                 scenarios: covering.iter().map(|s| s.id.clone()).collect(),
                 seeds_run: covering.iter().map(|s| s.seeds_run).sum(),

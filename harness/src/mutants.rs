@@ -1,6 +1,7 @@
 //! `replaylab mutants`: the matrix against the reference and every mutant of the zoo. The
-//! harness is only as good as the defects it catches: every mutant must be killed (some
-//! scenario fails, naming the oracle), while the reference passes every row.
+//! harness is only as good as the defects it catches: every mutant must be killed by a scenario
+//! MATRIX.md expects to kill it (a failure elsewhere does not count: it would hide that the
+//! expected scenario lost its edge), naming the oracle, while the reference passes every row.
 
 use serde::{Deserialize, Serialize};
 
@@ -19,13 +20,11 @@ pub struct MutantRow {
     pub defect: String,
     /// The scenarios MATRIX.md says must catch it.
     pub expected_scenarios: Vec<String>,
-    /// Killed: at least one scenario failed.
+    /// Killed: one of the expected scenarios failed it.
     pub killed: bool,
-    /// Killed by one of the expected scenarios.
-    pub killed_by_expected: bool,
-    /// Every scenario that failed it.
+    /// Every scenario that failed it, expected or not.
     pub failing_scenarios: Vec<String>,
-    /// The scenario reported as the killer (an expected one when possible).
+    /// The expected scenario that killed it (the first, in matrix order).
     pub scenario: Option<String>,
     /// The oracles (and expectations) that fired there, in order.
     pub oracles: Vec<String>,
@@ -78,7 +77,7 @@ fn row(mutant: &executor::mutants::Mutant, result: &MatrixResult) -> MutantRow {
     let expected: Vec<String> = mutant.caught_by.iter().map(|s| (*s).to_owned()).collect();
     let failing: Vec<&reports::ScenarioSummary> =
         result.scenarios.iter().filter(|s| s.verdict == Verdict::Fail).collect();
-    let chosen = failing.iter().find(|s| expected.contains(&s.id)).or_else(|| failing.first()).copied();
+    let chosen = failing.iter().find(|s| expected.contains(&s.id)).copied();
     let failure = chosen.and_then(|s| s.first_failure.as_ref());
     let mut oracles: Vec<String> = Vec::new();
     for violation in failure.map(|f| f.violations.as_slice()).unwrap_or_default() {
@@ -95,8 +94,7 @@ fn row(mutant: &executor::mutants::Mutant, result: &MatrixResult) -> MutantRow {
         id: mutant.id.to_owned(),
         name: mutant.name.to_owned(),
         defect: mutant.defect.to_owned(),
-        killed: !failing.is_empty(),
-        killed_by_expected: failing.iter().any(|s| expected.contains(&s.id)),
+        killed: chosen.is_some(),
         failing_scenarios: failing.iter().map(|s| s.id.clone()).collect(),
         expected_scenarios: expected,
         scenario: chosen.map(|s| format!("{}_{}", s.id, s.name)),
@@ -119,12 +117,16 @@ pub fn render_markdown(result: &MutantsResult) -> String {
     text.push_str("| mutant | defect | killed | by (expected) | oracles | seed | reproduce |\n");
     text.push_str("|---|---|---|---|---|---|---|\n");
     for row in &result.mutants {
-        let by = match (&row.scenario, row.killed_by_expected) {
-            (Some(scenario), true) => format!("{scenario} (expected: {})", row.expected_scenarios.join(", ")),
-            (Some(scenario), false) => {
-                format!("{scenario} (not one of the expected {})", row.expected_scenarios.join(", "))
+        let by = match &row.scenario {
+            Some(scenario) => format!("{scenario} (expected: {})", row.expected_scenarios.join(", ")),
+            None if row.failing_scenarios.is_empty() => {
+                format!("— (expected: {})", row.expected_scenarios.join(", "))
             }
-            (None, _) => format!("— (expected: {})", row.expected_scenarios.join(", ")),
+            None => format!(
+                "— (expected: {}; only {} failed it)",
+                row.expected_scenarios.join(", "),
+                row.failing_scenarios.join(", ")
+            ),
         };
         text.push_str(&format!(
             "| {} {} | {} | {} | {} | {} | {} | {} |\n",
@@ -148,7 +150,11 @@ pub fn render_terminal(result: &MutantsResult) -> String {
     text.push_str(&format!("{:<26} {:<9} {:<38} {}\n", "mutant", "status", "caught by", "oracles"));
     for row in &result.mutants {
         let by = row.scenario.clone().unwrap_or_else(|| "-".into());
-        let mark = if row.killed && !row.killed_by_expected { " (unexpected scenario)" } else { "" };
+        let mark = if !row.killed && !row.failing_scenarios.is_empty() {
+            format!(" (only unexpected scenarios failed it: {})", row.failing_scenarios.join(", "))
+        } else {
+            String::new()
+        };
         text.push_str(&format!(
             "{:<26} {:<9} {:<38} {}{mark}\n",
             format!("{} {}", row.id, row.name),

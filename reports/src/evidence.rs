@@ -4,8 +4,18 @@ use std::collections::BTreeMap;
 
 use crate::model::{MatrixResult, RowFailure, RunResult, ScenarioSummary, Verdict};
 
-/// A few words naming what a row of the source document's tables is about (our wording).
-pub(crate) fn row_topic(row: &str) -> &'static str {
+/// A few words naming what a row is about (our wording): a row of the source document's
+/// tables, or a scenario of its prose, which is a row of its own (named by the scenario).
+pub(crate) fn row_topic(result: &MatrixResult, row: &str) -> String {
+    let topic = table_row_topic(row);
+    if !topic.is_empty() {
+        return topic.to_owned();
+    }
+    result.scenarios.iter().find(|s| s.id == row).map(|s| s.name.replace('_', " ")).unwrap_or_default()
+}
+
+/// What a row of the source document's two tables is about; empty for any other row.
+fn table_row_topic(row: &str) -> &'static str {
     match row {
         "C1" => "repeat of a call that succeeded",
         "C2" => "reply lost after the commit",
@@ -190,9 +200,9 @@ mod tests {
     #[test]
     fn every_row_has_a_topic() {
         for row in (1..=10).map(|n| format!("C{n}")).chain((1..=9).map(|n| format!("F{n}"))) {
-            assert!(!row_topic(&row).is_empty(), "{row}");
+            assert!(!table_row_topic(&row).is_empty(), "{row}");
         }
-        assert_eq!(row_topic("prose"), "");
+        assert_eq!(table_row_topic("prose"), "");
     }
 
     #[test]

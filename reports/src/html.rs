@@ -90,7 +90,7 @@ struct Page {
 #[derive(Debug, Serialize)]
 struct RowView {
     row: String,
-    topic: &'static str,
+    topic: String,
     verdict: &'static str,
     scenarios: Vec<String>,
     seeds_run: u64,
@@ -224,7 +224,7 @@ fn page(result: &MatrixResult, options: &RenderOptions) -> Page {
             .iter()
             .map(|row| RowView {
                 row: row.row.clone(),
-                topic: row_topic(&row.row),
+                topic: row_topic(result, &row.row),
                 verdict: row.verdict.as_str(),
                 scenarios: row.scenarios.clone(),
                 seeds_run: row.seeds_run,

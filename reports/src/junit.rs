@@ -53,7 +53,7 @@ pub fn render_junit(result: &MatrixResult, options: &RenderOptions) -> String {
                 },
             ),
         };
-        let topic = row_topic(&row.row);
+        let topic = row_topic(result, &row.row);
         let mut case = TestCase::new(
             if topic.is_empty() { row.row.clone() } else { format!("{}: {topic}", row.row) },
             status,

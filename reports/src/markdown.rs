@@ -65,7 +65,11 @@ fn write_markdown(out: &mut String, result: &MatrixResult, options: &RenderOptio
 
     writeln!(out, "## Rows")?;
     writeln!(out)?;
-    writeln!(out, "The release checklist (C1..C10), then the fault and race matrix (F1..F9).")?;
+    writeln!(
+        out,
+        "The release checklist (C1..C10), the fault and race matrix (F1..F9), then one row per scenario \
+         from the document's prose."
+    )?;
     writeln!(out)?;
     writeln!(out, "| row | about | verdict | decided by | seeds run | evidence |")?;
     writeln!(out, "|---|---|---|---|---|---|")?;
@@ -88,7 +92,7 @@ fn write_markdown(out: &mut String, result: &MatrixResult, options: &RenderOptio
             out,
             "| {} | {} | {} | {} | {} | {} |",
             text(&row.row),
-            row_topic(&row.row),
+            row_topic(result, &row.row),
             verdict_cell(row.verdict),
             text(&decided_by),
             row.seeds_run,

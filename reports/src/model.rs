@@ -141,7 +141,7 @@ pub struct ScenarioSummary {
 /// A row's roll-up.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct RowSummary {
-    /// `C1`..`C10`, `F1`..`F9`.
+    /// `C1`..`C10`, `F1`..`F9`, or the id of a scenario from the document's prose (`S13`..).
     pub row: String,
     /// The worst verdict of the scenarios that cover it (unknown when none does).
     pub verdict: Verdict,
@@ -194,7 +194,7 @@ pub struct MatrixResult {
     pub first_seed: u64,
     /// Whether each seed was run twice and compared.
     pub determinism_checked: bool,
-    /// The rows, C1..C10 then F1..F9.
+    /// The rows: C1..C10, F1..F9, then one per scenario from the document's prose.
     pub rows: Vec<RowSummary>,
     /// The scenarios, in order.
     pub scenarios: Vec<ScenarioSummary>,
