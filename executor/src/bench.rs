@@ -75,6 +75,9 @@ fn claims(prefix: &str, count: u64) -> Vec<NewClaim> {
             now_ms: index,
             lease_until_ms: index + 5_000,
             expires_at_ms: index + 60_000,
+            request_json: Some(format!(
+                r#"{{"tenant":"bench","environment":"production","workflow_id":"{prefix}","step_id":"step_{index}","tool":"tickets.create","tool_version":"2026-08-18","arguments":{{"queue":"support","subject":"Refund request","body":"Customer reports a duplicate charge."}},"actor":"agent","call_id":"call_{index}","attempt":1}}"#
+            )),
         })
         .collect()
 }
@@ -114,8 +117,8 @@ fn raw_path(raw: &ClaimStore, claims: &[NewClaim]) -> Result<Duration, StoreErro
             .prepare_cached(
                 "INSERT INTO tool_operations (tenant, operation_key, tool_name, tool_version, \
                  request_fingerprint, status, owner_token, lease_until_ms, downstream_key, \
-                 created_at_ms, updated_at_ms, expires_at_ms) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, 'pending', ?6, ?7, ?8, ?9, ?9, ?10) \
+                 created_at_ms, updated_at_ms, expires_at_ms, request_json) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, 'pending', ?6, ?7, ?8, ?9, ?9, ?10, ?11) \
                  ON CONFLICT (tenant, operation_key) DO NOTHING",
             )
             .and_then(|mut insert| {
@@ -130,13 +133,14 @@ fn raw_path(raw: &ClaimStore, claims: &[NewClaim]) -> Result<Duration, StoreErro
                     claim.downstream_key,
                     claim.now_ms as i64,
                     claim.expires_at_ms as i64,
+                    claim.request_json,
                 ])
             })
             .map_err(failed)?;
         connection
             .prepare_cached(
                 "UPDATE tool_operations SET status = 'applied', effect_reference = ?4, response_json = ?5, \
-                 owner_token = NULL, lease_until_ms = 0, updated_at_ms = ?6 \
+                 owner_token = NULL, lease_until_ms = 0, request_json = NULL, updated_at_ms = ?6 \
                  WHERE tenant = ?1 AND operation_key = ?2 AND owner_token = ?3",
             )
             .and_then(|mut update| {

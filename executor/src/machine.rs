@@ -45,7 +45,9 @@ const QUEUE_POLL_AFTER_SECONDS: u32 = 1;
 const RECONCILE_AFTER: Duration = Duration::from_secs(1);
 
 /// How many times the executor's own reconciliation tries one operation per worker start,
-/// waiting twice as long each time, before leaving it to the agent's retry or to an operator.
+/// [`RECONCILE_AFTER`] apart, before leaving it to the agent's retry or to an operator: a few
+/// seconds in all, so that the operation is settled, or plainly `unknown`, soon after the
+/// world heals.
 const RECONCILE_ATTEMPTS: u32 = 3;
 
 /// The executor's settings.
@@ -531,6 +533,8 @@ impl Machine {
             now_ms: now,
             lease_until_ms: now.saturating_add(duration_ms(contract.lease)),
             expires_at_ms: now.saturating_add(duration_ms(contract.retention)),
+            // Kept while the outcome is open, so that recovery without the agent can resend it.
+            request_json: serde_json::to_string(call).ok(),
         }
     }
 
@@ -787,11 +791,16 @@ impl Machine {
                 let message = format!("the downstream refused the request ({status})");
                 self.fail(owned, ReasonCode::DownstreamRejected, &message).await
             }
-            Answer::KeyInProgress => in_flight(
-                &owned.operation_key,
-                seconds_until(self.now_ms(), owned.lease_until_ms),
-                "the downstream is still processing this operation; poll",
-            ),
+            Answer::KeyInProgress => {
+                // Our claim stays pending while the downstream finishes the first request: once
+                // the lease runs out, this worker's reconciliation asks again.
+                self.reconcile_in_background();
+                in_flight(
+                    &owned.operation_key,
+                    seconds_until(self.now_ms(), owned.lease_until_ms),
+                    "the downstream is still processing this operation; poll",
+                )
+            }
             Answer::Ambiguous(why) => self.mark_unknown(owned, &why).await,
         }
     }
@@ -965,12 +974,14 @@ impl Machine {
     /// The executor's own Y (yield to reconciliation), without waiting for the agent: every
     /// `unknown` record, and every `pending` one whose owner's lease ran out, is taken over and
     /// looked up in the downstream's system of record, [`RECONCILE_ATTEMPTS`] times at most per
-    /// worker start, the first [`RECONCILE_AFTER`] after the record last changed and then
-    /// twice as long each time. A receipt settles it; no receipt leaves it `unknown` for the
-    /// agent's retry (which carries the request, and so may resend it under an honoured key).
-    /// Queued operations are the queue's (it redelivers), running jobs the poller's, and an
-    /// operation whose downstream offers no lookup is left alone. Ends when nothing is left to
-    /// try.
+    /// worker start, [`RECONCILE_AFTER`] after the record last changed and as long again
+    /// between tries. A receipt settles it; without one, the request the record kept is
+    /// resent under the same key where the downstream honours it (as a retry would); otherwise
+    /// it stays `unknown`.
+    /// A queued operation waiting for its consumer (no owner) is the queue's, a running job the
+    /// poller's, and an operation whose downstream offers no lookup is left alone; a consumer's
+    /// abandoned claim is taken over like any other (the queue may deliver it again too: the
+    /// compare-and-set decides). Ends when nothing is left to try.
     async fn reconcile_unsettled(&self) {
         let mut tried: BTreeMap<(String, String), (u32, u64)> = BTreeMap::new();
         loop {
@@ -982,9 +993,8 @@ impl Machine {
                 let Some(contract) = self.env.contracts.get(&record.tool_name, &record.tool_version) else {
                     continue;
                 };
-                if contract.execution == Execution::Queued
-                    || !(self.strategies.recovery)(contract).look_up_receipt
-                {
+                let plan = (self.strategies.recovery)(contract);
+                if !(plan.look_up_receipt || plan.resend_with_same_key) {
                     continue;
                 }
                 let id = (record.tenant.clone(), record.operation_key.clone());
@@ -998,8 +1008,7 @@ impl Machine {
                     _ => not_before,
                 };
                 if ready_at <= now {
-                    let backoff = duration_ms(RECONCILE_AFTER).saturating_mul(1 << (attempts + 1));
-                    tried.insert(id, (attempts + 1, now.saturating_add(backoff)));
+                    tried.insert(id, (attempts + 1, now.saturating_add(duration_ms(RECONCILE_AFTER))));
                     due.push((record, contract));
                 } else {
                     next_wake = Some(next_wake.map_or(ready_at, |wake| wake.min(ready_at)));
@@ -1011,11 +1020,21 @@ impl Machine {
                 continue;
             }
             for (record, contract) in due {
+                let request = self.kept_request(&record);
                 if let Some(owned) = self.take_over(&record, contract).await {
-                    self.recover(&owned, &record, contract, None).await;
+                    self.recover(&owned, &record, contract, request.as_ref()).await;
                 }
             }
         }
+    }
+
+    /// The request a record kept, validated again, when it still derives the record's key and
+    /// fingerprint.
+    fn kept_request(&self, record: &OperationRecord) -> Option<Request> {
+        let call: ToolCall = serde_json::from_str(record.request_json.as_deref()?).ok()?;
+        let (_, request) = self.prepare(call).ok()?;
+        (request.key == record.operation_key && request.fingerprint == record.request_fingerprint)
+            .then_some(request)
     }
 
     async fn look_up_receipt(&self, record: &OperationRecord, contract: &ToolContract) -> ReceiptLookup {
@@ -1335,6 +1354,7 @@ mod tests {
                 created_at_ms: 0,
                 updated_at_ms: 0,
                 expires_at_ms: 0,
+                request_json: None,
             };
             assert_eq!(stored_reason(&record), reason);
         }

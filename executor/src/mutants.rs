@@ -845,6 +845,7 @@ mod tests {
             created_at_ms: 0,
             updated_at_ms: 0,
             expires_at_ms: 100,
+            request_json: None,
         };
         assert_eq!(reference_retention(&record, 100), RetentionVerdict::Tombstone);
         assert_eq!(forget_after_retention(&record, 100), RetentionVerdict::Forget);

@@ -51,6 +51,7 @@ CREATE TABLE IF NOT EXISTS tool_operations (
     created_at_ms       INTEGER NOT NULL,
     updated_at_ms       INTEGER NOT NULL,
     expires_at_ms       INTEGER NOT NULL,
+    request_json        TEXT,
     PRIMARY KEY (tenant, operation_key)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS tool_operations_by_downstream_key
@@ -74,7 +75,7 @@ CREATE TABLE IF NOT EXISTS reconciliations (
 
 const RECORD_COLUMNS: &str = "tenant, operation_key, tool_name, tool_version, request_fingerprint, status, \
      effect_reference, response_json, owner_token, lease_until_ms, job_id, downstream_key, reason, \
-     created_at_ms, updated_at_ms, expires_at_ms";
+     created_at_ms, updated_at_ms, expires_at_ms, request_json";
 
 /// Where the claim store lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -241,6 +242,10 @@ pub struct OperationRecord {
     pub updated_at_ms: u64,
     /// End of retention.
     pub expires_at_ms: u64,
+    /// The request as the executor needs it to send the effect again under the same key
+    /// (the reference keeps the validated call), while the outcome is open; cleared once it is
+    /// settled.
+    pub request_json: Option<String>,
 }
 
 impl OperationRecord {
@@ -273,6 +278,8 @@ pub struct NewClaim {
     pub lease_until_ms: u64,
     /// End of retention.
     pub expires_at_ms: u64,
+    /// The request, kept while the outcome is open (see [`OperationRecord::request_json`]).
+    pub request_json: Option<String>,
 }
 
 impl NewClaim {
@@ -295,6 +302,7 @@ impl NewClaim {
             created_at_ms: self.now_ms,
             updated_at_ms: self.now_ms,
             expires_at_ms: self.expires_at_ms,
+            request_json: self.request_json.clone(),
         }
     }
 }
@@ -414,6 +422,7 @@ fn raw_record(row: &Row<'_>) -> rusqlite::Result<RawRecord> {
             created_at_ms: read_ms(row, 13)?,
             updated_at_ms: read_ms(row, 14)?,
             expires_at_ms: read_ms(row, 15)?,
+            request_json: row.get(16)?,
         },
         status_text,
     })
@@ -488,8 +497,8 @@ impl ClaimStore {
                 .prepare_cached(
                     "INSERT INTO tool_operations (tenant, operation_key, tool_name, tool_version, \
                      request_fingerprint, status, owner_token, lease_until_ms, downstream_key, \
-                     created_at_ms, updated_at_ms, expires_at_ms) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, 'pending', ?6, ?7, ?8, ?9, ?9, ?10) \
+                     created_at_ms, updated_at_ms, expires_at_ms, request_json) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, 'pending', ?6, ?7, ?8, ?9, ?9, ?10, ?11) \
                      ON CONFLICT (tenant, operation_key) DO NOTHING",
                 )?
                 .execute(params![
@@ -503,6 +512,7 @@ impl ClaimStore {
                     claim.downstream_key,
                     sql_ms(claim.now_ms),
                     sql_ms(claim.expires_at_ms),
+                    claim.request_json,
                 ])?;
             let existing = if inserted == 1 {
                 None
@@ -622,7 +632,7 @@ impl ClaimStore {
             .connection
             .prepare_cached(
                 "UPDATE tool_operations SET status = 'applied', effect_reference = ?4, response_json = ?5, \
-                 owner_token = NULL, lease_until_ms = 0, reason = NULL, updated_at_ms = ?6 \
+                 owner_token = NULL, lease_until_ms = 0, reason = NULL, request_json = NULL, updated_at_ms = ?6 \
                  WHERE tenant = ?1 AND operation_key = ?2 AND owner_token = ?3 AND status = 'pending'",
             )
             .and_then(|mut statement| {
@@ -646,7 +656,7 @@ impl ClaimStore {
             .connection
             .prepare_cached(
                 "UPDATE tool_operations SET status = 'failed_permanent', reason = ?4, owner_token = NULL, \
-                 lease_until_ms = 0, updated_at_ms = ?5 \
+                 lease_until_ms = 0, request_json = NULL, updated_at_ms = ?5 \
                  WHERE tenant = ?1 AND operation_key = ?2 AND owner_token = ?3 AND status = 'pending'",
             )
             .and_then(|mut statement| {
@@ -782,7 +792,8 @@ impl ClaimStore {
             .connection
             .prepare_cached(
                 "UPDATE tool_operations SET status = 'applied', job_id = ?3, effect_reference = ?3, \
-                 response_json = ?4, owner_token = NULL, lease_until_ms = 0, reason = NULL, updated_at_ms = ?5 \
+                 response_json = ?4, owner_token = NULL, lease_until_ms = 0, reason = NULL, request_json = NULL, \
+                 updated_at_ms = ?5 \
                  WHERE tenant = ?1 AND operation_key = ?2 AND status IN ('pending', 'unknown') \
                  AND (job_id IS NULL OR job_id = ?3)",
             )
@@ -810,7 +821,8 @@ impl ClaimStore {
             .connection
             .prepare_cached(
                 "UPDATE tool_operations SET status = 'applied', job_id = ?3, effect_reference = ?3, \
-                 response_json = ?4, owner_token = NULL, lease_until_ms = 0, reason = NULL, updated_at_ms = ?5 \
+                 response_json = ?4, owner_token = NULL, lease_until_ms = 0, reason = NULL, request_json = NULL, \
+                 updated_at_ms = ?5 \
                  WHERE tenant = ?1 AND operation_key = ?2",
             )
             .and_then(|mut statement| {
@@ -826,7 +838,7 @@ impl ClaimStore {
         let changed = self
             .connection
             .prepare_cached(
-                "UPDATE tool_operations SET status = 'tombstone', response_json = NULL, owner_token = NULL, \
+                "UPDATE tool_operations SET status = 'tombstone', response_json = NULL, request_json = NULL, owner_token = NULL, \
                  lease_until_ms = 0, updated_at_ms = ?3 \
                  WHERE tenant = ?1 AND operation_key = ?2 AND status IN ('applied', 'failed_permanent')",
             )
@@ -988,6 +1000,7 @@ mod tests {
             now_ms,
             lease_until_ms: now_ms + 5_000,
             expires_at_ms: now_ms + 60_000,
+            request_json: None,
         }
     }
 

@@ -432,6 +432,7 @@ mod tests {
             created_at_ms: 0,
             updated_at_ms: 0,
             expires_at_ms,
+            request_json: None,
         };
         let check = |status, now_ms, expected| {
             assert_eq!(reference_retention(&record(status, 100), now_ms), expected, "{status:?} at {now_ms}");

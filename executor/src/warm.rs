@@ -131,6 +131,7 @@ mod tests {
             now_ms: 10,
             lease_until_ms: 100,
             expires_at_ms: 1_000,
+            request_json: None,
         }
     }
 

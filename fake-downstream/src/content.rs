@@ -49,6 +49,34 @@ pub fn content_digest(kind: EffectKind, tenant: &str, fields: &Map<String, Value
     digest_of(&Value::Object(content))
 }
 
+/// The content digest of a raw request as the service computes it when it reads one: `None`
+/// unless `method path` is a state-changing business request (`POST /v1/tickets`,
+/// `PATCH /v1/tickets/{id}`, `POST /v1/charges`, `POST /v1/messages`, `POST /v1/jobs`) whose
+/// body is a JSON object naming a tenant. For whoever sees a request before the service does
+/// (the harness, pausing a worker around the request that carries a given call).
+pub fn request_content(method: &str, path: &str, body: &[u8]) -> Option<String> {
+    let path = path.split('?').next().unwrap_or_default();
+    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let (kind, ticket) = match (method.to_ascii_uppercase().as_str(), segments.as_slice()) {
+        ("POST", ["v1", "tickets"]) => (EffectKind::TicketCreated, None),
+        ("PATCH", ["v1", "tickets", id]) => (EffectKind::TicketStatusChanged, Some(*id)),
+        ("POST", ["v1", "charges"]) => (EffectKind::ChargeCreated, None),
+        ("POST", ["v1", "messages"]) => (EffectKind::MessageSent, None),
+        ("POST", ["v1", "jobs"]) => (EffectKind::JobAccepted, None),
+        _ => return None,
+    };
+    let Ok(Value::Object(mut fields)) = serde_json::from_slice::<Value>(body) else { return None };
+    let tenant = fields.get("tenant")?.as_str()?.to_owned();
+    if let Some(ticket) = ticket {
+        fields.insert("ticket_id".into(), Value::String(ticket.to_owned()));
+    }
+    if kind == EffectKind::JobAccepted {
+        // The service reads a job without `input` as one with an empty input.
+        fields.entry("input").or_insert_with(|| Value::Object(Map::new()));
+    }
+    Some(content_digest(kind, &tenant, &fields))
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -72,6 +100,28 @@ mod tests {
             &fields(json!({"trace_id": "t", "currency": "EUR", "amount_minor": 5, "customer": "c"})),
         );
         assert_eq!(one, reordered_with_extra);
+    }
+
+    #[test]
+    fn a_raw_request_has_the_content_the_service_computes() {
+        let job = request_content("POST", "/v1/jobs", br#"{"tenant": "acme", "job_type": "report"}"#);
+        let expected = content_digest(
+            EffectKind::JobAccepted,
+            "acme",
+            &fields(json!({"job_type": "report", "input": {}})),
+        );
+        assert_eq!(job.as_deref(), Some(expected.as_str()));
+        let patch =
+            request_content("PATCH", "/v1/tickets/ticket_3", br#"{"tenant": "acme", "status": "closed"}"#);
+        let expected = content_digest(
+            EffectKind::TicketStatusChanged,
+            "acme",
+            &fields(json!({"ticket_id": "ticket_3", "status": "closed"})),
+        );
+        assert_eq!(patch.as_deref(), Some(expected.as_str()));
+        assert_eq!(request_content("GET", "/v1/tickets/ticket_3", b"{}"), None);
+        assert_eq!(request_content("POST", "/v1/tickets", b"not json"), None);
+        assert_eq!(request_content("POST", "/v1/tickets", br#"{"queue": "q"}"#), None, "no tenant");
     }
 
     #[test]

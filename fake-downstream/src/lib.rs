@@ -20,7 +20,7 @@ mod routes;
 mod service;
 
 pub use config::{DownstreamConfig, IdempotencyMode, Service, ServiceConfig, WebhookConfig};
-pub use content::{content_digest, content_fields};
+pub use content::{content_digest, content_fields, request_content};
 pub use faults::{FaultAction, FaultRule, FaultRuleId, InstalledRule, RuleMatch, Times};
 pub use ledger::{Disposition, Effect, EffectKind, RequestRecord, VersionChange, WebhookDelivery};
 pub use service::{digest_of, Downstream, DownstreamError, Job, Observer, Ticket};

@@ -8,21 +8,23 @@
 //!    the same digest of every state-changing request it reads. A request carries out the call
 //!    whose content it carries, whichever task, sweep or worker sent it.
 //! 2. When several operations were sent the same content (a deliberate second action with the
-//!    same arguments): the operation the sending task was serving (the harness's
-//!    `X-Replaylab-Origin` tag), then the operation that already sent that idempotency key,
-//!    then the operation whose answers named that key as its operation key; a key never seen
-//!    before goes to the first of them that has sent no key yet; else the one called first.
-//!    (These ties are the only place an executor's own words count, and they can only move an
-//!    effect between operations whose calls were identical.)
+//!    same arguments): the operation that already sent that idempotency key with that content;
+//!    then the operation whose answers named that key as its operation key; then the operation
+//!    the sending task was serving (the harness's `X-Replaylab-Origin` tag: background work
+//!    keeps the tag of the call that started it, which need not be the operation it works on);
+//!    a key never seen before goes to the first of them that has sent no key yet; else to the
+//!    one called first. (These ties are the only place an executor's own words count, and they
+//!    can only move an effect between operations whose calls were identical.)
 //! 3. Requests without business content: a receipt lookup belongs to the operation whose
-//!    state-changing request carried that key (tenant and key); a job read to the operation that
-//!    submitted the job; anything else (a ticket read, a completion notice, whose content is no
-//!    call's) to the operation the sending task was serving.
+//!    state-changing request carried that key (tenant and key), else to the one whose answers
+//!    named it, else to the sending task's unless that operation is known by another key; a job
+//!    read to the operation that submitted the job; anything else (a ticket read, a completion
+//!    notice, whose content is no call's) to the operation the sending task was serving.
 //!
 //! An effect belongs to the operation of the request that made it (the downstream records the
 //! harness's request id with it).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use fake_downstream::{Effect, EffectKind};
 use protocol::{ContractSet, EffectClass, ToolContract};
@@ -116,31 +118,95 @@ struct CallContent<'a> {
 pub struct Attribution {
     requests: BTreeMap<String, Attributed>,
     effects: BTreeMap<u64, Option<String>>,
+    /// Operations some state-changing request carried a key for.
+    keyed: BTreeSet<String>,
+}
+
+/// What is known of one request: what the downstream journaled, or, for a request it never
+/// handled (the client gave up before the service read it), what the worker sent.
+struct Handled<'a> {
+    request: std::borrow::Cow<'a, str>,
+    origin: Option<&'a str>,
+    request_id: Option<&'a str>,
+    tenant: &'a str,
+    idempotency_key: Option<&'a str>,
+    content: Option<&'a str>,
+    effect_seq: Option<u64>,
+}
+
+impl<'a> Handled<'a> {
+    fn of(event: &'a Event) -> Option<Handled<'a>> {
+        match &event.kind {
+            EventKind::DownstreamHandled {
+                request,
+                origin,
+                request_id,
+                tenant,
+                idempotency_key,
+                content,
+                effect_seq,
+                ..
+            } => Some(Handled {
+                request: std::borrow::Cow::Borrowed(request),
+                origin: origin.as_deref(),
+                request_id: request_id.as_deref(),
+                tenant: tenant.as_deref().unwrap_or_default(),
+                idempotency_key: idempotency_key.as_deref(),
+                content: content.as_deref(),
+                effect_seq: *effect_seq,
+            }),
+            EventKind::DownstreamSent {
+                request_id,
+                origin,
+                method,
+                path,
+                idempotency_key,
+                tenant,
+                content,
+                ..
+            } => Some(Handled {
+                request: std::borrow::Cow::Owned(format!(
+                    "{method} {}",
+                    path.split('?').next().unwrap_or_default()
+                )),
+                origin: origin.as_deref(),
+                request_id: Some(request_id),
+                tenant: tenant.as_deref().unwrap_or_default(),
+                idempotency_key: idempotency_key.as_deref(),
+                content: content.as_deref(),
+                effect_seq: None,
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// What attribution learns as it goes.
+#[derive(Default)]
+struct Learned<'a> {
+    calls: Vec<CallContent<'a>>,
+    /// (tenant, key) -> the operation whose state-changing request carried it first.
+    keys: BTreeMap<(String, String), String>,
+    /// job id -> the operation that submitted it.
+    jobs: BTreeMap<String, String>,
 }
 
 impl Attribution {
-    /// Attributes every downstream request and effect of `history`.
+    /// Attributes every downstream request and effect of `history`. Requests are taken in the
+    /// order they left their workers (a slow request can be journaled after a later one).
     pub fn build(history: &[Event]) -> Attribution {
-        let mut calls: Vec<CallContent<'_>> = Vec::new();
         let mut attribution = Attribution::default();
-        // (tenant, key) -> the operation whose state-changing request carried it first.
-        let mut keys: BTreeMap<(String, String), String> = BTreeMap::new();
-        // job id -> the operation that submitted it.
-        let mut jobs: BTreeMap<String, String> = BTreeMap::new();
-        // The effects seen committed, by ledger position.
+        // First what does not depend on order: the effects, the journal by request id, and the
+        // keys the executor's answers named, (tenant, operation key) -> operation.
         let mut effects: BTreeMap<u64, &Effect> = BTreeMap::new();
-        // label -> operation, and (tenant, operation key an answer named) -> operation.
+        let mut journal: BTreeMap<&str, Handled<'_>> = BTreeMap::new();
         let mut labels: BTreeMap<&str, &str> = BTreeMap::new();
         let mut named: BTreeMap<(String, String), String> = BTreeMap::new();
+        let mut sent: BTreeSet<&str> = BTreeSet::new();
         for event in history {
             match &event.kind {
-                EventKind::CallSent { label, operation, content, .. } => {
-                    labels.insert(label, operation);
-                    if let Some(content) = content {
-                        calls.push(CallContent { operation, content });
-                    }
-                }
-                EventKind::OperationQuery { label, operation, .. } => {
+                EventKind::CallSent { label, operation, .. }
+                | EventKind::OperationQuery { label, operation, .. } => {
                     labels.insert(label, operation);
                 }
                 EventKind::Answered { label, outcome, .. } => {
@@ -153,68 +219,47 @@ impl Attribution {
                 EventKind::Effect { effect } => {
                     effects.insert(effect.seq, effect);
                 }
-                EventKind::DownstreamHandled {
-                    request,
-                    origin,
-                    request_id,
-                    tenant,
-                    idempotency_key,
-                    content,
-                    effect_seq,
-                    ..
-                } => {
-                    let (method, path) = request.split_once(' ').unwrap_or((request.as_str(), ""));
-                    let class = RequestClass::of(method, path);
-                    let tenant = tenant.as_deref().unwrap_or_default();
-                    let keys_known = Keys { sent: &keys, named: &named };
-                    let by_content = content.as_deref().and_then(|content| {
-                        by_content(
-                            &calls,
-                            content,
-                            origin.as_deref(),
-                            tenant,
-                            idempotency_key.as_deref(),
-                            keys_known,
-                        )
-                    });
-                    let operation = match class {
-                        RequestClass::Change(_) => by_content.clone().or_else(|| origin.clone()),
-                        RequestClass::ReceiptLookup => {
-                            let key = percent_decode(path.strip_prefix("/v1/receipts/").unwrap_or_default());
-                            keys.get(&(tenant.to_owned(), key)).cloned().or_else(|| origin.clone())
-                        }
-                        RequestClass::Read if path.starts_with("/v1/jobs/") => {
-                            let job = path.rsplit('/').next().unwrap_or_default();
-                            jobs.get(job).cloned().or_else(|| origin.clone())
-                        }
-                        RequestClass::Read | RequestClass::Other => origin.clone(),
-                    };
-                    if let (Some(operation), Some(key), Some(_)) = (&by_content, idempotency_key, content) {
-                        keys.entry((tenant.to_owned(), key.clone())).or_insert_with(|| operation.clone());
-                    }
-                    if let Some(seq) = effect_seq {
-                        attribution.effects.insert(*seq, operation.clone());
-                        if let (Some(effect), Some(operation)) = (effects.get(seq), &operation) {
-                            if effect.kind == EffectKind::JobAccepted {
-                                jobs.entry(effect.effect_reference.clone())
-                                    .or_insert_with(|| operation.clone());
-                            }
-                        }
-                    }
-                    if let Some(request_id) = request_id {
-                        let attributed = Attributed { operation, class, content: content.clone() };
-                        attribution.requests.entry(request_id.clone()).or_insert(attributed);
+                EventKind::DownstreamSent { request_id, .. } => {
+                    sent.insert(request_id);
+                }
+                EventKind::DownstreamHandled { request_id: Some(request_id), .. } => {
+                    if let Some(handled) = Handled::of(event) {
+                        journal.entry(request_id).or_insert(handled);
                     }
                 }
                 _ => {}
             }
         }
+        let mut learned = Learned::default();
+        for event in history {
+            let handled = match &event.kind {
+                EventKind::CallSent { operation, content: Some(content), .. } => {
+                    learned.calls.push(CallContent { operation, content });
+                    continue;
+                }
+                EventKind::DownstreamSent { request_id, .. } => {
+                    journal.remove(request_id.as_str()).or_else(|| Handled::of(event))
+                }
+                // A request the downstream saw but no worker is known to have sent.
+                EventKind::DownstreamHandled { request_id, .. }
+                    if request_id.as_deref().is_none_or(|id| !sent.contains(id)) =>
+                {
+                    Handled::of(event)
+                }
+                _ => None,
+            };
+            if let Some(handled) = handled {
+                attribution.attribute(&handled, &mut learned, &named, &effects);
+            }
+        }
+        let keys = learned.keys;
+        attribution.keyed = keys.values().cloned().collect();
         // An effect whose request was never journaled (it cannot happen with the fake
         // downstream, which journals every request it handles) is attributed on its own.
         for (seq, effect) in effects {
             attribution.effects.entry(seq).or_insert_with(|| {
                 by_content(
-                    &calls,
+                    &learned.calls,
                     &effect.content_digest,
                     effect.origin.as_deref(),
                     &effect.tenant,
@@ -227,9 +272,72 @@ impl Attribution {
         attribution
     }
 
+    /// Attributes one journaled request (see the module docs) and learns from it.
+    fn attribute(
+        &mut self,
+        handled: &Handled<'_>,
+        learned: &mut Learned<'_>,
+        named: &BTreeMap<(String, String), String>,
+        effects: &BTreeMap<u64, &Effect>,
+    ) {
+        let (method, path) = handled.request.split_once(' ').unwrap_or((&handled.request, ""));
+        let class = RequestClass::of(method, path);
+        let tenant = handled.tenant;
+        let origin = || handled.origin.map(str::to_owned);
+        let by_content = handled.content.and_then(|content| {
+            let keys = Keys { sent: &learned.keys, named };
+            by_content(&learned.calls, content, handled.origin, tenant, handled.idempotency_key, keys)
+        });
+        let operation = match class {
+            RequestClass::Change(_) => by_content.clone().or_else(origin),
+            RequestClass::ReceiptLookup => {
+                let scoped = (
+                    tenant.to_owned(),
+                    percent_decode(path.strip_prefix("/v1/receipts/").unwrap_or_default()),
+                );
+                // The key's operation; else the one whose answers named the key; else the
+                // sending task's, unless that operation is known by another key.
+                let tagged = handled.origin.filter(|op| !learned.keys.values().any(|known| known == op));
+                learned
+                    .keys
+                    .get(&scoped)
+                    .or_else(|| named.get(&scoped))
+                    .cloned()
+                    .or_else(|| tagged.map(str::to_owned))
+            }
+            RequestClass::Read if path.starts_with("/v1/jobs/") => {
+                let job = path.rsplit('/').next().unwrap_or_default();
+                learned.jobs.get(job).cloned().or_else(origin)
+            }
+            RequestClass::Read | RequestClass::Other => origin(),
+        };
+        if let (Some(operation), Some(key), Some(_)) = (&by_content, handled.idempotency_key, handled.content)
+        {
+            learned.keys.entry((tenant.to_owned(), key.to_owned())).or_insert_with(|| operation.clone());
+        }
+        if let Some(seq) = handled.effect_seq {
+            self.effects.insert(seq, operation.clone());
+            if let (Some(effect), Some(operation)) = (effects.get(&seq), &operation) {
+                if effect.kind == EffectKind::JobAccepted {
+                    learned.jobs.entry(effect.effect_reference.clone()).or_insert_with(|| operation.clone());
+                }
+            }
+        }
+        if let Some(request_id) = handled.request_id {
+            let attributed = Attributed { operation, class, content: handled.content.map(str::to_owned) };
+            self.requests.entry(request_id.to_owned()).or_insert(attributed);
+        }
+    }
+
     /// What request `request_id` was and whose, if the downstream saw it.
     pub fn request(&self, request_id: &str) -> Option<&Attributed> {
         self.requests.get(request_id)
+    }
+
+    /// Whether a state-changing request of `operation` carried an idempotency key (so that a
+    /// receipt lookup for it can be told apart).
+    pub fn keyed(&self, operation: &str) -> bool {
+        self.keyed.contains(operation)
     }
 
     /// The operation effect number `seq` (its ledger position) belongs to.
@@ -286,7 +394,7 @@ fn by_content(
                     })
                     .flatten()
             };
-            Some(tagged.or(keyed).or(named).or_else(unkeyed).unwrap_or(candidates[0]).to_owned())
+            Some(keyed.or(named).or(tagged).or_else(unkeyed).unwrap_or(candidates[0]).to_owned())
         }
     }
 }

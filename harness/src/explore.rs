@@ -2,9 +2,12 @@
 //! failing cases shrunk to something a person can read and replayed by seed.
 //!
 //! A [`Case`] is a workload (operations over several tenants and tools) and a schedule of
-//! actions (calls, concurrent calls, changed requests, faults, crashes at pause points,
-//! revocations, clock jumps past leases and retention, polls, reconciliations). Each case
-//! becomes an ordinary [`Scenario`] without expectations, so only the oracles judge it.
+//! actions (calls, races, changed requests (one field or all), faulty calls, crashes before the
+//! effect or right after the commit, slow owners past their lease, revocations before and after
+//! an effect, retries past retention, polls of running jobs, human edits and stale updates).
+//! Each case becomes an ordinary [`Scenario`] without expectations, so only the oracles judge
+//! it. The conversion sends every action that needs a downstream request ahead (a fault, a
+//! crash, a race, a slow owner) to an operation not called yet, so that its premise can hold.
 //!
 //! Generation is a proptest [`Strategy`] ([`case_strategy`]); the mix of action kinds is itself
 //! drawn per case (swarm testing), so one case hammers crashes while another hammers changed
@@ -26,7 +29,7 @@ use scenarios::{
 use serde::{Deserialize, Serialize};
 
 use crate::executors::ExecutorSpec;
-use crate::runner;
+use crate::runner::{self, RunCoverage};
 use crate::verdict::Verdict;
 
 /// The most operations a case has.
@@ -35,6 +38,13 @@ pub const MAX_OPERATIONS: usize = 4;
 pub const MAX_ACTIONS: usize = 10;
 /// How many shrink steps at most (each is one run).
 pub const MAX_SHRINK_RUNS: u32 = 400;
+/// The claim lease in explored cases: shorter than the reference's downstream timeout, so that
+/// an owner can be alive, waiting on the downstream, past its lease.
+pub const CASE_LEASE: Duration = Duration::from_secs(1);
+/// The record retention in explored cases.
+pub const CASE_RETENTION: Duration = Duration::from_secs(30);
+/// Long enough for a queue consumer to pick a new envelope up and send it downstream.
+const QUEUE_MOMENT: Duration = Duration::from_secs(1);
 
 /// What one service of the downstream can do in a case.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,7 +66,7 @@ pub enum CaseTool {
     Message,
     /// `jobs.submit` (delayed job).
     Job,
-    /// `tickets.set_status` on `ticket_1` (the run's first ticket), based on a version.
+    /// `tickets.set_status` on the ticket its tenant's first ticket operation created.
     SetStatus,
 }
 
@@ -79,10 +89,13 @@ pub struct CaseOperation {
 pub enum Variant {
     /// The operation's arguments, as first written.
     Same,
-    /// The same arguments with keys reordered and other whitespace.
+    /// The same arguments with keys reordered, other whitespace and defaults left out.
     Reordered,
-    /// A material field changed (a different request under the same key).
+    /// Every material field changed (a different request under the same key).
     Changed,
+    /// One material field changed (its index in the tool's material fields, modulo their
+    /// number): the smallest difference a fingerprint must see.
+    ChangedField(u8),
 }
 
 /// A downstream fault.
@@ -104,7 +117,18 @@ pub enum CaseFault {
     DelayBeforeCommit(u32),
 }
 
-/// One thing that happens in a case.
+/// Where a crash falls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CrashMoment {
+    /// Before the request that would make the effect leaves (the claim is made).
+    BeforeEffect,
+    /// Right after the downstream committed the effect, before the executor saw the answer.
+    AfterCommit,
+}
+
+/// One thing that happens in a case. Actions that need a downstream request ahead (faults,
+/// crashes, races, slow owners) go to an operation not called yet: the one named, or the next
+/// such; with none left they become a plain call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum CaseAction {
     /// A tool call.
@@ -116,31 +140,54 @@ pub enum CaseAction {
         /// How its arguments relate to the operation's.
         variant: Variant,
     },
-    /// The same call to every worker at once.
+    /// The first call of an operation, sent to every worker at once: a real race.
     Concurrent {
         /// Index into the operations.
         operation: u8,
     },
-    /// A fault on the next request to the operation's service.
-    Fault {
-        /// Index into the operations (its tool picks the path).
+    /// The first call of an operation, with a fault on its downstream request.
+    FaultyCall {
+        /// Index into the operations.
         operation: u8,
+        /// Which worker.
+        worker: u8,
         /// The fault.
         fault: CaseFault,
     },
-    /// A call whose worker is crashed (and restarted) at a pause point.
+    /// The first call of an operation, whose worker (the consumer's, for a queued tool) is
+    /// crashed at the moment named, and restarted.
     CrashDuringCall {
         /// Index into the operations.
         operation: u8,
         /// Which worker.
         worker: u8,
-        /// `true`: after the downstream answered; `false`: before the request left.
-        after_downstream: bool,
+        /// Where the crash falls.
+        moment: CrashMoment,
+    },
+    /// The first call of an operation whose owner stays alive but slow: paused right after the
+    /// downstream committed, past its lease; meanwhile another worker gets the retry; then the
+    /// owner goes on.
+    SlowOwner {
+        /// Index into the operations.
+        operation: u8,
+        /// The owner's worker (the retry goes to the next one).
+        worker: u8,
     },
     /// Simulated time passes.
     Advance {
         /// Milliseconds.
         ms: u32,
+    },
+    /// The operation (called first if it was not) is retried after its retention.
+    LateRetry {
+        /// Index into the operations.
+        operation: u8,
+    },
+    /// The operation (called first if it was not) loses its actor's permission, then is
+    /// retried.
+    RevokeAndRetry {
+        /// Index into the operations.
+        operation: u8,
     },
     /// The operation's actor loses its permission for the operation's tool.
     Revoke {
@@ -154,6 +201,11 @@ pub enum CaseAction {
     },
     /// The agent asks for reconciliation.
     Reconcile {
+        /// Index into the operations.
+        operation: u8,
+    },
+    /// The agent polls four times, 1.2 s apart (a job still running is polled many times).
+    PollWhileRunning {
         /// Index into the operations.
         operation: u8,
     },
@@ -178,6 +230,9 @@ pub struct Case {
     pub duplicate_deliveries: bool,
     /// Jobs send completion webhooks (twice under one event id, once under another).
     pub webhooks: bool,
+    /// Jobs run 6 s instead of 2 s.
+    #[serde(default)]
+    pub long_jobs: bool,
     /// The operations.
     pub operations: Vec<CaseOperation>,
     /// What happens, in order.
@@ -189,22 +244,24 @@ pub struct Case {
 struct Mix {
     call: u32,
     concurrent: u32,
-    fault: u32,
+    faulty: u32,
     crash: u32,
+    slow: u32,
     advance: u32,
+    late: u32,
     revoke: u32,
     poll: u32,
     edit: u32,
 }
 
 fn service_choice() -> impl Strategy<Value = ServiceChoice> {
-    (any::<bool>(), prop::bool::weighted(0.8))
+    (any::<bool>(), prop::bool::weighted(0.65))
         .prop_map(|(honoured, receipts)| ServiceChoice { honoured, receipts })
 }
 
 fn operation() -> impl Strategy<Value = CaseOperation> {
     (
-        prop::bool::weighted(0.2).prop_map(u8::from),
+        prop::bool::weighted(0.25).prop_map(u8::from),
         0u8..3,
         prop_oneof![
             4 => Just(CaseTool::Ticket),
@@ -231,48 +288,68 @@ fn fault() -> impl Strategy<Value = CaseFault> {
 }
 
 fn variant() -> impl Strategy<Value = Variant> {
-    prop_oneof![6 => Just(Variant::Same), 2 => Just(Variant::Reordered), 1 => Just(Variant::Changed)]
+    prop_oneof![
+        6 => Just(Variant::Same),
+        2 => Just(Variant::Reordered),
+        1 => Just(Variant::Changed),
+        2 => (0u8..3).prop_map(Variant::ChangedField),
+    ]
 }
 
 fn action(mix: Mix) -> impl Strategy<Value = CaseAction> {
     let operation = || 0u8..MAX_OPERATIONS as u8;
+    let worker = || 0u8..3;
     let weighted: Vec<(u32, BoxedStrategy<CaseAction>)> = vec![
         (
             mix.call,
-            (operation(), 0u8..3, variant())
+            (operation(), worker(), variant())
                 .prop_map(|(operation, worker, variant)| CaseAction::Call { operation, worker, variant })
                 .boxed(),
         ),
         (mix.concurrent, operation().prop_map(|operation| CaseAction::Concurrent { operation }).boxed()),
         (
-            mix.fault,
-            (operation(), fault())
-                .prop_map(|(operation, fault)| CaseAction::Fault { operation, fault })
+            mix.faulty,
+            (operation(), worker(), fault())
+                .prop_map(|(operation, worker, fault)| CaseAction::FaultyCall { operation, worker, fault })
                 .boxed(),
         ),
         (
             mix.crash,
-            (operation(), 0u8..3, any::<bool>())
-                .prop_map(|(operation, worker, after_downstream)| CaseAction::CrashDuringCall {
+            (
+                operation(),
+                worker(),
+                prop_oneof![Just(CrashMoment::BeforeEffect), Just(CrashMoment::AfterCommit)],
+            )
+                .prop_map(|(operation, worker, moment)| CaseAction::CrashDuringCall {
                     operation,
                     worker,
-                    after_downstream,
+                    moment,
                 })
                 .boxed(),
         ),
         (
-            mix.advance,
-            prop_oneof![8 => 100u32..4_000, 1 => 30_000u32..40_000]
-                .prop_map(|ms| CaseAction::Advance { ms })
+            mix.slow,
+            (operation(), worker())
+                .prop_map(|(operation, worker)| CaseAction::SlowOwner { operation, worker })
                 .boxed(),
         ),
-        (mix.revoke, operation().prop_map(|operation| CaseAction::Revoke { operation }).boxed()),
-        (mix.edit, prop_oneof![Just(CaseAction::HumanEdit), Just(CaseAction::StaleUpdate)].boxed()),
+        (mix.advance, (100u32..4_000).prop_map(|ms| CaseAction::Advance { ms }).boxed()),
+        (mix.late, operation().prop_map(|operation| CaseAction::LateRetry { operation }).boxed()),
+        (
+            mix.revoke,
+            prop_oneof![
+                operation().prop_map(|operation| CaseAction::RevokeAndRetry { operation }),
+                operation().prop_map(|operation| CaseAction::Revoke { operation }),
+            ]
+            .boxed(),
+        ),
+        (mix.edit, prop_oneof![1 => Just(CaseAction::HumanEdit), 2 => Just(CaseAction::StaleUpdate)].boxed()),
         (
             mix.poll,
             prop_oneof![
                 operation().prop_map(|operation| CaseAction::Poll { operation }),
                 operation().prop_map(|operation| CaseAction::Reconcile { operation }),
+                operation().prop_map(|operation| CaseAction::PollWhileRunning { operation }),
             ]
             .boxed(),
         ),
@@ -281,13 +358,15 @@ fn action(mix: Mix) -> impl Strategy<Value = CaseAction> {
 }
 
 fn mix() -> impl Strategy<Value = Mix> {
-    (1u32..10, 0u32..4, 0u32..8, 0u32..5, 0u32..6, 0u32..2, 0u32..4, 0u32..4).prop_map(
-        |(call, concurrent, fault, crash, advance, revoke, poll, edit)| Mix {
+    ((1u32..10, 0u32..4, 0u32..8, 0u32..5, 0u32..3), (0u32..5, 0u32..3, 0u32..3, 0u32..4, 0u32..4)).prop_map(
+        |((call, concurrent, faulty, crash, slow), (advance, late, revoke, poll, edit))| Mix {
             call,
             concurrent,
-            fault,
+            faulty,
             crash,
+            slow,
             advance,
+            late,
             revoke,
             poll,
             edit,
@@ -301,22 +380,24 @@ pub fn case_strategy() -> impl Strategy<Value = Case> {
         any::<u64>(),
         1u8..=3,
         [service_choice(), service_choice(), service_choice(), service_choice()],
-        prop::bool::weighted(0.3),
-        prop::bool::weighted(0.5),
+        (prop::bool::weighted(0.3), prop::bool::weighted(0.5), prop::bool::weighted(0.4)),
         prop::collection::vec(operation(), 1..=MAX_OPERATIONS),
         mix(),
     )
-        .prop_flat_map(|(seed, workers, services, duplicate_deliveries, webhooks, operations, mix)| {
-            prop::collection::vec(action(mix), 1..=MAX_ACTIONS).prop_map(move |actions| Case {
-                seed,
-                workers,
-                services,
-                duplicate_deliveries,
-                webhooks,
-                operations: operations.clone(),
-                actions,
-            })
-        })
+        .prop_flat_map(
+            |(seed, workers, services, (duplicate_deliveries, webhooks, long_jobs), operations, mix)| {
+                prop::collection::vec(action(mix), 1..=MAX_ACTIONS).prop_map(move |actions| Case {
+                    seed,
+                    workers,
+                    services,
+                    duplicate_deliveries,
+                    webhooks,
+                    long_jobs,
+                    operations: operations.clone(),
+                    actions,
+                })
+            },
+        )
 }
 
 // ----------------------------------------------------------------------- case -> scenario
@@ -352,47 +433,83 @@ impl CaseTool {
         }
     }
 
-    /// The arguments for `content`, written canonically or reordered; `changed` alters a
-    /// material field.
-    fn arguments(self, content: u8, variant: Variant) -> String {
-        let changed = if variant == Variant::Changed { 100 } else { 0 };
-        let n = u32::from(content) + changed;
-        let reordered = variant == Variant::Reordered;
-        match (self, reordered) {
-            (CaseTool::Ticket, false) => {
-                format!(r#"{{"queue":"support","subject":"Issue {n}","body":"Text {n}"}}"#)
+    /// Whether the effect is carried out by a queue consumer, not the worker that took the call.
+    fn queued(self) -> bool {
+        self == CaseTool::Message
+    }
+
+    /// The arguments for `content`, as (field, value, default) in the contract's order;
+    /// `changed` alters every material field, `field` one of them. `ticket` names the ticket a
+    /// status update is for.
+    fn fields(self, content: u8, variant: Variant, ticket: &str) -> Vec<(&'static str, String, bool)> {
+        let n = u32::from(content);
+        let changes = |index: usize| match variant {
+            Variant::Changed => true,
+            Variant::ChangedField(field) => usize::from(field) % self.material_count() == index,
+            Variant::Same | Variant::Reordered => false,
+        };
+        let text = |value: String| serde_json::Value::String(value).to_string();
+        let pick = |index: usize, same: String, other: String| if changes(index) { other } else { same };
+        match self {
+            CaseTool::Ticket => vec![
+                ("queue", text(pick(0, "support".into(), "billing".into())), !changes(0)),
+                ("subject", text(pick(1, format!("Issue {n}"), format!("Issue {}", n + 100))), false),
+                ("body", text(pick(2, format!("Text {n}"), format!("Text {}", n + 100))), false),
+            ],
+            CaseTool::Charge => vec![
+                ("customer", text(pick(0, format!("cus_{n}"), format!("cus_{}", n + 100))), false),
+                ("amount_minor", pick(1, (1_000 + n).to_string(), (1_100 + n).to_string()), false),
+                ("currency", text(pick(2, "EUR".into(), "USD".into())), !changes(2)),
+            ],
+            CaseTool::Message => vec![
+                ("to", text(pick(0, format!("customer-{n}"), format!("customer-{}", n + 100))), false),
+                ("body", text(pick(1, format!("Hello {n}"), format!("Hello {}", n + 100))), false),
+            ],
+            CaseTool::Job => vec![
+                ("job_type", text(pick(0, "report".into(), "export".into())), false),
+                (
+                    "input",
+                    pick(1, format!(r#"{{"month":"m{n}"}}"#), format!(r#"{{"month":"m{}"}}"#, n + 100)),
+                    false,
+                ),
+            ],
+            CaseTool::SetStatus => {
+                // Based on version 1 or 2 of the ticket; a changed request asks for another
+                // status, or names another version.
+                let version = 1 + n % 2;
+                vec![
+                    ("ticket_id", text(ticket.to_owned()), false),
+                    ("status", text(pick(0, "closed".into(), "pending".into())), false),
+                    ("expected_version", pick(1, version.to_string(), (version + 1).to_string()), false),
+                ]
             }
-            (CaseTool::Ticket, true) => {
-                format!("{{ \"body\": \"Text {n}\",\n \"subject\" : \"Issue {n}\" }}")
-            }
-            (CaseTool::Charge, false) => {
-                format!(r#"{{"customer":"cus_{n}","amount_minor":{},"currency":"EUR"}}"#, 1_000 + n)
-            }
-            (CaseTool::Charge, true) => {
-                format!(
-                    "{{\"currency\": \"EUR\", \"amount_minor\": {},\n  \"customer\": \"cus_{n}\"}}",
-                    1_000 + n
-                )
-            }
-            (CaseTool::Message, false) => format!(r#"{{"to":"customer-{n}","body":"Hello {n}"}}"#),
-            (CaseTool::Message, true) => format!("{{ \"body\":\"Hello {n}\", \"to\":\"customer-{n}\" }}"),
-            (CaseTool::Job, false) => format!(r#"{{"job_type":"report","input":{{"month":"m{n}"}}}}"#),
-            (CaseTool::Job, true) => {
-                format!("{{\"input\": {{ \"month\": \"m{n}\" }}, \"job_type\": \"report\"}}")
-            }
-            (CaseTool::SetStatus, reordered) => {
-                // Based on version 1 or 2 of the run's first ticket; a changed request asks for
-                // another status.
-                let version = 1 + u32::from(content % 2);
-                let status = if variant == Variant::Changed { "pending" } else { "closed" };
-                if reordered {
-                    format!(
-                        "{{ \"expected_version\": {version}, \"status\": \"{status}\", \"ticket_id\": \"ticket_1\" }}"
-                    )
-                } else {
-                    format!(r#"{{"ticket_id":"ticket_1","status":"{status}","expected_version":{version}}}"#)
-                }
-            }
+        }
+    }
+
+    /// How many material fields a [`Variant::ChangedField`] chooses among.
+    fn material_count(self) -> usize {
+        match self {
+            CaseTool::Ticket | CaseTool::Charge => 3,
+            CaseTool::Message | CaseTool::Job | CaseTool::SetStatus => 2,
+        }
+    }
+
+    /// The arguments as JSON text: canonical, or (reordered) in reverse order with other
+    /// whitespace and the fields that equal the contract's default left out.
+    fn arguments(self, content: u8, variant: Variant, ticket: &str) -> String {
+        let fields = self.fields(content, variant, ticket);
+        if variant == Variant::Reordered {
+            let parts: Vec<String> = fields
+                .iter()
+                .rev()
+                .filter(|(_, _, default)| !default)
+                .map(|(name, value, _)| format!("\"{name}\" : {value}"))
+                .collect();
+            format!("{{ {} }}", parts.join(",\n  "))
+        } else {
+            let parts: Vec<String> =
+                fields.iter().map(|(name, value, _)| format!("\"{name}\":{value}")).collect();
+            format!("{{{}}}", parts.join(","))
         }
     }
 }
@@ -415,34 +532,354 @@ impl CaseFault {
     }
 }
 
-impl Case {
-    fn operation_name(&self, index: u8) -> Option<(String, &CaseOperation)> {
-        let operation = self.operations.get(usize::from(index) % self.operations.len().max(1))?;
-        Some((format!("{}_step_{}", TENANTS[usize::from(operation.tenant % 2)], operation.step), operation))
+/// What [`Case::to_scenario`] knows of the world so far, to send each action where it means
+/// something: which operations were called (and whether their first call was a plain one),
+/// and whose permission was revoked.
+#[derive(Debug, Default)]
+struct Plan {
+    steps: Vec<Step>,
+    labels: u32,
+    called: BTreeSet<String>,
+    /// Operations whose first call was a plain call (no fault, no crash) by an actor allowed then.
+    clean: BTreeSet<String>,
+    revoked: BTreeSet<(String, String)>,
+}
+
+impl Plan {
+    fn push(&mut self, kind: StepKind) {
+        self.steps.push(Step { line: 0, kind });
     }
 
-    /// The first operation using `tool`, with its name.
-    fn first_of(&self, tool: CaseTool) -> Option<(String, &CaseOperation)> {
-        (0..self.operations.len() as u8)
-            .filter_map(|index| self.operation_name(index))
-            .find(|(_, operation)| operation.tool == tool)
+    fn label(&mut self, prefix: &str) -> String {
+        self.labels += 1;
+        format!("{prefix}{}", self.labels)
+    }
+}
+
+impl Case {
+    fn name_of(operation: &CaseOperation) -> String {
+        format!("{}_step_{}", TENANTS[usize::from(operation.tenant % 2)], operation.step)
+    }
+
+    fn operation_at(&self, index: u8) -> Option<(String, CaseOperation)> {
+        let operation = *self.operations.get(usize::from(index) % self.operations.len().max(1))?;
+        Some((Self::name_of(&operation), operation))
+    }
+
+    fn actor_of(operation: &CaseOperation) -> String {
+        format!("agent-{}", operation.step % 2)
     }
 
     fn worker(&self, index: u8) -> String {
         format!("worker-{}", 1 + index % self.workers.max(1))
     }
 
+    /// The ticket operation a status update of `tenant` is about: the tenant's first ticket
+    /// operation whose step no other tool shares (a shared step is one operation, whose first
+    /// call may not be the ticket's), or one made up for it.
+    fn creator_for(&self, tenant: u8) -> (String, CaseOperation) {
+        let others: BTreeSet<String> =
+            self.operations.iter().filter(|op| op.tool != CaseTool::Ticket).map(Self::name_of).collect();
+        self.operations
+            .iter()
+            .find(|operation| {
+                operation.tool == CaseTool::Ticket
+                    && operation.tenant % 2 == tenant % 2
+                    && !others.contains(&Self::name_of(operation))
+            })
+            .map(|operation| (Self::name_of(operation), *operation))
+            .unwrap_or_else(|| {
+                let operation = CaseOperation { tenant, step: 9, tool: CaseTool::Ticket, content: 0 };
+                (Self::name_of(&operation), operation)
+            })
+    }
+
+    /// The first operation, from `index` on, that has not been called and whose actor may
+    /// still use its tool: where an action that needs a downstream request ahead goes.
+    fn fresh(&self, plan: &Plan, index: u8) -> Option<(String, CaseOperation)> {
+        let count = self.operations.len() as u8;
+        (0..count).filter_map(|offset| self.operation_at(index.wrapping_add(offset))).find(
+            |(name, operation)| {
+                !plan.called.contains(name)
+                    && !plan.revoked.contains(&(Self::actor_of(operation), operation.tool.name().to_owned()))
+            },
+        )
+    }
+
+    /// A call step for `operation`, or `None` when it is a status update whose ticket cannot
+    /// be known (its creator's first call was not a plain one). A status update's creator is
+    /// called first when it was not yet.
+    fn call_step(
+        &self,
+        plan: &mut Plan,
+        name: &str,
+        operation: &CaseOperation,
+        worker: String,
+        variant: Variant,
+        wait: bool,
+    ) -> Option<CallStep> {
+        let mut ticket = String::new();
+        if operation.tool == CaseTool::SetStatus {
+            let (creator, ticket_operation) = self.creator_for(operation.tenant);
+            if !plan.called.contains(&creator) {
+                let step =
+                    self.call_step(plan, &creator, &ticket_operation, self.worker(0), Variant::Same, true)?;
+                self.mark_called(plan, &creator, &ticket_operation, true);
+                plan.push(StepKind::Call(step));
+            }
+            if !plan.clean.contains(&creator) {
+                return None;
+            }
+            ticket = format!("{}{creator}}}", scenarios::TICKET_OF_PLACEHOLDER);
+        }
+        Some(CallStep {
+            id: plan.label("call-"),
+            worker,
+            operation: name.to_owned(),
+            tool: operation.tool.name().to_owned(),
+            version: DEFAULT_TOOL_VERSION.to_owned(),
+            arguments: operation.tool.arguments(operation.content, variant, &ticket),
+            actor: None,
+            lose_answer: false,
+            wait,
+        })
+    }
+
+    fn mark_called(&self, plan: &mut Plan, name: &str, operation: &CaseOperation, plain: bool) {
+        let allowed = !plan.revoked.contains(&(Self::actor_of(operation), operation.tool.name().to_owned()));
+        if plan.called.insert(name.to_owned()) && plain && allowed {
+            plan.clean.insert(name.to_owned());
+        }
+    }
+
+    /// A plain call of `operation` (its first call, or a retry).
+    fn plain_call(
+        &self,
+        plan: &mut Plan,
+        name: &str,
+        operation: &CaseOperation,
+        worker: String,
+        variant: Variant,
+    ) {
+        if let Some(step) = self.call_step(plan, name, operation, worker, variant, true) {
+            self.mark_called(plan, name, operation, true);
+            plan.push(StepKind::Call(step));
+        }
+    }
+
+    /// A fault rule on the next downstream request that carries out `operation`'s tool for its
+    /// tenant.
+    fn fault_rule(operation: &CaseOperation, action: FaultAction) -> FaultRule {
+        FaultRule {
+            matches: RuleMatch {
+                method: Some(operation.tool.method().into()),
+                path: Some(operation.tool.path().into()),
+                tenant: Some(TENANTS[usize::from(operation.tenant % 2)].into()),
+                ..RuleMatch::default()
+            },
+            action,
+            times: Times::Count(1),
+        }
+    }
+
+    fn plan_action(&self, plan: &mut Plan, action: CaseAction) {
+        match action {
+            CaseAction::Call { operation, worker, variant } => {
+                let Some((name, op)) = self.operation_at(operation) else { return };
+                self.plain_call(plan, &name, &op, self.worker(worker), variant);
+            }
+            CaseAction::Concurrent { operation } => {
+                let Some((name, op)) = self.fresh(plan, operation) else {
+                    return self.plan_action(
+                        plan,
+                        CaseAction::Call { operation, worker: 0, variant: Variant::Same },
+                    );
+                };
+                // A queued call only writes to the outbox: too quick to race (its consumers race,
+                // on duplicate deliveries). A status update needs its ticket first.
+                if self.workers < 2 || op.tool == CaseTool::SetStatus || op.tool.queued() {
+                    return self.plain_call(plan, &name, &op, self.worker(0), Variant::Same);
+                }
+                let calls: Option<Vec<CallStep>> = (0..self.workers)
+                    .map(|w| self.call_step(plan, &name, &op, self.worker(w), Variant::Same, true))
+                    .collect();
+                if let Some(calls) = calls {
+                    self.mark_called(plan, &name, &op, true);
+                    plan.push(StepKind::Concurrent(calls));
+                }
+            }
+            CaseAction::FaultyCall { operation, worker, fault } => {
+                let Some((name, op)) = self.fresh(plan, operation) else {
+                    return self
+                        .plan_action(plan, CaseAction::Call { operation, worker, variant: Variant::Same });
+                };
+                let Some(step) = self.call_step(plan, &name, &op, self.worker(worker), Variant::Same, true)
+                else {
+                    return;
+                };
+                plan.push(StepKind::Fault { name: None, rule: Self::fault_rule(&op, fault.action()) });
+                self.mark_called(plan, &name, &op, false);
+                plan.push(StepKind::Call(step));
+                if op.tool.queued() {
+                    // Give the consumer the moment it needs to send, before anything else (a
+                    // revocation, say) can keep the faulty request from happening.
+                    plan.push(StepKind::Advance { by: QUEUE_MOMENT });
+                }
+            }
+            CaseAction::CrashDuringCall { operation, worker, moment } => {
+                let Some((name, op)) = self.fresh(plan, operation) else {
+                    return self
+                        .plan_action(plan, CaseAction::Call { operation, worker, variant: Variant::Same });
+                };
+                let caller = self.worker(worker);
+                let Some(step) = self.call_step(plan, &name, &op, caller.clone(), Variant::Same, false)
+                else {
+                    return;
+                };
+                let pause = plan.label("pause-");
+                // A status update may be refused (412) or find the status already set: nothing
+                // commits, so its crash falls before the request.
+                let moment = match moment {
+                    CrashMoment::AfterCommit if op.tool != CaseTool::SetStatus => Moment::After,
+                    _ => Moment::Before,
+                };
+                let effect = true;
+                let mut point = PausePoint::downstream(moment, effect);
+                if let PausePoint::Downstream { filter, .. } = &mut point {
+                    filter.operation = Some(name.clone());
+                }
+                // A queued tool's effect is sent by whichever worker consumes it.
+                let paused_worker = (!op.tool.queued()).then(|| caller.clone());
+                plan.push(StepKind::Pause { name: pause.clone(), worker: paused_worker, point });
+                self.mark_called(plan, &name, &op, false);
+                plan.push(StepKind::Call(step));
+                plan.push(StepKind::WaitPaused { name: pause.clone() });
+                plan.push(StepKind::Crash { worker: WorkerRef::PausedAt(pause.clone()) });
+                plan.push(StepKind::Restart { worker: WorkerRef::PausedAt(pause) });
+            }
+            CaseAction::SlowOwner { operation, worker } => {
+                let Some((name, op)) = self.fresh(plan, operation) else {
+                    return self
+                        .plan_action(plan, CaseAction::Call { operation, worker, variant: Variant::Same });
+                };
+                // A queued effect is sent by a consumer; a status update may commit nothing.
+                if op.tool.queued() || op.tool == CaseTool::SetStatus {
+                    return self.plain_call(plan, &name, &op, self.worker(worker), Variant::Same);
+                }
+                let owner = self.worker(worker);
+                let Some(first) = self.call_step(plan, &name, &op, owner.clone(), Variant::Same, false)
+                else {
+                    return;
+                };
+                let pause = plan.label("pause-");
+                let mut point = PausePoint::downstream(Moment::After, true);
+                if let PausePoint::Downstream { filter, .. } = &mut point {
+                    filter.operation = Some(name.clone());
+                }
+                plan.push(StepKind::Pause { name: pause.clone(), worker: Some(owner), point });
+                self.mark_called(plan, &name, &op, false);
+                let first_id = first.id.clone();
+                plan.push(StepKind::Call(first));
+                plan.push(StepKind::WaitPaused { name: pause.clone() });
+                // Past the lease, within the owner's own downstream timeout: alive, but late.
+                plan.push(StepKind::Advance { by: CASE_LEASE + Duration::from_millis(400) });
+                if let Some(retry) =
+                    self.call_step(plan, &name, &op, self.worker(worker.wrapping_add(1)), Variant::Same, true)
+                {
+                    plan.push(StepKind::Call(retry));
+                }
+                plan.push(StepKind::Release { name: pause });
+                plan.push(StepKind::Await { call: first_id });
+            }
+            CaseAction::Advance { ms } => {
+                plan.push(StepKind::Advance { by: Duration::from_millis(u64::from(ms)) })
+            }
+            CaseAction::LateRetry { operation } => {
+                let Some((name, op)) = self.operation_at(operation) else { return };
+                if !plan.called.contains(&name) {
+                    self.plain_call(plan, &name, &op, self.worker(0), Variant::Same);
+                }
+                plan.push(StepKind::Advance { by: CASE_RETENTION + Duration::from_secs(1) });
+                self.plain_call(plan, &name, &op, self.worker(1), Variant::Same);
+            }
+            CaseAction::RevokeAndRetry { operation } => {
+                let Some((name, op)) = self.operation_at(operation) else { return };
+                if !plan.called.contains(&name) {
+                    self.plain_call(plan, &name, &op, self.worker(0), Variant::Same);
+                }
+                self.plan_action(plan, CaseAction::Revoke { operation });
+                self.plain_call(plan, &name, &op, self.worker(1), Variant::Same);
+            }
+            CaseAction::Revoke { operation } => {
+                let Some((_, op)) = self.operation_at(operation) else { return };
+                let (actor, tool) = (Self::actor_of(&op), op.tool.name().to_owned());
+                plan.revoked.insert((actor.clone(), tool.clone()));
+                plan.push(StepKind::Revoke { actor, tool: Some(tool) });
+            }
+            CaseAction::Poll { operation } | CaseAction::Reconcile { operation } => {
+                let Some((name, _)) = self.operation_at(operation) else { return };
+                let (id, worker) = (plan.label("query-"), self.worker(0));
+                plan.push(if matches!(action, CaseAction::Poll { .. }) {
+                    StepKind::Poll { id, operation: name, worker }
+                } else {
+                    StepKind::Reconcile { id, operation: name, worker }
+                });
+            }
+            CaseAction::PollWhileRunning { operation } => {
+                let Some((name, _)) = self.operation_at(operation) else { return };
+                for round in 0..4 {
+                    if round > 0 {
+                        plan.push(StepKind::Advance { by: Duration::from_millis(1_200) });
+                    }
+                    let (id, worker) = (plan.label("query-"), self.worker(round));
+                    plan.push(StepKind::Poll { id, operation: name.clone(), worker });
+                }
+            }
+            CaseAction::HumanEdit => {
+                let (creator, _) = self.creator_for(self.operations.first().map_or(0, |op| op.tenant));
+                if plan.clean.contains(&creator) {
+                    plan.push(StepKind::HumanEdit { ticket_of: creator });
+                }
+            }
+            CaseAction::StaleUpdate => {
+                let Some(update) = self.operations.iter().find(|op| op.tool == CaseTool::SetStatus).copied()
+                else {
+                    return;
+                };
+                let name = Self::name_of(&update);
+                let (creator, ticket) = self.creator_for(update.tenant);
+                if !plan.called.contains(&creator) {
+                    self.plain_call(plan, &creator, &ticket, self.worker(0), Variant::Same);
+                }
+                if !plan.clean.contains(&creator) {
+                    return;
+                }
+                plan.push(StepKind::HumanEdit { ticket_of: creator });
+                self.plain_call(plan, &name, &update, self.worker(0), Variant::Same);
+            }
+        }
+    }
+
     /// The case as a scenario without expectations: only the oracles judge it.
     pub fn to_scenario(&self) -> Scenario {
+        let mut plan = Plan::default();
+        for action in &self.actions {
+            self.plan_action(&mut plan, *action);
+        }
         let mut operations = BTreeMap::new();
-        for (index, operation) in self.operations.iter().enumerate() {
-            let Some((name, _)) = self.operation_name(index as u8) else { continue };
-            operations.entry(name).or_insert_with(|| OperationSpec {
+        let mut named: Vec<CaseOperation> = self.operations.clone();
+        for operation in &self.operations {
+            if operation.tool == CaseTool::SetStatus {
+                named.push(self.creator_for(operation.tenant).1);
+            }
+        }
+        for operation in named {
+            operations.entry(Self::name_of(&operation)).or_insert_with(|| OperationSpec {
                 tenant: TENANTS[usize::from(operation.tenant % 2)].to_owned(),
                 environment: "production".into(),
                 workflow_id: "run_1".into(),
                 step_id: format!("step_{}", operation.step),
-                actor: format!("agent-{}", operation.step % 2),
+                actor: Self::actor_of(&operation),
             });
         }
         let mut services = BTreeMap::new();
@@ -450,153 +887,6 @@ impl Case {
             let idempotency =
                 if choice.honoured { IdempotencyMode::Honoured } else { IdempotencyMode::Ignored };
             services.insert((*name).to_owned(), ServiceSpec { idempotency, receipts: choice.receipts });
-        }
-        let mut steps = Vec::new();
-        let mut push = |kind: StepKind| steps.push(Step { line: 0, kind });
-        let mut labels = 0;
-        let mut next_label = |prefix: &str| {
-            labels += 1;
-            format!("{prefix}{labels}")
-        };
-        let call = |id: String,
-                    worker: String,
-                    name: &str,
-                    operation: &CaseOperation,
-                    variant: Variant,
-                    wait: bool| {
-            CallStep {
-                id,
-                worker,
-                operation: name.to_owned(),
-                tool: operation.tool.name().to_owned(),
-                version: DEFAULT_TOOL_VERSION.to_owned(),
-                arguments: operation.tool.arguments(operation.content, variant),
-                actor: None,
-                lose_answer: false,
-                wait,
-            }
-        };
-        // Operations called so far (a stale update calls its ticket's creator first if not).
-        let mut called = BTreeSet::new();
-        for action in &self.actions {
-            if let CaseAction::Call { operation, .. }
-            | CaseAction::Concurrent { operation }
-            | CaseAction::CrashDuringCall { operation, .. } = *action
-            {
-                if let Some((name, _)) = self.operation_name(operation) {
-                    called.insert(name);
-                }
-            }
-            match *action {
-                CaseAction::Call { operation, worker, variant } => {
-                    let Some((name, op)) = self.operation_name(operation) else { continue };
-                    push(StepKind::Call(call(
-                        next_label("call-"),
-                        self.worker(worker),
-                        &name,
-                        op,
-                        variant,
-                        true,
-                    )));
-                }
-                CaseAction::Concurrent { operation } => {
-                    let Some((name, op)) = self.operation_name(operation) else { continue };
-                    if self.workers < 2 {
-                        push(StepKind::Call(call(
-                            next_label("call-"),
-                            self.worker(0),
-                            &name,
-                            op,
-                            Variant::Same,
-                            true,
-                        )));
-                        continue;
-                    }
-                    let calls = (0..self.workers)
-                        .map(|w| call(next_label("call-"), self.worker(w), &name, op, Variant::Same, true))
-                        .collect();
-                    push(StepKind::Concurrent(calls));
-                }
-                CaseAction::Fault { operation, fault } => {
-                    let Some((_, op)) = self.operation_name(operation) else { continue };
-                    let rule = FaultRule {
-                        matches: RuleMatch {
-                            method: Some(op.tool.method().into()),
-                            path: Some(op.tool.path().into()),
-                            ..RuleMatch::default()
-                        },
-                        action: fault.action(),
-                        times: Times::Count(1),
-                    };
-                    push(StepKind::Fault { name: None, rule });
-                }
-                CaseAction::CrashDuringCall { operation, worker, after_downstream } => {
-                    let Some((name, op)) = self.operation_name(operation) else { continue };
-                    let worker = self.worker(worker);
-                    let pause = next_label("pause-");
-                    let point = if after_downstream {
-                        PausePoint::downstream(Moment::After, true)
-                    } else {
-                        PausePoint::downstream(Moment::Before, true)
-                    };
-                    push(StepKind::Pause { name: pause.clone(), worker: Some(worker.clone()), point });
-                    push(StepKind::Call(call(
-                        next_label("call-"),
-                        worker.clone(),
-                        &name,
-                        op,
-                        Variant::Same,
-                        false,
-                    )));
-                    push(StepKind::WaitPaused { name: pause });
-                    push(StepKind::Crash { worker: WorkerRef::Named(worker.clone()) });
-                    push(StepKind::Restart { worker: WorkerRef::Named(worker) });
-                }
-                CaseAction::Advance { ms } => {
-                    push(StepKind::Advance { by: Duration::from_millis(u64::from(ms)) })
-                }
-                CaseAction::Revoke { operation } => {
-                    let Some((name, op)) = self.operation_name(operation) else { continue };
-                    let actor = operations.get(&name).map(|spec| spec.actor.clone()).unwrap_or_default();
-                    push(StepKind::Revoke { actor, tool: Some(op.tool.name().to_owned()) });
-                }
-                CaseAction::HumanEdit => {
-                    if let Some((name, _)) = self.first_of(CaseTool::Ticket) {
-                        push(StepKind::HumanEdit { ticket_of: name });
-                    }
-                }
-                CaseAction::StaleUpdate => {
-                    let (Some((creator, ticket)), Some((name, update))) =
-                        (self.first_of(CaseTool::Ticket), self.first_of(CaseTool::SetStatus))
-                    else {
-                        continue;
-                    };
-                    if called.insert(creator.clone()) {
-                        let id = next_label("call-");
-                        push(StepKind::Call(call(id, self.worker(0), &creator, ticket, Variant::Same, true)));
-                    }
-                    called.insert(name.clone());
-                    push(StepKind::HumanEdit { ticket_of: creator });
-                    push(StepKind::Call(call(
-                        next_label("call-"),
-                        self.worker(0),
-                        &name,
-                        update,
-                        Variant::Same,
-                        true,
-                    )));
-                }
-                CaseAction::Poll { operation } | CaseAction::Reconcile { operation } => {
-                    let Some((name, _)) = self.operation_name(operation) else { continue };
-                    let id = next_label("query-");
-                    let worker = self.worker(0);
-                    push(if matches!(action, CaseAction::Poll { .. }) {
-                        StepKind::Poll { id, operation: name, worker }
-                    } else {
-                        StepKind::Reconcile { id, operation: name, worker }
-                    });
-                }
-            }
         }
         Scenario {
             id: "X01".into(),
@@ -608,17 +898,14 @@ impl Case {
             operations,
             downstream: DownstreamSpec {
                 services,
-                job_duration: Some(Duration::from_secs(2)),
+                job_duration: Some(Duration::from_secs(if self.long_jobs { 6 } else { 2 })),
                 webhook: self.webhooks.then_some(WebhookSpec { repeat_same_event: 1, extra_event_ids: 1 }),
             },
             queue: QueueSpec { duplicate_deliveries: self.duplicate_deliveries },
-            timing: TimingSpec {
-                lease: Some(Duration::from_secs(2)),
-                retention: Some(Duration::from_secs(30)),
-            },
+            timing: TimingSpec { lease: Some(CASE_LEASE), retention: Some(CASE_RETENTION) },
             settle: Duration::from_secs(10),
             seed: Some(self.seed),
-            steps,
+            steps: plan.steps,
             source: "explored case".into(),
         }
     }
@@ -634,6 +921,8 @@ impl Case {
 /// What one case did.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CaseResult {
+    /// What the case covered (faults fired, crashes after a commit, oracles exercised).
+    pub coverage: RunCoverage,
     /// The run's verdict.
     pub verdict: Verdict,
     /// Oracle violations.
@@ -659,6 +948,7 @@ impl CaseResult {
 pub fn check_case(case: &Case, executor: &ExecutorSpec) -> CaseResult {
     let record = runner::run(&case.to_scenario(), case.seed, executor);
     CaseResult {
+        coverage: record.coverage,
         verdict: record.result.verdict,
         violations: record.result.violations,
         notes: record.result.notes,

@@ -12,7 +12,121 @@ use serde::{Deserialize, Serialize};
 use crate::executors::ExecutorSpec;
 use crate::exit;
 use crate::explore::{self, Case, Finding};
+use crate::oracles::ORACLES;
+use crate::runner::RunCoverage;
 use crate::verdict::Verdict;
+
+/// The most cases that may end `unknown` (a premise that did not happen) before exploration
+/// fails: more would mean the generator asks for things that do not happen.
+pub const MAX_UNKNOWN_PERCENT: f64 = 5.0;
+/// The fewest installed faults that must fire: a fault that never fires tested nothing.
+pub const MIN_FAULTS_FIRED_PERCENT: f64 = 80.0;
+
+/// What an exploration covered, summed over its cases.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Coverage {
+    /// Cases run.
+    pub cases: u64,
+    /// Of those, cases whose verdict was `unknown`.
+    pub unknown: u64,
+    /// Fault rules installed, and fired as often as asked.
+    pub faults_installed: u64,
+    /// See `faults_installed`.
+    pub faults_fired: u64,
+    /// Workers crashed, and crashed right after a committed effect.
+    pub crashes: u64,
+    /// See `crashes`.
+    pub crashes_after_commit: u64,
+    /// Cases in which each oracle had something to judge.
+    pub exercised: std::collections::BTreeMap<&'static str, u64>,
+    /// Why cases ended `unknown`: the premise that did not happen, by kind, with a count.
+    pub unknown_because: std::collections::BTreeMap<&'static str, u64>,
+}
+
+/// The kind of premise a note of an `unknown` run names.
+fn premise_kind(note: &str) -> &'static str {
+    if note.contains("never reached the pause point") {
+        "a pause point was never reached"
+    } else if note.contains("never fired") || note.contains("times: the fault") {
+        "a fault did not fire"
+    } else if note.contains("did not overlap") || note.contains("never reached its worker") {
+        "concurrent calls did not overlap"
+    } else if note.contains("created no ticket") {
+        "a ticket to update or edit did not exist"
+    } else {
+        "another premise"
+    }
+}
+
+fn percent(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 * 100.0 / whole as f64
+    }
+}
+
+impl Coverage {
+    /// Adds one case (`notes`: why it was unknown, if it was).
+    pub fn add(&mut self, verdict: Verdict, run: &RunCoverage, notes: &[String]) {
+        self.cases += 1;
+        if verdict == Verdict::Unknown {
+            self.unknown += 1;
+            let kinds: std::collections::BTreeSet<&'static str> =
+                notes.iter().map(|note| premise_kind(note)).collect();
+            for kind in kinds {
+                *self.unknown_because.entry(kind).or_insert(0) += 1;
+            }
+        }
+        self.faults_installed += u64::from(run.faults_installed);
+        self.faults_fired += u64::from(run.faults_fired);
+        self.crashes += u64::from(run.crashes);
+        self.crashes_after_commit += u64::from(run.crashes_after_commit);
+        for oracle in &run.exercised {
+            *self.exercised.entry(oracle).or_insert(0) += 1;
+        }
+    }
+
+    /// The oracles no case gave anything to judge.
+    pub fn unexercised(&self) -> Vec<&'static str> {
+        ORACLES.iter().map(|(id, _)| *id).filter(|id| !self.exercised.contains_key(id)).collect()
+    }
+
+    /// `coverage: cases=N unknown=U% faults_fired=F% crashes_after_commit=C% oracles_exercised=K/M`
+    pub fn line(&self) -> String {
+        format!(
+            "coverage: cases={} unknown={:.1}% faults_fired={:.1}% crashes_after_commit={:.1}% oracles_exercised={}/{}",
+            self.cases,
+            percent(self.unknown, self.cases),
+            percent(self.faults_fired, self.faults_installed),
+            percent(self.crashes_after_commit, self.crashes),
+            ORACLES.len() - self.unexercised().len(),
+            ORACLES.len()
+        )
+    }
+
+    /// Why the coverage is not enough, if it is not.
+    pub fn shortfalls(&self) -> Vec<String> {
+        let mut shortfalls = Vec::new();
+        let unknown = percent(self.unknown, self.cases);
+        if unknown > MAX_UNKNOWN_PERCENT {
+            shortfalls.push(format!(
+                "{unknown:.1}% of the cases ended unknown (a premise did not happen); at most {MAX_UNKNOWN_PERCENT}% may"
+            ));
+        }
+        let fired = percent(self.faults_fired, self.faults_installed);
+        if self.faults_installed > 0 && fired < MIN_FAULTS_FIRED_PERCENT {
+            shortfalls.push(format!(
+                "only {fired:.1}% of the faults installed fired; at least {MIN_FAULTS_FIRED_PERCENT}% must"
+            ));
+        }
+        let unexercised = self.unexercised();
+        if !unexercised.is_empty() {
+            shortfalls.push(format!("no case gave {} anything to judge", unexercised.join(", ")));
+        }
+        shortfalls
+    }
+}
 
 /// What `replaylab explore` was asked.
 #[derive(Debug, Clone)]
@@ -128,6 +242,7 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
     let nondeterministic: Mutex<Vec<u64>> = Mutex::new(Vec::new());
     let verdicts: Mutex<std::collections::BTreeMap<Verdict, u64>> =
         Mutex::new(std::collections::BTreeMap::new());
+    let coverage: Mutex<Coverage> = Mutex::new(Coverage::default());
     let started = std::time::Instant::now();
     std::thread::scope(|scope| {
         for _ in 0..config.jobs.max(1) {
@@ -145,6 +260,11 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
                     nondeterministic.lock().unwrap_or_else(|p| p.into_inner()).push(seed);
                 }
                 *verdicts.lock().unwrap_or_else(|p| p.into_inner()).entry(result.verdict).or_insert(0) += 1;
+                coverage.lock().unwrap_or_else(|p| p.into_inner()).add(
+                    result.verdict,
+                    &result.coverage,
+                    &result.notes,
+                );
                 if result.failure().is_some() {
                     if let Some(finding) = explore::explore_seed(seed, executor) {
                         findings.lock().unwrap_or_else(|p| p.into_inner()).push(finding);
@@ -173,6 +293,21 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
         count(Verdict::Unknown),
         count(Verdict::Crashed)
     );
+    let coverage = coverage.into_inner().unwrap_or_else(|p| p.into_inner());
+    if coverage.cases > 0 {
+        println!("{}", coverage.line());
+        if !coverage.unknown_because.is_empty() {
+            let reasons: Vec<String> =
+                coverage.unknown_because.iter().map(|(kind, count)| format!("{kind} ({count})")).collect();
+            println!("unknown because: {}", reasons.join(", "));
+        }
+        if !config.stop_at_first {
+            for shortfall in coverage.shortfalls() {
+                failed = true;
+                println!("coverage too thin: {shortfall}");
+            }
+        }
+    }
     let mut nondeterministic = nondeterministic.into_inner().unwrap_or_else(|p| p.into_inner());
     nondeterministic.sort_unstable();
     if config.check_determinism {

@@ -138,6 +138,13 @@ pub enum EventKind {
         path: String,
         /// Idempotency key sent, if any.
         idempotency_key: Option<String>,
+        /// The tenant the request names (its body's `tenant`, or its `tenant` query).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tenant: Option<String>,
+        /// Its business content, for a state-changing request
+        /// ([`fake_downstream::request_content`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        content: Option<String>,
     },
     /// A downstream answer reached the worker's executor.
     DownstreamAnswered {
@@ -332,6 +339,8 @@ pub enum EventKind {
         worker: String,
         /// The call's name (`claim`, `complete`, ...).
         call: String,
+        /// The label of the agent request the worker was serving, if any.
+        serving: Option<String>,
     },
     /// The scenario's steps are done; faults healed, the world settles.
     SettleStarted,
@@ -542,7 +551,7 @@ impl Event {
             EventKind::WebhookHandled { worker, event_id, ack } => {
                 format!("{worker}: webhook {} -> {ack}", event_id.as_deref().unwrap_or("?"))
             }
-            EventKind::StoreCommitted { worker, call } => format!("{worker}: store {call} committed"),
+            EventKind::StoreCommitted { worker, call, .. } => format!("{worker}: store {call} committed"),
             EventKind::SettleStarted => "steps done: faults healed, settling".to_owned(),
             EventKind::LimitReached { what } => format!("LIMIT: {what}"),
         };

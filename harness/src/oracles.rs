@@ -116,6 +116,10 @@ struct Facts<'a> {
     sent: Vec<SentFact>,
     revocations: Vec<(u64, String, Option<String>)>,
     settled: bool,
+    attribution: Attribution,
+    /// Labels of the agent requests a worker acted on: answered, or served by a store call or
+    /// a downstream request.
+    acted_on: BTreeSet<String>,
 }
 
 impl<'a> Facts<'a> {
@@ -133,6 +137,8 @@ impl<'a> Facts<'a> {
             sent: Vec::new(),
             revocations: Vec::new(),
             settled: false,
+            attribution: Attribution::default(),
+            acted_on: BTreeSet::new(),
         };
         let mut sent_at: BTreeMap<&str, u64> = BTreeMap::new();
         for event in evidence.history {
@@ -166,7 +172,11 @@ impl<'a> Facts<'a> {
                 EventKind::OperationQuery { label, operation, tenant, .. } => {
                     facts.requests.insert(label.clone(), (operation.clone(), tenant.clone()));
                 }
+                EventKind::StoreCommitted { serving: Some(label), .. } => {
+                    facts.acted_on.insert(label.clone());
+                }
                 EventKind::Answered { label, outcome, .. } => {
+                    facts.acted_on.insert(label.clone());
                     facts.answers.push(AnswerFact {
                         seq: event.seq,
                         label: label.clone(),
@@ -186,6 +196,9 @@ impl<'a> Facts<'a> {
                 }
                 EventKind::DownstreamSent { request_id, origin, serving, method, path, .. } => {
                     sent_at.insert(request_id, event.seq);
+                    if let Some(label) = serving {
+                        facts.acted_on.insert(label.clone());
+                    }
                     let attributed = attribution.request(request_id);
                     facts.sent.push(SentFact {
                         seq: event.seq,
@@ -234,6 +247,7 @@ impl<'a> Facts<'a> {
                 _ => {}
             }
         }
+        facts.attribution = attribution;
         facts
     }
 
@@ -246,8 +260,21 @@ impl<'a> Facts<'a> {
         self.requests.get(label)
     }
 
+    /// The operation's original call: its first valid call that the executor acted on
+    /// (answered, or served by a store call or a downstream request) and did not refuse as
+    /// invalid or unauthorized (such a call claims nothing), else its first call.
     fn first_call_of(&self, operation: &str) -> Option<&CallFact> {
-        self.calls.iter().find(|call| call.operation == operation)
+        let refused = |call: &&CallFact| {
+            self.answer_to(&call.label).is_some_and(|a| {
+                a.outcome.status == OutcomeStatus::Rejected
+                    && matches!(a.outcome.reason, Some(ReasonCode::InvalidRequest | ReasonCode::Unauthorized))
+            })
+        };
+        let mut calls = self.calls.iter().filter(|call| call.operation == operation);
+        calls
+            .clone()
+            .find(|call| call.fingerprint.is_some() && self.acted_on.contains(&call.label) && !refused(call))
+            .or_else(|| calls.next())
     }
 
     /// The effect kind of the operation's own effect: its first call's tool's.
@@ -453,7 +480,9 @@ fn no_phantom_success(facts: &Facts<'_>, judgement: &mut Judgement) {
 
 /// O3: a request whose material content differs from the operation's first one is refused
 /// (`rejected`, or `expired` once the key is past retention) and never causes an effect,
-/// whether or not the first attempt committed anything.
+/// whether or not the first attempt committed anything. The first one is the first call the
+/// executor acted on (answered, or served by a store call or a downstream request): a call
+/// whose worker died before doing anything for it stored nothing to differ from.
 fn mismatch_no_effect(facts: &Facts<'_>, judgement: &mut Judgement) {
     let mut first: BTreeMap<&str, &CallFact> = BTreeMap::new();
     for call in &facts.calls {
@@ -463,7 +492,7 @@ fn mismatch_no_effect(facts: &Facts<'_>, judgement: &mut Judgement) {
                 && matches!(a.outcome.reason, Some(ReasonCode::InvalidRequest | ReasonCode::Unauthorized))
         });
         let Some(original) = first.get(call.operation.as_str()).copied() else {
-            if call.fingerprint.is_some() && !invalid {
+            if call.fingerprint.is_some() && !invalid && facts.acted_on.contains(&call.label) {
                 first.insert(&call.operation, call);
             }
             continue;
@@ -658,11 +687,22 @@ fn no_orphan_pending(facts: &Facts<'_>, judgement: &mut Judgement) {
 }
 
 /// Whether the executor looked the operation's effect up after its last state-changing
-/// request, other than while serving the harness's final poll `final_poll`.
+/// request, other than while serving the harness's final poll `final_poll`. A lookup no
+/// operation can be found for (sent by work serving no operation, for a key no request
+/// carried) counts for an operation whose key the harness never saw.
 fn looked_up(facts: &Facts<'_>, operation: &str, final_poll: &str) -> bool {
-    let mine = |sent: &&SentFact| sent.operation.as_deref() == Some(operation);
-    let last_change =
-        facts.sent.iter().filter(mine).filter(|sent| sent.class.effect_kind().is_some()).map(|s| s.seq).max();
+    let keyless = !facts.attribution.keyed(operation);
+    let changes = |sent: &&SentFact| sent.operation.as_deref() == Some(operation);
+    let mine = |sent: &&SentFact| {
+        sent.operation.as_deref() == Some(operation) || (keyless && sent.operation.is_none())
+    };
+    let last_change = facts
+        .sent
+        .iter()
+        .filter(changes)
+        .filter(|sent| sent.class.effect_kind().is_some())
+        .map(|s| s.seq)
+        .max();
     facts.sent.iter().filter(mine).any(|sent| {
         sent.class.is_lookup()
             && last_change.is_none_or(|last| sent.seq > last)
@@ -866,11 +906,19 @@ fn no_stale_overwrite(facts: &Facts<'_>, judgement: &mut Judgement) {
     for fact in facts.effects.iter().filter(|e| e.effect.kind == EffectKind::TicketStatusChanged) {
         let (Some(operation), Some(versions)) = (&fact.operation, fact.effect.versions) else { continue };
         let sent = fact.sent_at.unwrap_or(fact.position);
+        // The update is the last call of the operation with its content before it was sent,
+        // among those not refused (a refused call is the basis of nothing).
+        let refused = |call: &&CallFact| {
+            facts.answer_to(&call.label).is_some_and(|answer| {
+                matches!(answer.outcome.status, OutcomeStatus::Rejected | OutcomeStatus::Expired)
+            })
+        };
         let Some(based_on) = facts
             .calls
             .iter()
             .filter(|c| &c.operation == operation && c.seq < sent)
             .filter(|c| c.content.as_deref().is_none_or(|content| content == fact.effect.content_digest))
+            .filter(|c| !refused(c))
             .filter_map(|c| c.expected_version)
             .next_back()
         else {

@@ -28,8 +28,11 @@ use crate::world::{self, AgentCommand, AgentResult, PointReached, Shared};
 const PAUSE_PATIENCE: Duration = Duration::from_secs(30);
 /// Extra simulated time, beyond the agent's own timeout, that the runner waits for a call.
 const CALL_SLACK: Duration = Duration::from_secs(5);
-/// After settling, how long the final reconciliations and polls may take.
+/// After settling, how long the final polls may take.
 const FINAL_QUERY_PATIENCE: Duration = Duration::from_secs(30);
+/// When the steps are done but a fault rule has not fired yet (a queued request still on its
+/// way), how long the world runs on, faults armed, before the premise is judged.
+const FAULT_GRACE: Duration = Duration::from_secs(3);
 /// How long the world must have been idle, in stepped time, before the runner skips ahead: a
 /// few ticks, so that every host has run whatever the last activity left ready to run
 /// (closing connections, finishing tasks), and that shows up as activity again if it is.
@@ -354,6 +357,14 @@ impl Runner {
             .as_ref()
             .zip(tool_effect_kind(&call.tool))
             .map(|(arguments, kind)| fake_downstream::content_digest(kind, &call.tenant, arguments));
+        if let Some(content) = &content {
+            self.shared
+                .call_contents
+                .borrow_mut()
+                .entry(content.clone())
+                .or_default()
+                .insert(operation.path());
+        }
         self.record(EventKind::CallSent {
             label: step.id.clone(),
             call_id: call.call_id.clone(),
@@ -448,8 +459,12 @@ impl Runner {
             }
             StepKind::Pause { name, worker, point } => {
                 let (target_worker, target_point) = (worker.clone(), point.clone());
+                let operation = point
+                    .filter()
+                    .and_then(|f| f.operation.as_deref())
+                    .map(|op| self.operation(op, None).path());
                 let barrier = Barrier::build(Reaction::Suspend, move |reached: &PointReached| {
-                    reached.stops(target_worker.as_deref(), &target_point)
+                    reached.stops(target_worker.as_deref(), &target_point, operation.as_deref())
                 });
                 self.barriers.insert(name.clone(), (worker.clone(), point.clone(), barrier));
             }
@@ -551,30 +566,34 @@ impl Runner {
         }
     }
 
-    /// The premise of concurrent calls: each was being handled by its worker while every other
-    /// one was too (each reached its worker before any other was answered). `Some(why)` when
-    /// they did not overlap.
+    /// The premise of concurrent calls: each was being handled by its worker while at least one
+    /// other was too, by the world clock (it reached its worker before that other was
+    /// answered, and the other reached its worker before it was answered). `Some(why)` when
+    /// one of them ran alone.
     fn overlap_premise(&self, labels: &[String]) -> Option<String> {
         let history = self.shared.history.events();
         let moment = |label: &String, received: bool| {
             history.iter().find_map(|event| match &event.kind {
-                EventKind::CallReceived { label: l, .. } if received && l == label => Some(event.seq),
-                EventKind::Answered { label: l, .. } if !received && l == label => Some(event.seq),
+                EventKind::CallReceived { label: l, .. } if received && l == label => Some(event.at_ms),
+                EventKind::Answered { label: l, .. } if !received && l == label => Some(event.at_ms),
                 _ => None,
             })
         };
-        for (index, first) in labels.iter().enumerate() {
-            for second in &labels[index + 1..] {
-                for (one, other) in [(first, second), (second, first)] {
-                    let (Some(received), answered) = (moment(one, true), moment(other, false)) else {
-                        return Some(format!("the concurrent call {one:?} never reached its worker"));
-                    };
-                    if answered.is_some_and(|answered| answered < received) {
-                        return Some(format!(
-                            "the concurrent calls did not overlap: {other:?} was answered before {one:?} reached its worker"
-                        ));
-                    }
-                }
+        let spans: Vec<(&String, Option<u64>, u64)> = labels
+            .iter()
+            .map(|label| (label, moment(label, true), moment(label, false).unwrap_or(u64::MAX)))
+            .collect();
+        for (label, received, answered) in &spans {
+            let Some(received) = received else {
+                return Some(format!("the concurrent call {label:?} never reached its worker"));
+            };
+            let overlapped = spans.iter().any(|(other, other_received, other_answered)| {
+                other != label && other_received.is_some_and(|r| r < *answered) && *received < *other_answered
+            });
+            if !overlapped {
+                return Some(format!(
+                    "the concurrent calls did not overlap: {label:?} was handled while no other one was"
+                ));
             }
         }
         None
@@ -696,6 +715,9 @@ impl Runner {
     /// polls each operation one last time (what O6 and O12 read). The harness asks nothing
     /// else: recovering an abandoned or unknown operation is the executor's own work.
     fn settle(&mut self) -> Result<(), Stop> {
+        if !self.unfired_faults().is_empty() {
+            self.run_until(FAULT_GRACE, |runner| runner.unfired_faults().is_empty())?;
+        }
         self.check_fault_premises();
         self.record(EventKind::SettleStarted);
         self.shared.downstream.clear_faults();
@@ -741,34 +763,50 @@ impl Runner {
         self.wait_within(&labels, FINAL_QUERY_PATIENCE)
     }
 
+    /// The installed faults that have not fired as often as they should, with how often they
+    /// fired and should have.
+    fn unfired_faults(&self) -> Vec<(&InstalledFault, u32, u32)> {
+        if self.installed.is_empty() {
+            return Vec::new();
+        }
+        let fired: BTreeMap<u64, u32> =
+            self.shared.downstream.faults().into_iter().map(|rule| (rule.id, rule.fired)).collect();
+        self.installed
+            .iter()
+            .map(|fault| {
+                let wanted = match fault.rule.times {
+                    Times::Count(count) => count,
+                    Times::Always => 1,
+                };
+                (fault, fired.get(&fault.id).copied().unwrap_or(0), wanted)
+            })
+            .filter(|(_, fired, wanted)| fired < wanted)
+            .collect()
+    }
+
     /// The premise of every fault a step installed: it fired (as many times as `times` says,
     /// at least once for `always`), read before the settle phase clears the rules.
     fn check_fault_premises(&mut self) {
-        let fired: BTreeMap<u64, u32> =
-            self.shared.downstream.faults().into_iter().map(|rule| (rule.id, rule.fired)).collect();
-        for fault in &self.installed {
-            let fired = fired.get(&fault.id).copied().unwrap_or(0);
-            let wanted = match fault.rule.times {
-                Times::Count(count) => count,
-                Times::Always => 1,
-            };
-            self.coverage.faults_installed += 1;
-            if fired >= wanted {
-                self.coverage.faults_fired += 1;
-                continue;
-            }
-            let times = if fired == 0 {
-                "never fired".to_owned()
-            } else {
-                format!("fired {fired} of {wanted} times")
-            };
-            let line = if fault.line > 0 { format!("line {}: ", fault.line) } else { String::new() };
-            self.undecided.push(format!(
-                "{line}fault rule {} ({}) {times}: the fault the scenario is about did not happen",
-                fault.id,
-                describe_rule(&fault.rule)
-            ));
-        }
+        let unfired: Vec<String> = self
+            .unfired_faults()
+            .into_iter()
+            .map(|(fault, fired, wanted)| {
+                let times = if fired == 0 {
+                    "never fired".to_owned()
+                } else {
+                    format!("fired {fired} of {wanted} times")
+                };
+                let line = if fault.line > 0 { format!("line {}: ", fault.line) } else { String::new() };
+                format!(
+                    "{line}fault rule {} ({}) {times}: the fault the scenario is about did not happen",
+                    fault.id,
+                    describe_rule(&fault.rule)
+                )
+            })
+            .collect();
+        self.coverage.faults_installed += self.installed.len() as u32;
+        self.coverage.faults_fired += (self.installed.len() - unfired.len()) as u32;
+        self.undecided.extend(unfired);
     }
 
     fn wait_within(&mut self, labels: &[String], patience: Duration) -> Result<(), Stop> {

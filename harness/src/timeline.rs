@@ -131,7 +131,7 @@ fn mark(event: &Event) -> Option<Mark> {
             MarkKind::Delivery,
             format!("webhook {}: {ack}", event_id.as_deref().unwrap_or("?")),
         ),
-        EventKind::StoreCommitted { worker, call } => {
+        EventKind::StoreCommitted { worker, call, .. } => {
             make(worker, Some("store"), MarkKind::Store, call.clone())
         }
         EventKind::SettleStarted => make("agent", None, MarkKind::Clock, "settle".into()),

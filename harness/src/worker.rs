@@ -239,16 +239,19 @@ impl Worker {
         }
     }
 
-    /// The operation that submitted job `job_id`, from the ledger's tag.
+    /// The operation that submitted job `job_id`: the one its request is attributed to.
     fn origin_of_job(&self, job_id: &str) -> Option<String> {
-        self.shared
-            .downstream
-            .ledger()
-            .into_iter()
-            .find(|effect| {
-                effect.effect_reference == job_id && effect.kind == fake_downstream::EffectKind::JobAccepted
-            })
-            .and_then(|effect| effect.origin)
+        let history = self.shared.history.events();
+        let attribution = crate::attribution::Attribution::build(&history);
+        history.iter().find_map(|event| match &event.kind {
+            EventKind::Effect { effect }
+                if effect.effect_reference == job_id
+                    && effect.kind == fake_downstream::EffectKind::JobAccepted =>
+            {
+                attribution.effect(effect.seq).map(str::to_owned)
+            }
+            _ => None,
+        })
     }
 }
 
@@ -337,6 +340,17 @@ struct SimDownstream {
     client: HttpClient,
 }
 
+/// The tenant a downstream request names: its JSON body's `tenant`, else its `tenant` query.
+fn tenant_of(request: &HttpRequest) -> Option<String> {
+    let from_body = serde_json::from_slice::<serde_json::Value>(&request.body)
+        .ok()
+        .and_then(|body| body.get("tenant").and_then(|tenant| tenant.as_str()).map(str::to_owned));
+    from_body.or_else(|| {
+        let query = request.path.split_once('?')?.1;
+        query.split('&').find_map(|pair| pair.strip_prefix("tenant=")).map(str::to_owned)
+    })
+}
+
 /// Effect references a downstream answer carries (receipts the executor has seen).
 fn references_in(response: &HttpResponse) -> Vec<String> {
     if !(200..300).contains(&response.status) {
@@ -363,6 +377,13 @@ impl DownstreamClient for SimDownstream {
                 .find(|(name, _)| name.eq_ignore_ascii_case("idempotency-key"))
                 .map(|(_, value)| value.clone());
             let request_id = self.shared.next_request_id(&self.worker);
+            let content = fake_downstream::request_content(&method, &path, &request.body);
+            let tenant = tenant_of(&request);
+            let operations: Vec<String> = content
+                .as_ref()
+                .and_then(|content| self.shared.call_contents.borrow().get(content).cloned())
+                .map(|operations| operations.into_iter().collect())
+                .unwrap_or_default();
             let mut request = request;
             // The harness's own headers cannot be set by the executor.
             request.headers.retain(|(name, _)| {
@@ -374,7 +395,13 @@ impl DownstreamClient for SimDownstream {
             request.headers.push((REQUEST_ID_HEADER.to_owned(), request_id.clone()));
             let reached = |moment, committed| PointReached {
                 worker: self.worker.clone(),
-                point: Reached::Downstream { moment, method: method.clone(), path: path.clone(), committed },
+                point: Reached::Downstream {
+                    moment,
+                    method: method.clone(),
+                    path: path.clone(),
+                    committed,
+                    operations: operations.clone(),
+                },
             };
             turmoil::barriers::trigger(reached(Moment::Before, false)).await;
             self.shared.history.push(EventKind::DownstreamSent {
@@ -385,6 +412,8 @@ impl DownstreamClient for SimDownstream {
                 method: method.clone(),
                 path: request.path.clone(),
                 idempotency_key,
+                tenant,
+                content,
             });
             let result = self.client.send(request).await;
             let committed = self.shared.history.committed(&request_id);
@@ -472,9 +501,11 @@ impl StoreGate for SimStoreGate {
 
     fn leave<'a>(&'a self, call: &'a str) -> LocalBoxFuture<'a, ()> {
         Box::pin(async move {
-            self.shared
-                .history
-                .push(EventKind::StoreCommitted { worker: self.worker.clone(), call: call.to_owned() });
+            self.shared.history.push(EventKind::StoreCommitted {
+                worker: self.worker.clone(),
+                call: call.to_owned(),
+                serving: current_serving().label,
+            });
             turmoil::barriers::trigger(PointReached {
                 worker: self.worker.clone(),
                 point: Reached::AfterStore(call.to_owned()),

@@ -76,6 +76,8 @@ pub enum Reached {
         path: String,
         /// After: the downstream committed an effect for it.
         committed: bool,
+        /// The operations whose calls carried the request's business content.
+        operations: Vec<String>,
     },
     /// Before a store call.
     BeforeStore(String),
@@ -86,15 +88,16 @@ pub enum Reached {
 }
 
 impl PointReached {
-    /// Whether a pause at `point` (on `worker`, or on any worker) stops here.
-    pub fn stops(&self, worker: Option<&str>, point: &PausePoint) -> bool {
+    /// Whether a pause at `point` (on `worker`, or on any worker) stops here; `operation` is
+    /// the path (`tenant/environment/workflow/step`) of the operation the point's filter names.
+    pub fn stops(&self, worker: Option<&str>, point: &PausePoint, operation: Option<&str>) -> bool {
         if worker.is_some_and(|worker| worker != self.worker) {
             return false;
         }
         match (point, &self.point) {
             (
                 PausePoint::Downstream { moment, filter },
-                Reached::Downstream { moment: reached, method, path, committed },
+                Reached::Downstream { moment: reached, method, path, committed, operations },
             ) => {
                 let class = RequestClass::of(method, path);
                 let qualified = match moment {
@@ -111,6 +114,7 @@ impl PointReached {
                     && filter.tool.as_deref().is_none_or(|tool| {
                         tool_effect_kind(tool).is_some_and(|kind| class.effect_kind() == Some(kind))
                     })
+                    && operation.is_none_or(|operation| operations.iter().any(|op| op == operation))
             }
             (PausePoint::BeforeStore(wanted), Reached::BeforeStore(name))
             | (PausePoint::AfterStore(wanted), Reached::AfterStore(name)) => wanted == name,
@@ -127,7 +131,7 @@ impl PointReached {
     /// `downstream:after POST /v1/charges (committed)`, `store:before:claim`, ...
     pub fn describe(&self) -> String {
         match &self.point {
-            Reached::Downstream { moment, method, path, committed } => format!(
+            Reached::Downstream { moment, method, path, committed, .. } => format!(
                 "downstream:{} {method} {path}{}",
                 if *moment == Moment::Before { "before" } else { "after" },
                 if *committed { " (committed)" } else { "" }
@@ -338,6 +342,9 @@ pub struct Shared {
     pub incarnations: RefCell<BTreeMap<String, u32>>,
     /// Downstream requests sent so far by every worker (numbers request ids).
     pub requests_sent: Cell<u64>,
+    /// The operations each business content was sent for by the agent's calls (what a pause
+    /// point that names an operation recognises a request by).
+    pub call_contents: RefCell<BTreeMap<String, BTreeSet<String>>>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -464,6 +471,7 @@ pub fn build(scenario: &Scenario, seed: u64, factory: Rc<dyn ExecutorFactory>) -
         factory,
         incarnations: RefCell::new(BTreeMap::new()),
         requests_sent: Cell::new(0),
+        call_contents: RefCell::new(BTreeMap::new()),
     });
     let mut sim = sim;
     let served = shared.downstream.clone();
@@ -502,26 +510,39 @@ mod tests {
     fn at(moment: Moment, method: &str, path: &str, committed: bool) -> PointReached {
         PointReached {
             worker: "worker-1".into(),
-            point: Reached::Downstream { moment, method: method.into(), path: path.into(), committed },
+            point: Reached::Downstream {
+                moment,
+                method: method.into(),
+                path: path.into(),
+                committed,
+                operations: vec!["acme/production/run_1/step_1".into()],
+            },
         }
     }
 
     #[test]
     fn qualified_downstream_points_stop_only_at_their_moment() {
         let after_commit = PausePoint::downstream(Moment::After, true);
-        assert!(at(Moment::After, "POST", "/v1/tickets", true).stops(Some("worker-1"), &after_commit));
-        assert!(!at(Moment::After, "POST", "/v1/tickets", false).stops(Some("worker-1"), &after_commit));
-        assert!(!at(Moment::After, "GET", "/v1/receipts/k", false).stops(None, &after_commit));
-        assert!(!at(Moment::Before, "POST", "/v1/tickets", true).stops(None, &after_commit));
-        assert!(!at(Moment::After, "POST", "/v1/tickets", true).stops(Some("worker-2"), &after_commit));
+        assert!(at(Moment::After, "POST", "/v1/tickets", true).stops(Some("worker-1"), &after_commit, None));
+        assert!(!at(Moment::After, "POST", "/v1/tickets", false).stops(
+            Some("worker-1"),
+            &after_commit,
+            None
+        ));
+        assert!(!at(Moment::After, "GET", "/v1/receipts/k", false).stops(None, &after_commit, None));
+        assert!(!at(Moment::Before, "POST", "/v1/tickets", true).stops(None, &after_commit, None));
+        assert!(!at(Moment::After, "POST", "/v1/tickets", true).stops(Some("worker-2"), &after_commit, None));
 
         let before_effect = PausePoint::downstream(Moment::Before, true);
-        assert!(at(Moment::Before, "PATCH", "/v1/tickets/ticket_1", false).stops(None, &before_effect));
-        assert!(!at(Moment::Before, "GET", "/v1/tickets/ticket_1", false).stops(None, &before_effect));
-        assert!(!at(Moment::Before, "GET", "/v1/receipts/k", false).stops(None, &before_effect));
+        assert!(at(Moment::Before, "PATCH", "/v1/tickets/ticket_1", false).stops(None, &before_effect, None));
+        assert!(!at(Moment::Before, "GET", "/v1/tickets/ticket_1", false).stops(None, &before_effect, None));
+        assert!(!at(Moment::Before, "GET", "/v1/receipts/k", false).stops(None, &before_effect, None));
         // Unqualified, any request will do.
-        assert!(at(Moment::Before, "GET", "/v1/receipts/k", false)
-            .stops(None, &PausePoint::downstream(Moment::Before, false)));
+        assert!(at(Moment::Before, "GET", "/v1/receipts/k", false).stops(
+            None,
+            &PausePoint::downstream(Moment::Before, false),
+            None
+        ));
     }
 
     #[test]
@@ -530,14 +551,20 @@ mod tests {
         let charge = at(Moment::Before, "POST", "/v1/charges", false);
         let by_tool =
             point(RequestFilter { tool: Some("payments.charge".into()), ..RequestFilter::default() });
-        assert!(charge.stops(None, &by_tool));
-        assert!(!at(Moment::Before, "POST", "/v1/tickets", false).stops(None, &by_tool));
+        assert!(charge.stops(None, &by_tool, None));
+        assert!(!at(Moment::Before, "POST", "/v1/tickets", false).stops(None, &by_tool, None));
         let by_prefix =
             point(RequestFilter { path: Some("/v1/tickets/*".into()), ..RequestFilter::default() });
-        assert!(at(Moment::Before, "PATCH", "/v1/tickets/ticket_2", false).stops(None, &by_prefix));
-        assert!(!charge.stops(None, &by_prefix));
+        assert!(at(Moment::Before, "PATCH", "/v1/tickets/ticket_2", false).stops(None, &by_prefix, None));
+        assert!(!charge.stops(None, &by_prefix, None));
         let by_method = point(RequestFilter { method: Some("get".into()), ..RequestFilter::default() });
-        assert!(!charge.stops(None, &by_method));
-        assert!(at(Moment::Before, "GET", "/v1/jobs/job_1", false).stops(None, &by_method));
+        assert!(!charge.stops(None, &by_method, None));
+        assert!(at(Moment::Before, "GET", "/v1/jobs/job_1", false).stops(None, &by_method, None));
+        let any = PausePoint::downstream(Moment::Before, false);
+        assert!(charge.stops(None, &any, Some("acme/production/run_1/step_1")));
+        assert!(
+            !charge.stops(None, &any, Some("acme/production/run_1/step_2")),
+            "another operation's content"
+        );
     }
 }

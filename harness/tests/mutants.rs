@@ -146,6 +146,7 @@ fn a_stale_update_case_calls_the_creator_edits_then_updates_and_catches_lost_upd
         services: [service; 4],
         duplicate_deliveries: false,
         webhooks: false,
+        long_jobs: false,
         operations: vec![
             CaseOperation { tenant: 0, step: 0, tool: CaseTool::Ticket, content: 0 },
             // Content 0: the update is based on version 1, the version before the edit.

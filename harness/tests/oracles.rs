@@ -116,6 +116,8 @@ impl World {
             method: method.into(),
             path: path.into(),
             idempotency_key: key.map(str::to_owned),
+            tenant: Some(tenant.clone()),
+            content: content.clone(),
         });
         let dropped = matches!(handling, Handling::CommitThenDrop(..));
         let (disposition, status, body, effect_seq, dropped) = match handling {
@@ -425,6 +427,8 @@ fn o5_judges_an_effect_by_when_its_request_left_the_worker() {
         method: "POST".into(),
         path: "/v1/tickets".into(),
         idempotency_key: None,
+        tenant: Some("acme".into()),
+        content: content.clone(),
     });
     on_the_wire.revoke("agent");
     let seq = on_the_wire.commit(Effect {

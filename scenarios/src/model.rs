@@ -140,6 +140,9 @@ pub struct RequestFilter {
     /// Only requests that carry out this tool's effect (`payments.charge` is
     /// `POST /v1/charges`, `tickets.set_status` is `PATCH /v1/tickets/{id}`, ...).
     pub tool: Option<String>,
+    /// Only requests that carry the business content of a call made for this operation (a key
+    /// of the scenario's `[operations]`), whichever worker or task sends them.
+    pub operation: Option<String>,
 }
 
 impl RequestFilter {
@@ -220,6 +223,9 @@ impl PausePoint {
             }
             if let Some(tool) = &filter.tool {
                 text.push_str(&format!(" for {tool}"));
+            }
+            if let Some(operation) = &filter.operation {
+                text.push_str(&format!(" of operation {operation}"));
             }
         }
         text

@@ -207,6 +207,8 @@ enum StepForm {
         request: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         tool: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        operation: Option<String>,
     },
     WaitPaused {
         name: String,
@@ -489,7 +491,7 @@ impl Validator<'_> {
                     return Err(format!("`release_hold` names {name:?}, which is not an earlier named fault"))
                 }
             },
-            StepForm::Pause { name, worker: w, point, request, tool } => {
+            StepForm::Pause { name, worker: w, point, request, tool, operation: op } => {
                 let mut point = PausePoint::parse(&point).ok_or_else(|| {
                     format!(
                         "`point` = {point:?}: use downstream:before, downstream:before:effect, downstream:after, downstream:after:committed, store:before:NAME, store:after:NAME or queue:before_ack"
@@ -500,8 +502,9 @@ impl Validator<'_> {
                         (filter.method, filter.path) = request_filter(&request)?;
                     }
                     filter.tool = tool;
-                } else if request.is_some() || tool.is_some() {
-                    return Err("`request` and `tool` narrow downstream points only".into());
+                    filter.operation = op.as_deref().map(operation).transpose()?;
+                } else if request.is_some() || tool.is_some() || op.is_some() {
+                    return Err("`request`, `tool` and `operation` narrow downstream points only".into());
                 }
                 if !context.pauses.insert(name.clone()) {
                     return Err(format!("pause name {name:?} is used twice"));
@@ -801,6 +804,7 @@ worker = "any"
 point = "downstream:after:committed"
 request = "post /v1/charges"
 tool = "payments.charge"
+operation = "op1"
 
 [[step]]
 action = "wait_paused"
@@ -825,9 +829,13 @@ paused = "p"
             method: Some("POST".into()),
             path: Some("/v1/charges".into()),
             tool: Some("payments.charge".into()),
+            operation: Some("op1".into()),
         };
         assert_eq!(point, &PausePoint::Downstream { moment: crate::Moment::After, filter: expected });
-        assert_eq!(point.describe(), "downstream:after:committed POST /v1/charges for payments.charge");
+        assert_eq!(
+            point.describe(),
+            "downstream:after:committed POST /v1/charges for payments.charge of operation op1"
+        );
         assert_eq!(scenario.steps[2].kind, StepKind::Crash { worker: WorkerRef::PausedAt("p".into()) });
         let again = Scenario::from_toml(&scenario.to_toml(), "again.toml").unwrap();
         assert_eq!(again.steps[0].kind, scenario.steps[0].kind, "{}", scenario.to_toml());
@@ -854,6 +862,10 @@ paused = "p"
         check(
             "[[step]]\naction = \"pause\"\nname = \"p\"\nworker = \"worker-1\"\npoint = \"queue:before_ack\"\ntool = \"messages.send\"\n",
             "narrow downstream points only",
+        );
+        check(
+            "[[step]]\naction = \"pause\"\nname = \"p\"\nworker = \"worker-1\"\npoint = \"downstream:before\"\noperation = \"op9\"\n",
+            "not defined in [operations]",
         );
         check("[[step]]\naction = \"crash\"\n", "one of them");
         check("[[step]]\naction = \"crash\"\nworker = \"worker-1\"\npaused = \"p\"\n", "one of them");
@@ -955,6 +967,7 @@ impl Scenario {
                         point: point.to_string(),
                         request: point.filter().and_then(RequestFilter::request_text),
                         tool: point.filter().and_then(|filter| filter.tool.clone()),
+                        operation: point.filter().and_then(|filter| filter.operation.clone()),
                     },
                     StepKind::WaitPaused { name } => StepForm::WaitPaused { name: name.clone() },
                     StepKind::Release { name } => StepForm::Release { name: name.clone() },

@@ -67,9 +67,45 @@ async fn a_crashed_owners_claim_is_looked_up_once_its_lease_ran_out() {
 }
 
 #[tokio::test(flavor = "current_thread")]
-async fn without_a_receipt_it_gives_up_after_three_lookups_and_never_resends() {
+async fn without_a_receipt_an_honoured_key_lets_it_resend_the_kept_request() {
     // The request is swallowed and never answered: a short downstream timeout.
     let world = World::builder().timeout(std::time::Duration::from_millis(200)).build().await;
+    world.downstream.install_fault(FaultRule::once(on("POST", "/v1/tickets"), FaultAction::DropBeforeCommit));
+    let worker = world.worker("worker-1");
+    let first = worker.call(world.call("tickets.create", "s", TICKET)).await;
+    assert_eq!(first.status, OutcomeStatus::Unknown, "{first:?}");
+    assert!(world.record("s").request_json.is_some(), "the request is kept while the outcome is open");
+
+    world.run_background().await;
+
+    assert_eq!(receipt_lookups(&world), 1, "asked first");
+    let posts = world.requests_to("POST", "/v1/tickets");
+    assert_eq!(posts.len(), 2, "then resent");
+    assert_eq!(posts[1].idempotency_key.as_deref(), Some(World::key("s").as_str()), "under the same key");
+    let record = world.record("s");
+    assert_eq!(
+        (record.status, record.effect_reference.as_deref()),
+        (RecordStatus::Applied, Some("ticket_1"))
+    );
+    assert_eq!(record.request_json, None, "a settled operation keeps no request");
+    assert_eq!(world.ledger().len(), 1);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn with_an_ignored_key_it_gives_up_after_three_lookups_and_never_resends() {
+    let mut config = World::builder_downstream_config();
+    config.set_service(
+        Service::Tickets,
+        ServiceConfig { idempotency: IdempotencyMode::Ignored, receipts: true },
+    );
+    let mut contracts = ContractSet::builtin();
+    contracts.set_capabilities("tickets", false, true);
+    let world = World::builder()
+        .downstream(config)
+        .contracts(contracts)
+        .timeout(std::time::Duration::from_millis(200))
+        .build()
+        .await;
     world.downstream.install_fault(FaultRule::once(on("POST", "/v1/tickets"), FaultAction::DropBeforeCommit));
     let worker = world.worker("worker-1");
     let first = worker.call(world.call("tickets.create", "s", TICKET)).await;
@@ -78,7 +114,7 @@ async fn without_a_receipt_it_gives_up_after_three_lookups_and_never_resends() {
     world.run_background().await;
 
     assert_eq!(receipt_lookups(&world), 3, "three tries, then it is the agent's or an operator's");
-    assert_eq!(world.requests_to("POST", "/v1/tickets").len(), 1, "no request at hand: nothing resent");
+    assert_eq!(world.requests_to("POST", "/v1/tickets").len(), 1, "an ignored key is never resent");
     assert_eq!(world.record("s").status, RecordStatus::Unknown);
     assert!(world.ledger().is_empty());
 }

@@ -49,6 +49,7 @@ fn claim(key: &str, owner: &str) -> NewClaim {
         now_ms: 0,
         lease_until_ms: 5_000,
         expires_at_ms: 60_000,
+        request_json: None,
     }
 }
 
