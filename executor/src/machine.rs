@@ -605,6 +605,10 @@ impl Machine {
             RecordStatus::Pending if record.owner_token.is_none() => self.describe(&record),
             RecordStatus::Pending if record.lease_is_live(self.now_ms()) => self.describe(&record),
             RecordStatus::Pending | RecordStatus::Unknown => {
+                let call = &request.call;
+                if !self.allowed_at(AuthPoint::BeforeRecovery, &call.tenant, &call.actor, &call.tool).await {
+                    return unauthorized(&key);
+                }
                 let Some(owned) = self.take_over(&record, contract).await else {
                     return self.reload_and_describe(&record.tenant, &key).await;
                 };
@@ -938,6 +942,14 @@ impl Machine {
             None => "no receipt lookup for this downstream",
         };
         match request {
+            Some(request) if plan.resend_with_same_key && plan.fresh_key_on_resend => {
+                // Mutants only: the resend goes out as a new provider request.
+                let mut fresh = record.clone();
+                let suffix = format!("resend-{:08x}", self.env.entropy.next_u64() as u32);
+                fresh.downstream_key = record.downstream_key.as_ref().map(|key| format!("{key}:{suffix}"));
+                self.note(&owned.tenant, &owned.operation_key, &format!("{finding}; resending")).await;
+                self.execute(owned, &fresh, contract, request).await
+            }
             Some(request) if plan.resend_with_same_key => {
                 let note = format!("{finding}; resending with the same key");
                 self.note(&owned.tenant, &owned.operation_key, &note).await;
@@ -1128,6 +1140,26 @@ impl Machine {
                 }
             }
             JobState::Running => {
+                let running_ms = self.now_ms().saturating_sub(record.updated_at_ms);
+                let gave_up = (self.strategies.job_patience)(contract)
+                    .is_some_and(|patience| running_ms >= duration_ms(patience));
+                if gave_up {
+                    // Mutants only: a job that runs longer than the executor's patience is
+                    // taken for failed.
+                    let (tenant, now) = (&record.tenant, self.now_ms());
+                    let reason = reason_text(ReasonCode::DownstreamRejected);
+                    let given_up = self
+                        .gated()
+                        .call("give_up_job", |store| store.give_up_job(tenant, key, job_id, &reason, now))
+                        .await;
+                    if matches!(given_up, Ok(true)) {
+                        return rejected(
+                            key,
+                            ReasonCode::DownstreamRejected,
+                            "the job ran too long; given up",
+                        );
+                    }
+                }
                 in_flight(key, JOB_POLL_AFTER_SECONDS, "the downstream job is still running; poll")
             }
             JobState::Unreadable(why) => in_flight(

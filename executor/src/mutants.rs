@@ -1,18 +1,19 @@
-//! The mutant zoo of MATRIX.md: eighteen executors, each the reference with exactly one
-//! classic defect, plugged in through the same public [`protocol::ExecutorFactory`]
+//! The mutant zoo: twenty-two executors, each the reference with exactly one defect (M01..M18
+//! are MATRIX.md's classic ones, M19..M22 the project's own, each caught only by the scenario
+//! that was added for it), plugged in through the same public [`protocol::ExecutorFactory`]
 //! interface as any user's executor.
 //!
 //! Every defect is code doing the wrong thing (a read then an insert with a store call in
 //! between, a claim table in the worker's private memory, a resend after a timeout without a
 //! key, ...), never a flag that tells the harness to fail: a mutant is killed only when a
 //! scenario makes its defect produce a wrong outcome or a second effect on the downstream's
-//! ledger. Seventeen of them replace one decision of [`Strategies`] (two fields for
+//! ledger. Twenty-one of them replace one decision of [`Strategies`] (two fields for
 //! `blind_retry`, whose single defect needs both; see there); `in_memory_claims` keeps every
 //! decision and moves the claim store into the worker's private memory.
 //!
 //! ```
 //! let zoo = executor::mutants::all();
-//! assert_eq!(zoo.len(), 18);
+//! assert_eq!(zoo.len(), 22);
 //! let blind_retry = executor::mutants::find("blind_retry").expect("in the zoo");
 //! assert_eq!((blind_retry.id, blind_retry.caught_by), ("M05", &["S02"][..]));
 //! // The harness makes one factory per run (scenario and seed).
@@ -199,6 +200,38 @@ pub fn all() -> Vec<Mutant> {
             caught_by: &["S16"],
             strategies: CONSUMER_NO_CLAIM,
             factory: || boxed(consumer_no_claim()),
+        },
+        Mutant {
+            id: "M19",
+            name: "optional_fields_unfingerprinted",
+            defect: "leaves the fields that have a default out of the fingerprint: a changed currency or queue borrows the old key",
+            caught_by: &["S20"],
+            strategies: OPTIONAL_FIELDS_UNFINGERPRINTED,
+            factory: || boxed(optional_fields_unfingerprinted()),
+        },
+        Mutant {
+            id: "M20",
+            name: "replay_before_auth",
+            defect: "serves a stored result before it asks the authorizer: a revoked actor still gets its replays",
+            caught_by: &["S21"],
+            strategies: REPLAY_BEFORE_AUTH,
+            factory: || boxed(replay_before_auth()),
+        },
+        Mutant {
+            id: "M21",
+            name: "fresh_key_resend",
+            defect: "when recovery resends a request, it sends it under a new downstream key",
+            caught_by: &["S22"],
+            strategies: FRESH_KEY_RESEND,
+            factory: || boxed(fresh_key_resend()),
+        },
+        Mutant {
+            id: "M22",
+            name: "impatient_job_poll",
+            defect: "gives up on a delayed job that is still running after a few seconds and fails the operation",
+            caught_by: &["S23"],
+            strategies: IMPATIENT_JOB_POLL,
+            factory: || boxed(impatient_job_poll()),
         },
     ]
 }
@@ -519,7 +552,104 @@ pub fn consumer_no_claim() -> Result<ReferenceFactory, StoreError> {
     on_shared_store(CONSUMER_NO_CLAIM)
 }
 
+const OPTIONAL_FIELDS_UNFINGERPRINTED: Strategies =
+    Strategies { fingerprint: required_fields_fingerprint, ..Strategies::reference() };
+
+/// M19 optional_fields_unfingerprinted — the project's own (a changed request that differs in
+/// one material field only); caught by S20.
+///
+/// Difference from the reference: `fingerprint: required_fields_fingerprint` (the material
+/// fields that have a default in the contract, such as `currency` or `queue`, are left out).
+///
+/// Plausible because the fields a caller must send feel like "the request", and an optional
+/// field that is usually left at its default looks like decoration. But a retry that changes
+/// only the currency (or the queue) is then a replay of the old charge (or ticket), and the
+/// caller believes the new one was made.
+pub fn optional_fields_unfingerprinted() -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(OPTIONAL_FIELDS_UNFINGERPRINTED)
+}
+
+const REPLAY_BEFORE_AUTH: Strategies =
+    Strategies { authorize_at: authorize_effects_and_recovery_only, ..Strategies::reference() };
+
+/// M20 replay_before_auth — the project's own (revocation after an operation was applied);
+/// caught by S21.
+///
+/// Difference from the reference: `authorize_at: authorize_effects_and_recovery_only` (asked
+/// for new claims, before effects and before recovering an abandoned or unknown operation,
+/// but not before the claim-or-load, so a call that finds its operation applied is answered
+/// from the store before any check).
+///
+/// Plausible because authorization guards effects, and a replay makes none: serving the
+/// stored result first looks free. But a replay hands the caller the effect and its result,
+/// and a permission revoked after the effect is then no obstacle.
+pub fn replay_before_auth() -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(REPLAY_BEFORE_AUTH)
+}
+
+const FRESH_KEY_RESEND: Strategies =
+    Strategies { recovery: resend_under_fresh_key, ..Strategies::reference() };
+
+/// M21 fresh_key_resend — the project's own (a lost answer where keys are honoured and there is
+/// no receipt lookup); caught by S22.
+///
+/// Difference from the reference: `recovery: resend_under_fresh_key` (as the reference, but
+/// when recovery resends, the request carries a new downstream key).
+///
+/// Plausible because a resend is a new HTTP request, and many clients mint a new request id
+/// (and idempotency key) per request. With a receipt lookup the executor finds the first
+/// effect before it resends, and the defect hides; without one, the downstream sees a new
+/// key and acts again.
+pub fn fresh_key_resend() -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(FRESH_KEY_RESEND)
+}
+
+const IMPATIENT_JOB_POLL: Strategies =
+    Strategies { job_patience: give_up_after_three_seconds, ..Strategies::reference() };
+
+/// M22 impatient_job_poll — the project's own (a delayed job polled many times while still
+/// running); caught by S23.
+///
+/// Difference from the reference: `job_patience: give_up_after_three_seconds` (a poll that
+/// finds the job still running three seconds after it was accepted fails the operation).
+///
+/// Plausible because every client has a timeout, and a job that "takes too long" looks
+/// failed. But the downstream accepted it and finishes it later: the effect happens, and the
+/// executor has disowned it (`rejected`).
+pub fn impatient_job_poll() -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(IMPATIENT_JOB_POLL)
+}
+
 // ------------------------------------------------------------------ the defective decisions
+
+/// M19: the fingerprint over the material fields that have no default.
+pub fn required_fields_fingerprint(
+    contract: &ToolContract,
+    call: &ToolCall,
+) -> Result<Fingerprint, ContractError> {
+    let mut arguments = contract.validated_arguments(call)?;
+    arguments.retain(|name, _| !contract.defaults.contains_key(name));
+    Ok(Fingerprint::of(&contract.material_request(&call.tenant, &arguments)))
+}
+
+/// M20: ask for new claims, before effects and before recovery; never before the claim.
+pub fn authorize_effects_and_recovery_only(point: AuthPoint) -> bool {
+    match point {
+        AuthPoint::AfterClaim { new_claim } => new_claim,
+        AuthPoint::BeforeEffect | AuthPoint::BeforeRecovery => true,
+        AuthPoint::BeforeClaim => false,
+    }
+}
+
+/// M21: the reference's recovery, resending under a new key.
+pub fn resend_under_fresh_key(contract: &ToolContract) -> RecoveryPlan {
+    RecoveryPlan { fresh_key_on_resend: true, ..crate::strategy::reference_recovery(contract) }
+}
+
+/// M22: three seconds of patience for a delayed job.
+pub fn give_up_after_three_seconds(_contract: &ToolContract) -> Option<std::time::Duration> {
+    Some(std::time::Duration::from_secs(3))
+}
 
 /// How many requests [`resend_when_ambiguous`] sends in all for one effect: the usual
 /// "three tries" of an HTTP client's retry policy.
@@ -600,7 +730,7 @@ pub fn forget_after_retention(record: &OperationRecord, now_ms: u64) -> Retentio
 
 /// M09: recovery never asks for a receipt and always sends again.
 pub fn re_execute_without_lookup(_contract: &ToolContract) -> RecoveryPlan {
-    RecoveryPlan { look_up_receipt: false, resend_with_same_key: true }
+    RecoveryPlan { look_up_receipt: false, resend_with_same_key: true, fresh_key_on_resend: false }
 }
 
 /// M10: the model's tool-call id, when there is one.
@@ -687,8 +817,9 @@ mod tests {
         }
     }
 
-    /// MATRIX.md's zoo table: id, name, the scenarios that must catch it.
-    const MATRIX_ZOO: [(&str, &str, &[&str]); 18] = [
+    /// MATRIX.md's zoo table (M01..M18), then the project's own (M19 onwards, each with the
+    /// one scenario added for it): id, name, the scenarios that must catch it.
+    const MATRIX_ZOO: [(&str, &str, &[&str]); 22] = [
         ("M01", "args_hash_as_key", &["S07"]),
         ("M02", "in_memory_claims", &["S03", "S04", "S05"]),
         ("M03", "read_then_insert", &["S05"]),
@@ -707,6 +838,10 @@ mod tests {
         ("M16", "stale_overwrite", &["S18"]),
         ("M17", "webhook_no_dedupe", &["S17"]),
         ("M18", "consumer_no_claim", &["S16"]),
+        ("M19", "optional_fields_unfingerprinted", &["S20"]),
+        ("M20", "replay_before_auth", &["S21"]),
+        ("M21", "fresh_key_resend", &["S22"]),
+        ("M22", "impatient_job_poll", &["S23"]),
     ];
 
     #[test]
@@ -857,7 +992,11 @@ mod tests {
             assert!(reference_recovery(contract).look_up_receipt);
             assert_eq!(
                 re_execute_without_lookup(contract),
-                RecoveryPlan { look_up_receipt: false, resend_with_same_key: true }
+                RecoveryPlan {
+                    look_up_receipt: false,
+                    resend_with_same_key: true,
+                    fresh_key_on_resend: false
+                }
             );
         }
         assert!(!reference_recovery(&no_dedupe).resend_with_same_key);

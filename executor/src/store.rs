@@ -618,6 +618,32 @@ impl ClaimStore {
         raws.into_iter().map(checked).collect()
     }
 
+    /// Gives up on operation `operation_key`'s running job `job_id`: `pending` ->
+    /// `failed_permanent` with `reason`. False when the record is no longer that pending job.
+    /// (No correct executor does this: a job the downstream accepted is an effect the operation
+    /// owns. The `impatient_job_poll` mutant does.)
+    pub fn give_up_job(
+        &self,
+        tenant: &str,
+        operation_key: &str,
+        job_id: &str,
+        reason: &str,
+        now_ms: u64,
+    ) -> Result<bool, StoreError> {
+        let changed = self
+            .connection
+            .prepare_cached(
+                "UPDATE tool_operations SET status = 'failed_permanent', reason = ?4, request_json = NULL, \
+                 updated_at_ms = ?5 \
+                 WHERE tenant = ?1 AND operation_key = ?2 AND job_id = ?3 AND status = 'pending'",
+            )
+            .and_then(|mut statement| {
+                statement.execute(params![tenant, operation_key, job_id, reason, sql_ms(now_ms)])
+            })
+            .map_err(query("give up a job"))?;
+        Ok(changed == 1)
+    }
+
     /// Owner `owned` records the effect: `pending` -> `applied`. False when the claim is no
     /// longer `owned`'s (its lease was taken over): nothing is written then. The reference
     /// executor always stores `Some` reference; `None` exists for mutants that keep none.

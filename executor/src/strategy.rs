@@ -4,6 +4,8 @@
 //! executor can replace exactly one decision with a defective version and keep everything
 //! else. [`Strategies::reference`] holds the correct ones; read them here, in one place.
 
+use std::time::Duration;
+
 use protocol::{ContractError, Fingerprint, LocalBoxFuture, ToolCall, ToolContract};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
@@ -47,6 +49,9 @@ pub enum AuthPoint {
     },
     /// Immediately before a downstream effect (or the hand-off to the outbox).
     BeforeEffect,
+    /// Before a call takes over an abandoned or `unknown` operation to recover it (the
+    /// reference has already asked before the claim).
+    BeforeRecovery,
 }
 
 /// What recovery does with a claim whose owner vanished (lease expired) or whose outcome is
@@ -58,6 +63,9 @@ pub struct RecoveryPlan {
     /// When no receipt was found (or none could be asked for), send the request again with
     /// the same downstream key. Safe only when the downstream honours the key.
     pub resend_with_same_key: bool,
+    /// Send that request under a new downstream key instead (a resend as a new provider
+    /// request). Never safe: the first request may have committed.
+    pub fresh_key_on_resend: bool,
 }
 
 /// What retention makes of a record at a given time.
@@ -147,6 +155,9 @@ pub type AmbiguityFn = fn(&ToolContract, u32) -> AmbiguityVerdict;
 pub type CompletionFn = fn(&str, &Value) -> StoredCompletion;
 /// What a retry of an operation whose delayed job is still running does.
 pub type JobRetryFn = fn(&ToolContract) -> JobRetry;
+/// How long a delayed job may run before the executor gives up on it (`None`: it waits for
+/// the job, however long it runs).
+pub type JobPatienceFn = fn(&ToolContract) -> Option<Duration>;
 /// What a fingerprint mismatch does (the contract is the incoming call's).
 pub type MismatchFn = fn(&ToolContract) -> MismatchVerdict;
 /// The tenant value under which the operation is keyed and stored, from the call's tenant.
@@ -182,6 +193,8 @@ pub struct Strategies {
     pub completion: CompletionFn,
     /// What a retry of a running delayed job does.
     pub job_retry: JobRetryFn,
+    /// How long a delayed job may run before the executor gives up on it.
+    pub job_patience: JobPatienceFn,
     /// What a fingerprint mismatch does.
     pub mismatch: MismatchFn,
     /// The tenant scope of keys and store records.
@@ -208,6 +221,7 @@ impl Strategies {
             ambiguity: reference_ambiguity,
             completion: reference_completion,
             job_retry: reference_job_retry,
+            job_patience: reference_job_patience,
             mismatch: reference_mismatch,
             tenant_scope: reference_tenant_scope,
             version_precondition: reference_version_precondition,
@@ -226,6 +240,12 @@ impl Default for Strategies {
 /// R: tenant, environment, workflow id and step id — never the call id, never the arguments.
 pub fn reference_operation_key(input: &KeyInput<'_>) -> String {
     ToolContract::operation_key(input.tenant, input.environment, input.workflow_id, input.step_id)
+}
+
+/// A delayed job runs as long as it runs: the executor polls it, never gives up on it (a job
+/// the downstream accepted is an effect the operation owns).
+pub fn reference_job_patience(_contract: &ToolContract) -> Option<Duration> {
+    None
 }
 
 /// E: SHA-256 over the JCS form of the material fields, after defaults (the contract's).
@@ -247,6 +267,7 @@ pub fn reference_recovery(contract: &ToolContract) -> RecoveryPlan {
     RecoveryPlan {
         look_up_receipt: contract.downstream.receipt_lookup,
         resend_with_same_key: contract.downstream.honours_key,
+        fresh_key_on_resend: false,
     }
 }
 
@@ -255,7 +276,7 @@ pub fn reference_recovery(contract: &ToolContract) -> RecoveryPlan {
 pub fn reference_authorize_at(point: AuthPoint) -> bool {
     match point {
         AuthPoint::BeforeClaim | AuthPoint::BeforeEffect => true,
-        AuthPoint::AfterClaim { .. } => false,
+        AuthPoint::AfterClaim { .. } | AuthPoint::BeforeRecovery => false,
     }
 }
 
@@ -400,16 +421,16 @@ mod tests {
         let mut messages = contract("messages.send");
         assert_eq!(
             reference_recovery(&messages),
-            RecoveryPlan { look_up_receipt: true, resend_with_same_key: false }
+            RecoveryPlan { look_up_receipt: true, resend_with_same_key: false, fresh_key_on_resend: false }
         );
         messages.downstream.receipt_lookup = false;
         assert_eq!(
             reference_recovery(&messages),
-            RecoveryPlan { look_up_receipt: false, resend_with_same_key: false }
+            RecoveryPlan { look_up_receipt: false, resend_with_same_key: false, fresh_key_on_resend: false }
         );
         assert_eq!(
             reference_recovery(&contract("payments.charge")),
-            RecoveryPlan { look_up_receipt: true, resend_with_same_key: true }
+            RecoveryPlan { look_up_receipt: true, resend_with_same_key: true, fresh_key_on_resend: false }
         );
     }
 

@@ -204,7 +204,8 @@ pub enum CaseAction {
         /// Index into the operations.
         operation: u8,
     },
-    /// The agent polls four times, 1.2 s apart (a job still running is polled many times).
+    /// The agent polls a job four times, 1.2 s apart, submitting it first if it was not (a job
+    /// still running is polled many times); a case without a job polls the operation named.
     PollWhileRunning {
         /// Index into the operations.
         operation: u8,
@@ -826,7 +827,16 @@ impl Case {
                 });
             }
             CaseAction::PollWhileRunning { operation } => {
-                let Some((name, _)) = self.operation_at(operation) else { return };
+                // A job of the case (from `operation` on) if there is one: submitted now if it
+                // was not, so that the polls find it running.
+                let count = self.operations.len() as u8;
+                let job = (0..count)
+                    .filter_map(|offset| self.operation_at(operation.wrapping_add(offset)))
+                    .find(|(_, op)| op.tool == CaseTool::Job);
+                let Some((name, op)) = job.or_else(|| self.operation_at(operation)) else { return };
+                if op.tool == CaseTool::Job && !plan.called.contains(&name) {
+                    self.plain_call(plan, &name, &op, self.worker(0), Variant::Same);
+                }
                 for round in 0..4 {
                     if round > 0 {
                         plan.push(StepKind::Advance { by: Duration::from_millis(1_200) });

@@ -43,7 +43,7 @@ pub struct MutantsResult {
     pub seeds: u64,
     /// The reference's verdict over every row and scenario.
     pub reference_verdict: Verdict,
-    /// The mutants, M01..M18.
+    /// The mutants, M01..M22.
     pub mutants: Vec<MutantRow>,
     /// How many were killed.
     pub killed: usize,
@@ -147,7 +147,8 @@ pub fn render_markdown(result: &MutantsResult) -> String {
 /// The table for the terminal.
 pub fn render_terminal(result: &MutantsResult) -> String {
     let mut text = format!("reference executor: {}\n\n", result.reference_verdict);
-    text.push_str(&format!("{:<26} {:<9} {:<38} {}\n", "mutant", "status", "caught by", "oracles"));
+    let width = result.mutants.iter().map(|row| row.id.len() + 1 + row.name.len()).max().unwrap_or(0).max(6);
+    text.push_str(&format!("{:<width$} {:<9} {:<38} {}\n", "mutant", "status", "caught by", "oracles"));
     for row in &result.mutants {
         let by = row.scenario.clone().unwrap_or_else(|| "-".into());
         let mark = if !row.killed && !row.failing_scenarios.is_empty() {
@@ -156,7 +157,7 @@ pub fn render_terminal(result: &MutantsResult) -> String {
             String::new()
         };
         text.push_str(&format!(
-            "{:<26} {:<9} {:<38} {}{mark}\n",
+            "{:<width$} {:<9} {:<38} {}{mark}\n",
             format!("{} {}", row.id, row.name),
             if row.killed { "killed" } else { "SURVIVED" },
             by,

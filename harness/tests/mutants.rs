@@ -10,7 +10,7 @@ const REPLAYLAB: &str = env!("CARGO_BIN_EXE_replaylab");
 /// (mutant, scenario that kills it, oracle that must fire there). `expect` is a scenario
 /// expectation (for M13 the defect is a refusal of an equivalent request: no effect-safety
 /// oracle can see it, the scenario's expectation does).
-const KILLS: [(&str, &str, &str); 18] = [
+const KILLS: [(&str, &str, &str); 22] = [
     ("args_hash_as_key", "S07", "O2"),
     ("in_memory_claims", "S03", "O1"),
     ("read_then_insert", "S05", "O1"),
@@ -29,7 +29,37 @@ const KILLS: [(&str, &str, &str); 18] = [
     ("stale_overwrite", "S18", "O11"),
     ("webhook_no_dedupe", "S17", "O1"),
     ("consumer_no_claim", "S16", "O1"),
+    ("optional_fields_unfingerprinted", "S20", "O3"),
+    ("replay_before_auth", "S21", "O5"),
+    ("fresh_key_resend", "S22", "O1"),
+    ("impatient_job_poll", "S23", "O12"),
 ];
+
+/// The project's own scenarios (S20 onwards) and the mutant each was added for: the mutant
+/// fails that scenario and no other, or the scenario would not be worth its runtime.
+const OWN: [(&str, &str); 4] = [
+    ("S20", "optional_fields_unfingerprinted"),
+    ("S21", "replay_before_auth"),
+    ("S22", "fresh_key_resend"),
+    ("S23", "impatient_job_poll"),
+];
+
+#[test]
+fn each_scenario_of_the_projects_own_kills_a_mutant_no_other_scenario_kills() {
+    for (scenario_id, name) in OWN {
+        let spec = executors::find(&format!("mutant:{name}")).expect("registered");
+        let failing: Vec<String> = scenarios::builtin()
+            .into_iter()
+            .filter(|scenario| {
+                (0..SEEDS).any(|seed| {
+                    runner::run(scenario, seed, &spec).result.verdict == harness::verdict::Verdict::Fail
+                })
+            })
+            .map(|scenario| scenario.id)
+            .collect();
+        assert_eq!(failing, [scenario_id], "mutant:{name} must fail {scenario_id} and only it");
+    }
+}
 
 /// Seeds tried per mutant: a race may need a few interleavings.
 const SEEDS: u64 = 5;

@@ -25,7 +25,7 @@ pub use parse::ScenarioError;
 /// The `source` of every built-in scenario starts with this.
 pub const BUILTIN_SOURCE_PREFIX: &str = "scenarios/matrix/";
 
-/// The scenarios of the matrix (S01..S19), in order.
+/// The scenarios of the matrix (S01..S23), in order.
 pub fn builtin() -> Vec<Scenario> {
     BUILTIN
         .iter()
@@ -62,4 +62,8 @@ builtin_files!(
     "S17_webhook_redelivery.toml",
     "S18_stale_write_precondition.toml",
     "S19_lease_expiry_owner_alive.toml",
+    "S20_same_key_one_field_changed.toml",
+    "S21_revoked_after_applied.toml",
+    "S22_lost_answer_keys_only.toml",
+    "S23_long_job_polled.toml",
 );
