@@ -55,7 +55,7 @@
 //! does, the tenant scope, the version precondition, webhook settlement, the consumer's
 //! claim) is one small function in [`Strategies`]; a mutant replaces one of them through
 //! [`ReferenceFactory::with_strategies`]. [`mutants`] is the zoo of MATRIX.md built that way:
-//! eighteen executors with one classic defect each.
+//! twenty-two executors with one defect each (M01..M18 from MATRIX.md, M19..M22 the project's own).
 //!
 //! [`bench::store_bench`] measures the claim path against hand-written SQL.
 #![deny(missing_docs)]

@@ -92,7 +92,20 @@ pub fn contract_effect_kind(contract: &ToolContract) -> Option<EffectKind> {
 
 /// The kind of effect the tool `tool` makes (any version of its built-in contract).
 pub fn tool_effect_kind(tool: &str) -> Option<EffectKind> {
-    ContractSet::builtin().iter().find(|contract| contract.name == tool).and_then(contract_effect_kind)
+    // Looked up for every call and answer: the table is made once per process.
+    static KINDS: std::sync::OnceLock<BTreeMap<String, EffectKind>> = std::sync::OnceLock::new();
+    KINDS
+        .get_or_init(|| {
+            let mut kinds = BTreeMap::new();
+            for contract in ContractSet::builtin().iter() {
+                if let Some(kind) = contract_effect_kind(contract) {
+                    kinds.entry(contract.name.clone()).or_insert(kind);
+                }
+            }
+            kinds
+        })
+        .get(tool)
+        .copied()
 }
 
 /// What the harness concluded about one downstream request.

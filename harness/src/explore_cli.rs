@@ -353,3 +353,57 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
     }
     Ok(if failed { exit::CHECK_FAILED } else { exit::SUCCESS })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(
+        faults_installed: u32,
+        faults_fired: u32,
+        crashes: u32,
+        after: u32,
+        exercised: &[&'static str],
+    ) -> RunCoverage {
+        RunCoverage {
+            faults_installed,
+            faults_fired,
+            crashes,
+            crashes_after_commit: after,
+            exercised: exercised.iter().copied().collect(),
+        }
+    }
+
+    #[test]
+    fn the_coverage_line_sums_the_cases() {
+        let mut coverage = Coverage::default();
+        let every: Vec<&'static str> = ORACLES.iter().map(|(id, _)| *id).collect();
+        coverage.add(Verdict::Pass, &run(2, 2, 2, 1, &every), &[]);
+        coverage.add(Verdict::Pass, &run(2, 1, 0, 0, &[]), &[]);
+        coverage.add(
+            Verdict::Unknown,
+            &run(0, 0, 0, 0, &[]),
+            &["line 3: fault rule 1 (x) never fired: ...".into()],
+        );
+        coverage.add(Verdict::Fail, &run(0, 0, 2, 2, &[]), &[]);
+        assert_eq!(
+            coverage.line(),
+            "coverage: cases=4 unknown=25.0% faults_fired=75.0% crashes_after_commit=75.0% oracles_exercised=12/12"
+        );
+        assert_eq!(coverage.unknown_because.get("a fault did not fire"), Some(&1));
+        let shortfalls = coverage.shortfalls();
+        assert_eq!(shortfalls.len(), 2, "{shortfalls:?}");
+        assert!(shortfalls[0].contains("25.0% of the cases ended unknown"), "{shortfalls:?}");
+        assert!(shortfalls[1].contains("75.0% of the faults"), "{shortfalls:?}");
+    }
+
+    #[test]
+    fn an_oracle_with_nothing_to_judge_is_a_shortfall() {
+        let mut coverage = Coverage::default();
+        coverage.add(Verdict::Pass, &run(1, 1, 0, 0, &["O1", "O2"]), &[]);
+        assert!(coverage.line().ends_with("oracles_exercised=2/12"), "{}", coverage.line());
+        let shortfalls = coverage.shortfalls();
+        assert_eq!(shortfalls.len(), 1, "{shortfalls:?}");
+        assert!(shortfalls[0].starts_with("no case gave O3, O4"), "{shortfalls:?}");
+    }
+}

@@ -407,10 +407,23 @@ pub fn to_json_lines(events: &[Event]) -> String {
     text
 }
 
-/// `sha256:<hex>` of [`to_json_lines`].
+/// `sha256:<hex>` of [`to_json_lines`], hashed line by line (without building the text).
 pub fn digest(events: &[Event]) -> String {
-    let hash = Sha256::digest(to_json_lines(events).as_bytes());
-    format!("sha256:{}", hash.iter().map(|byte| format!("{byte:02x}")).collect::<String>())
+    let mut hasher = Sha256::new();
+    let mut line = Vec::with_capacity(512);
+    for event in events {
+        line.clear();
+        serde_json::to_writer(&mut line, event).expect("events serialise");
+        line.push(b'\n');
+        hasher.update(&line);
+    }
+    let mut text = String::with_capacity(7 + 64);
+    text.push_str("sha256:");
+    for byte in hasher.finalize() {
+        text.push(char::from(b"0123456789abcdef"[usize::from(byte >> 4)]));
+        text.push(char::from(b"0123456789abcdef"[usize::from(byte & 0x0f)]));
+    }
+    text
 }
 
 /// Feeds the downstream's effects and journal into the history.
@@ -556,5 +569,26 @@ impl Event {
             EventKind::LimitReached { what } => format!("LIMIT: {what}"),
         };
         format!("{:>8}ms #{:<4} {what}", self.at_ms, self.seq)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_digest_is_the_sha256_of_the_json_lines() {
+        let events = vec![
+            Event { seq: 1, at_ms: 0, kind: EventKind::SettleStarted },
+            Event {
+                seq: 2,
+                at_ms: 10,
+                kind: EventKind::Crashed { worker: "worker-1".into(), paused_at: None, after_commit: false },
+            },
+        ];
+        let expected = Sha256::digest(to_json_lines(&events).as_bytes());
+        let hex: String = expected.iter().map(|byte| format!("{byte:02x}")).collect();
+        assert_eq!(digest(&events), format!("sha256:{hex}"));
+        assert_ne!(digest(&events[..1]), digest(&events));
     }
 }

@@ -348,8 +348,11 @@ impl Runner {
             attempt: *attempt,
         };
         let contract = self.shared.contracts.get(&call.tool, &call.tool_version);
-        let fingerprint = contract.and_then(|c| c.fingerprint(&call).ok()).map(|f| f.to_string());
         let validated = contract.and_then(|c| c.validated_arguments(&call).ok());
+        // The contract's fingerprint, from the arguments validated once.
+        let fingerprint = contract.zip(validated.as_ref()).map(|(c, arguments)| {
+            protocol::Fingerprint::of(&c.material_request(&call.tenant, arguments)).to_string()
+        });
         let expected_version = validated
             .as_ref()
             .and_then(|arguments| arguments.get("expected_version").and_then(serde_json::Value::as_u64));

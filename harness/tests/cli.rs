@@ -91,3 +91,34 @@ fn bench_sim_copies_the_run_shape_and_ends_with_the_sim_line() {
     assert!((harness / baseline - ratio).abs() <= rounding, "ratio is harness / baseline: {last}");
     assert!(stdout.contains("world's 3 hosts"), "S01 runs on three hosts: {stdout}");
 }
+
+#[test]
+fn explore_ends_with_its_coverage_and_fails_when_it_is_thin() {
+    let dir = std::env::temp_dir().join(format!("replaylab-coverage-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let explore = |seeds: &str| {
+        let output = Command::new(REPLAYLAB)
+            .args(["explore", "--seeds", seeds, "--jobs", "2"])
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        (output.status.code().unwrap_or(-1), String::from_utf8_lossy(&output.stdout).into_owned())
+    };
+    let (code, stdout) = explore("300");
+    let line =
+        stdout.lines().find(|line| line.starts_with("coverage: ")).unwrap_or_else(|| panic!("{stdout}"));
+    let fields: Vec<&str> = line["coverage: ".len()..].split(' ').collect();
+    let names: Vec<&str> = fields.iter().map(|field| field.split('=').next().unwrap_or_default()).collect();
+    assert_eq!(
+        names,
+        ["cases", "unknown", "faults_fired", "crashes_after_commit", "oracles_exercised"],
+        "{line}"
+    );
+    assert_eq!(fields[0], "cases=300");
+    assert_eq!(code, 0, "300 cases against the reference cover every oracle: {stdout}");
+    // Three cases cannot give every oracle something to judge: the coverage is too thin.
+    let (code, stdout) = explore("3");
+    assert_eq!(code, 1, "{stdout}");
+    assert!(stdout.contains("coverage too thin: no case gave"), "{stdout}");
+    std::fs::remove_dir_all(&dir).ok();
+}

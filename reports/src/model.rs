@@ -77,7 +77,7 @@ pub struct RunResult {
 /// One broken invariant.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Violation {
-    /// `O1`..`O11`, or `expect` for a scenario expectation.
+    /// `O1`..`O12`, or `expect` for a scenario expectation.
     pub oracle: String,
     /// `single_effect`, ... (or the scenario line for expectations).
     pub name: String,

@@ -6,7 +6,7 @@
 //! human edits, polls and expectations. Expectations add to the oracles the harness always
 //! checks; they never replace them.
 //!
-//! The 19 scenarios of the matrix ship with the crate ([`builtin`]); users add their own files
+//! The 23 scenarios of the matrix (S01..S19 from the source document, S20..S23 the project's own) ship with the crate ([`builtin`]); users add their own files
 //! ([`Scenario::from_file`]). Errors name the file, the line and the field.
 //! This crate knows nothing of the simulator.
 #![deny(missing_docs)]

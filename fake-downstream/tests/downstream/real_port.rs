@@ -53,3 +53,43 @@ async fn an_admin_commit_then_drop_rule_loses_the_answer_but_the_ledger_grows() 
     assert_eq!(reset.status, 204);
     assert!(downstream.ledger().is_empty());
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_business_router_has_no_admin_api() {
+    let downstream =
+        Downstream::new(DownstreamConfig::default(), Arc::new(SystemClock), Arc::new(TcpConnector));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(wire::serve(TcpAcceptor(listener), downstream.business_router()));
+    let client = HttpClient::new(Arc::new(TcpConnector), "127.0.0.1", port);
+    assert_eq!(client.send(create("k1")).await.unwrap().status, 201);
+    for (method, path) in [
+        (http::Method::POST, "/__admin/reset"),
+        (http::Method::DELETE, "/__admin/faults"),
+        (http::Method::GET, "/__admin/ledger"),
+    ] {
+        let answer = client.send(HttpRequest::json(method, path, &json!({}))).await.unwrap();
+        assert_eq!(answer.status, 404, "{path}");
+    }
+    assert_eq!(downstream.ledger().len(), 1, "the ledger is untouched");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn requests_and_effects_carry_the_content_a_client_computes() {
+    let (downstream, client) = serve_on_loopback().await;
+    let charge = json!({"tenant": "acme", "customer": "c", "amount_minor": 5, "currency": "EUR"});
+    let job = json!({"tenant": "acme", "job_type": "report"});
+    for (path, body) in [("/v1/charges", &charge), ("/v1/jobs", &job)] {
+        let request =
+            HttpRequest::json(http::Method::POST, path, body).header("X-Replaylab-Request-Id", "w#1");
+        let expected = fake_downstream::request_content("POST", path, &request.body);
+        client.send(request).await.unwrap();
+        let journaled = downstream.requests().last().cloned().expect("journaled");
+        assert_eq!(journaled.content_digest, expected, "{path}");
+        assert_eq!(journaled.request_id.as_deref(), Some("w#1"));
+        let effect = downstream.ledger().last().cloned().expect("an effect");
+        assert_eq!(Some(effect.content_digest), expected, "{path}");
+        assert_eq!(effect.request_id.as_deref(), Some("w#1"));
+        assert!(effect.answer.is_object(), "the committed answer is kept: {:?}", effect.answer);
+    }
+}
