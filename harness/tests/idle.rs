@@ -2,18 +2,15 @@
 //! agrees about the skipped time, and an executor's background work is waited for rather than
 //! skipped over.
 
-use std::rc::Rc;
-use std::sync::Arc;
+mod support;
+
 use std::time::Duration;
 
-use harness::executors::{self, ExecutorSpec};
+use harness::executors;
 use harness::history::EventKind;
 use harness::runner;
 use harness::verdict::Verdict;
-use protocol::{
-    Consumed, Envelope, Executor, ExecutorFactory, LocalBoxFuture, OperationRef, Outcome, OutcomeStatus,
-    ToolCall, WebhookAck, WebhookEvent, WorkerEnv,
-};
+use protocol::{LocalBoxFuture, Outcome, OutcomeStatus, ToolCall, WorkerEnv};
 use wire::HttpRequest;
 
 fn builtin(id: &str) -> scenarios::Scenario {
@@ -115,8 +112,20 @@ fn a_skip_stops_when_a_downstream_job_is_due() {
 
 /// Creates the ticket once, answers `applied`, then, as background work, creates it again two
 /// seconds later without a key: a late duplicate that only waiting can reveal.
-struct LateDuplicate {
-    env: WorkerEnv,
+fn late_duplicate(env: WorkerEnv, call: ToolCall) -> LocalBoxFuture<'static, Outcome> {
+    Box::pin(async move {
+        let Some(ticket) = create_ticket(&env, &call).await else {
+            return Outcome::new(OutcomeStatus::Unknown);
+        };
+        let again = create_ticket(&env, &call);
+        env.background.spawn(Box::pin(async move {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            again.await;
+        }));
+        let mut outcome = Outcome::new(OutcomeStatus::Applied);
+        outcome.effect_reference = Some(ticket);
+        outcome
+    })
 }
 
 fn create_ticket(env: &WorkerEnv, call: &ToolCall) -> LocalBoxFuture<'static, Option<String>> {
@@ -135,52 +144,9 @@ fn create_ticket(env: &WorkerEnv, call: &ToolCall) -> LocalBoxFuture<'static, Op
     })
 }
 
-impl Executor for LateDuplicate {
-    fn call(&self, call: ToolCall) -> LocalBoxFuture<'_, Outcome> {
-        Box::pin(async move {
-            let Some(ticket) = create_ticket(&self.env, &call).await else {
-                return Outcome::new(OutcomeStatus::Unknown);
-            };
-            let again = create_ticket(&self.env, &call);
-            self.env.background.spawn(Box::pin(async move {
-                tokio::time::sleep(Duration::from_secs(2)).await;
-                again.await;
-            }));
-            let mut outcome = Outcome::new(OutcomeStatus::Applied);
-            outcome.effect_reference = Some(ticket);
-            outcome
-        })
-    }
-    fn poll(&self, _operation: OperationRef) -> LocalBoxFuture<'_, Outcome> {
-        Box::pin(async { Outcome::new(OutcomeStatus::Unknown) })
-    }
-    fn reconcile(&self, _operation: OperationRef) -> LocalBoxFuture<'_, Outcome> {
-        Box::pin(async { Outcome::new(OutcomeStatus::Unknown) })
-    }
-    fn consume(&self, _envelope: Envelope) -> LocalBoxFuture<'_, Consumed> {
-        Box::pin(async { Consumed::Ack })
-    }
-    fn webhook(&self, _event: WebhookEvent) -> LocalBoxFuture<'_, WebhookAck> {
-        Box::pin(async { WebhookAck::Unmatched })
-    }
-}
-
-struct LateDuplicateFactory;
-
-impl ExecutorFactory for LateDuplicateFactory {
-    fn start(&self, env: WorkerEnv) -> Box<dyn Executor> {
-        Box::new(LateDuplicate { env })
-    }
-}
-
 #[test]
 fn background_work_is_waited_for_so_a_late_duplicate_is_caught() {
-    let spec = ExecutorSpec {
-        name: "late-duplicate".into(),
-        version: "0".into(),
-        description: "creates the ticket again in the background two seconds later".into(),
-        factory: Arc::new(|_run: &str| Rc::new(LateDuplicateFactory) as Rc<dyn ExecutorFactory>),
-    };
+    let spec = support::scripted("late-duplicate", late_duplicate, || Outcome::new(OutcomeStatus::Unknown));
     let scenario = one_ticket_call("");
     let record = runner::run(&scenario, 0, &spec);
     let created = record

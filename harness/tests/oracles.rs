@@ -220,6 +220,14 @@ impl World {
         )
     }
 
+    /// The agent calls `label` (a ticket for `OP`) and a worker sends its create under `KEY`,
+    /// handled as `handling`.
+    fn attempt(&mut self, label: &str, handling: Handling<'_>) -> &mut Self {
+        self.call(label);
+        let content = self.content_of(label);
+        self.request_full(Some(OP), Some(label), "POST", "/v1/tickets", Some(KEY), content, handling)
+    }
+
     /// A receipt lookup for key `key`, finding `reference` (or nothing).
     fn lookup(
         &mut self,
@@ -394,18 +402,8 @@ fn o3_fires_when_a_changed_request_is_not_rejected() {
 #[test]
 fn o4_fires_on_success_without_a_receipt() {
     let mut world = World::default();
-    world.call("first");
-    let content = world.content_of("first");
     world
-        .request_full(
-            Some(OP),
-            Some("first"),
-            "POST",
-            "/v1/tickets",
-            Some(KEY),
-            content,
-            Handling::CommitThenDrop("ticket_1", json!({"ticket_id": "ticket_1"})),
-        )
+        .attempt("first", Handling::CommitThenDrop("ticket_1", json!({"ticket_id": "ticket_1"})))
         .answer("first", OutcomeStatus::Applied, Some("ticket_1"))
         .settled(OP, OutcomeStatus::Replayed, Some("ticket_1"));
     assert_eq!(world.fired(), ["O4"], "the answer was lost: nothing told the executor ticket_1 exists");
@@ -758,18 +756,8 @@ fn blind_spot_4_a_retry_after_revocation_must_be_rejected() {
         [(OutcomeStatus::InFlight, true), (OutcomeStatus::Unknown, true), (OutcomeStatus::Rejected, false)]
     {
         let mut world = World::default();
-        world.call("first");
-        let content = world.content_of("first");
         world
-            .request_full(
-                Some(OP),
-                Some("first"),
-                "POST",
-                "/v1/tickets",
-                Some(KEY),
-                content,
-                Handling::CommitThenDrop("ticket_1", json!({"ticket_id": "ticket_1"})),
-            )
+            .attempt("first", Handling::CommitThenDrop("ticket_1", json!({"ticket_id": "ticket_1"})))
             .answer("first", OutcomeStatus::Unknown, None)
             .lookup(None, None, KEY, Some("ticket_1"))
             .revoke("agent")
@@ -818,30 +806,21 @@ fn blind_spot_5_a_result_that_embeds_another_tenants_reference() {
 ///    itself: its only lookup was made while serving the harness's final poll. Only O6 sees it.
 #[test]
 fn blind_spot_6_unknown_needs_the_executors_own_lookup() {
-    let left = |own_lookup: bool| {
-        let mut world = World::default();
-        world.call("first");
-        let content = world.content_of("first");
-        world
-            .request_full(
-                Some(OP),
-                Some("first"),
-                "POST",
-                "/v1/tickets",
-                Some(KEY),
-                content,
-                Handling::Answer(Disposition::DroppedBeforeCommit, 504, json!({})),
-            )
-            .answer("first", OutcomeStatus::Unknown, None);
-        if own_lookup {
-            // The executor's own reconciliation, outside any agent request.
-            world.lookup(None, None, KEY, None);
-        }
-        world.settle();
-        let final_poll = format!("{FINAL_POLL_PREFIX}{OP}");
-        world.lookup(Some(OP), Some(&final_poll), KEY, None).settled(OP, OutcomeStatus::Unknown, None);
-        world
-    };
+    let left =
+        |own_lookup: bool| {
+            let mut world = World::default();
+            world
+                .attempt("first", Handling::Answer(Disposition::DroppedBeforeCommit, 504, json!({})))
+                .answer("first", OutcomeStatus::Unknown, None);
+            if own_lookup {
+                // The executor's own reconciliation, outside any agent request.
+                world.lookup(None, None, KEY, None);
+            }
+            world.settle();
+            let final_poll = format!("{FINAL_POLL_PREFIX}{OP}");
+            world.lookup(Some(OP), Some(&final_poll), KEY, None).settled(OP, OutcomeStatus::Unknown, None);
+            world
+        };
     assert_eq!(left(false).fired(), ["O6"]);
     assert_eq!(left(true).fired(), none());
     // Where the downstream offers no lookup at all, `unknown` without one is all there is.
@@ -895,18 +874,8 @@ fn blind_spot_8_a_changed_request_after_a_first_attempt_that_committed_nothing()
     let changed = r#"{"queue": "support", "subject": "Refund", "body": "Close my account"}"#;
     let attempt = |carried_out: bool| {
         let mut world = World::default();
-        world.call("first");
-        let content = world.content_of("first");
         world
-            .request_full(
-                Some(OP),
-                Some("first"),
-                "POST",
-                "/v1/tickets",
-                Some(KEY),
-                content,
-                Handling::Answer(Disposition::DroppedBeforeCommit, 504, json!({})),
-            )
+            .attempt("first", Handling::Answer(Disposition::DroppedBeforeCommit, 504, json!({})))
             .answer("first", OutcomeStatus::Unknown, None)
             .call_on("changed", OP, changed);
         if carried_out {
@@ -932,18 +901,8 @@ fn blind_spot_8_a_changed_request_after_a_first_attempt_that_committed_nothing()
 fn blind_spot_9_an_effect_the_executor_disowns() {
     let disowned = |final_answer: Outcome, revoked: bool| {
         let mut world = World::default();
-        world.call("first");
-        let content = world.content_of("first");
         world
-            .request_full(
-                Some(OP),
-                Some("first"),
-                "POST",
-                "/v1/tickets",
-                Some(KEY),
-                content,
-                Handling::CommitThenDrop("ticket_1", json!({"ticket_id": "ticket_1"})),
-            )
+            .attempt("first", Handling::CommitThenDrop("ticket_1", json!({"ticket_id": "ticket_1"})))
             .answer("first", OutcomeStatus::Unknown, None)
             .lookup(None, None, KEY, Some("ticket_1"));
         if revoked {

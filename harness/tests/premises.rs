@@ -2,18 +2,15 @@
 //! or whose concurrent calls never overlapped is `unknown`, names the premise, and never
 //! passes. And the ground truth is out of the executor's reach.
 
+mod support;
+
 use std::cell::Cell;
-use std::rc::Rc;
-use std::sync::Arc;
 
 use harness::executors::{self, ExecutorSpec};
 use harness::history::EventKind;
 use harness::runner;
 use harness::verdict::Verdict;
-use protocol::{
-    Consumed, Envelope, Executor, ExecutorFactory, LocalBoxFuture, OperationRef, Outcome, OutcomeStatus,
-    ToolCall, WebhookAck, WebhookEvent, WorkerEnv,
-};
+use protocol::{LocalBoxFuture, Outcome, OutcomeStatus, ToolCall, WorkerEnv};
 use wire::HttpRequest;
 
 const REPLAYLAB: &str = env!("CARGO_BIN_EXE_replaylab");
@@ -24,15 +21,6 @@ fn scenario(id: &str) -> scenarios::Scenario {
 
 fn reference() -> ExecutorSpec {
     executors::find("reference").expect("the reference executor is registered")
-}
-
-fn spec(name: &str, factory: fn() -> Rc<dyn ExecutorFactory>) -> ExecutorSpec {
-    ExecutorSpec {
-        name: name.into(),
-        version: "0".into(),
-        description: name.into(),
-        factory: Arc::new(move |_run: &str| factory()),
-    }
 }
 
 fn builtin_text(id: &str) -> String {
@@ -124,59 +112,34 @@ fn crashes_fall_at_the_named_moment() {
 }
 
 /// Looks the receipt up before every create, then creates: shaped unlike the reference.
-struct LookupFirst {
-    env: WorkerEnv,
-}
-
-impl Executor for LookupFirst {
-    fn call(&self, call: ToolCall) -> LocalBoxFuture<'_, Outcome> {
-        Box::pin(async move {
-            let key = format!("{}:{}:{}", call.tenant, call.workflow_id, call.step_id);
-            let lookup =
-                HttpRequest::get(format!("/v1/receipts/{key}?tenant={}&service=tickets", call.tenant));
-            let _ = self.env.downstream.send(lookup).await;
-            let body: serde_json::Value = serde_json::from_str(call.arguments.get()).unwrap_or_default();
-            let mut ticket = body.as_object().cloned().unwrap_or_default();
-            ticket.insert("tenant".into(), call.tenant.clone().into());
-            let request =
-                HttpRequest::json(http::Method::POST, "/v1/tickets", &ticket).header("Idempotency-Key", &key);
-            let mut outcome = Outcome::new(OutcomeStatus::Unknown);
-            if let Ok(response) = self.env.downstream.send(request).await {
-                if let Ok(answer) = response.json::<serde_json::Value>() {
-                    outcome = Outcome::new(OutcomeStatus::Applied);
-                    outcome.effect_reference = answer["ticket_id"].as_str().map(str::to_owned);
-                }
+fn lookup_first(env: WorkerEnv, call: ToolCall) -> LocalBoxFuture<'static, Outcome> {
+    Box::pin(async move {
+        let key = format!("{}:{}:{}", call.tenant, call.workflow_id, call.step_id);
+        let lookup = HttpRequest::get(format!("/v1/receipts/{key}?tenant={}&service=tickets", call.tenant));
+        let _ = env.downstream.send(lookup).await;
+        let body: serde_json::Value = serde_json::from_str(call.arguments.get()).unwrap_or_default();
+        let mut ticket = body.as_object().cloned().unwrap_or_default();
+        ticket.insert("tenant".into(), call.tenant.clone().into());
+        let request =
+            HttpRequest::json(http::Method::POST, "/v1/tickets", &ticket).header("Idempotency-Key", &key);
+        let mut outcome = Outcome::new(OutcomeStatus::Unknown);
+        if let Ok(response) = env.downstream.send(request).await {
+            if let Ok(answer) = response.json::<serde_json::Value>() {
+                outcome = Outcome::new(OutcomeStatus::Applied);
+                outcome.effect_reference = answer["ticket_id"].as_str().map(str::to_owned);
             }
-            outcome
-        })
-    }
-    fn poll(&self, _operation: OperationRef) -> LocalBoxFuture<'_, Outcome> {
-        Box::pin(async { Outcome::new(OutcomeStatus::Unknown) })
-    }
-    fn reconcile(&self, _operation: OperationRef) -> LocalBoxFuture<'_, Outcome> {
-        Box::pin(async { Outcome::new(OutcomeStatus::Unknown) })
-    }
-    fn consume(&self, _envelope: Envelope) -> LocalBoxFuture<'_, Consumed> {
-        Box::pin(async { Consumed::Ack })
-    }
-    fn webhook(&self, _event: WebhookEvent) -> LocalBoxFuture<'_, WebhookAck> {
-        Box::pin(async { WebhookAck::Unmatched })
-    }
-}
-
-struct LookupFirstFactory;
-
-impl ExecutorFactory for LookupFirstFactory {
-    fn start(&self, env: WorkerEnv) -> Box<dyn Executor> {
-        Box::new(LookupFirst { env })
-    }
+        }
+        outcome
+    })
 }
 
 #[test]
 fn a_qualified_pause_point_skips_requests_that_are_not_the_moment() {
     // An executor that looks the receipt up first is still crashed after the create commits,
     // not after its lookup.
-    let record = runner::run(&scenario("S03"), 2, &spec("lookup-first", || Rc::new(LookupFirstFactory)));
+    let lookup_first =
+        support::scripted("lookup-first", lookup_first, || Outcome::new(OutcomeStatus::Unknown));
+    let record = runner::run(&scenario("S03"), 2, &lookup_first);
     let paused = record
         .history
         .iter()
@@ -194,32 +157,8 @@ fn a_qualified_pause_point_skips_requests_that_are_not_the_moment() {
 }
 
 /// Answers every call at once, without touching anything: two calls to it never overlap.
-struct Instant;
-
-impl Executor for Instant {
-    fn call(&self, _call: ToolCall) -> LocalBoxFuture<'_, Outcome> {
-        Box::pin(async { Outcome::new(OutcomeStatus::InFlight) })
-    }
-    fn poll(&self, _operation: OperationRef) -> LocalBoxFuture<'_, Outcome> {
-        Box::pin(async { Outcome::new(OutcomeStatus::Rejected) })
-    }
-    fn reconcile(&self, _operation: OperationRef) -> LocalBoxFuture<'_, Outcome> {
-        Box::pin(async { Outcome::new(OutcomeStatus::Rejected) })
-    }
-    fn consume(&self, _envelope: Envelope) -> LocalBoxFuture<'_, Consumed> {
-        Box::pin(async { Consumed::Ack })
-    }
-    fn webhook(&self, _event: WebhookEvent) -> LocalBoxFuture<'_, WebhookAck> {
-        Box::pin(async { WebhookAck::Unmatched })
-    }
-}
-
-struct InstantFactory;
-
-impl ExecutorFactory for InstantFactory {
-    fn start(&self, _env: WorkerEnv) -> Box<dyn Executor> {
-        Box::new(Instant)
-    }
+fn instant(_env: WorkerEnv, _call: ToolCall) -> LocalBoxFuture<'static, Outcome> {
+    Box::pin(async { Outcome::new(OutcomeStatus::InFlight) })
 }
 
 #[test]
@@ -250,7 +189,8 @@ calls = [
     .expect("valid");
     let mut overlapped = 0;
     for seed in 0..20 {
-        let instant = runner::run(&scenario, seed, &spec("instant", || Rc::new(InstantFactory)));
+        let spec = support::scripted("instant", instant, || Outcome::new(OutcomeStatus::Rejected));
+        let instant = runner::run(&scenario, seed, &spec);
         if instant.result.verdict != Verdict::Unknown {
             overlapped += 1;
             continue;
@@ -269,70 +209,45 @@ calls = [
     }
 }
 
-/// Makes two tickets for every call, then tries to erase the evidence through `/__admin`.
-struct Tamperer {
-    env: WorkerEnv,
-    refused: Rc<Cell<u32>>,
-}
-
-impl Executor for Tamperer {
-    fn call(&self, call: ToolCall) -> LocalBoxFuture<'_, Outcome> {
-        Box::pin(async move {
-            let mut ticket: serde_json::Map<String, serde_json::Value> =
-                serde_json::from_str(call.arguments.get()).unwrap_or_default();
-            ticket.insert("tenant".into(), call.tenant.clone().into());
-            let mut reference = None;
-            for _ in 0..2 {
-                let request = HttpRequest::json(http::Method::POST, "/v1/tickets", &ticket);
-                if let Ok(response) = self.env.downstream.send(request).await {
-                    let answer: serde_json::Value = response.json().unwrap_or_default();
-                    reference = answer["ticket_id"].as_str().map(str::to_owned);
-                }
-            }
-            for (method, path) in
-                [(http::Method::POST, "/__admin/reset"), (http::Method::DELETE, "/__admin/faults")]
-            {
-                let request = HttpRequest::json(method, path, &serde_json::json!({}));
-                if let Ok(response) = self.env.downstream.send(request).await {
-                    if response.status == 404 {
-                        self.refused.set(self.refused.get() + 1);
-                    }
-                }
-            }
-            let mut outcome = Outcome::new(OutcomeStatus::Applied);
-            outcome.effect_reference = reference;
-            outcome
-        })
-    }
-    fn poll(&self, _operation: OperationRef) -> LocalBoxFuture<'_, Outcome> {
-        Box::pin(async { Outcome::new(OutcomeStatus::Applied) })
-    }
-    fn reconcile(&self, _operation: OperationRef) -> LocalBoxFuture<'_, Outcome> {
-        Box::pin(async { Outcome::new(OutcomeStatus::Applied) })
-    }
-    fn consume(&self, _envelope: Envelope) -> LocalBoxFuture<'_, Consumed> {
-        Box::pin(async { Consumed::Ack })
-    }
-    fn webhook(&self, _event: WebhookEvent) -> LocalBoxFuture<'_, WebhookAck> {
-        Box::pin(async { WebhookAck::Unmatched })
-    }
-}
-
 thread_local! {
-    static REFUSED: Rc<Cell<u32>> = Rc::new(Cell::new(0));
+    /// How many `/__admin` requests the tamperer had refused.
+    static REFUSED: Cell<u32> = const { Cell::new(0) };
 }
 
-struct TampererFactory;
-
-impl ExecutorFactory for TampererFactory {
-    fn start(&self, env: WorkerEnv) -> Box<dyn Executor> {
-        Box::new(Tamperer { env, refused: REFUSED.with(Rc::clone) })
-    }
+/// Makes two tickets for every call, then tries to erase the evidence through `/__admin`.
+fn tamperer(env: WorkerEnv, call: ToolCall) -> LocalBoxFuture<'static, Outcome> {
+    Box::pin(async move {
+        let mut ticket: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(call.arguments.get()).unwrap_or_default();
+        ticket.insert("tenant".into(), call.tenant.clone().into());
+        let mut reference = None;
+        for _ in 0..2 {
+            let request = HttpRequest::json(http::Method::POST, "/v1/tickets", &ticket);
+            if let Ok(response) = env.downstream.send(request).await {
+                let answer: serde_json::Value = response.json().unwrap_or_default();
+                reference = answer["ticket_id"].as_str().map(str::to_owned);
+            }
+        }
+        for (method, path) in
+            [(http::Method::POST, "/__admin/reset"), (http::Method::DELETE, "/__admin/faults")]
+        {
+            let request = HttpRequest::json(method, path, &serde_json::json!({}));
+            if let Ok(response) = env.downstream.send(request).await {
+                if response.status == 404 {
+                    REFUSED.with(|refused| refused.set(refused.get() + 1));
+                }
+            }
+        }
+        let mut outcome = Outcome::new(OutcomeStatus::Applied);
+        outcome.effect_reference = reference;
+        outcome
+    })
 }
 
 #[test]
 fn an_executor_cannot_erase_the_evidence() {
-    let record = runner::run(&scenario("S01"), 3, &spec("tamperer", || Rc::new(TampererFactory)));
+    let spec = support::scripted("tamperer", tamperer, || Outcome::new(OutcomeStatus::Applied));
+    let record = runner::run(&scenario("S01"), 3, &spec);
     assert!(REFUSED.with(|refused| refused.get()) >= 2, "the admin requests were refused (404)");
     assert_eq!(record.result.verdict, Verdict::Fail);
     assert!(

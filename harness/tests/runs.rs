@@ -1,6 +1,8 @@
 //! Whole runs through the library and the `replaylab` binary: determinism, reproduce
 //! commands, bad scenario files.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -214,51 +216,20 @@ fn bad_usage_exits_2() {
 }
 
 /// An executor that panics on every call (and, having claimed nothing, knows no operation).
-struct Panicking;
+fn panicking(
+    _env: protocol::WorkerEnv,
+    _call: protocol::ToolCall,
+) -> protocol::LocalBoxFuture<'static, protocol::Outcome> {
+    Box::pin(async { panic!("the executor under test fell over") })
+}
 
 fn no_such_operation() -> protocol::Outcome {
     protocol::Outcome::rejected(protocol::ReasonCode::InvalidRequest, "no operation with this key")
 }
 
-impl protocol::Executor for Panicking {
-    fn call(&self, _call: protocol::ToolCall) -> protocol::LocalBoxFuture<'_, protocol::Outcome> {
-        Box::pin(async { panic!("the executor under test fell over") })
-    }
-    fn poll(&self, _operation: protocol::OperationRef) -> protocol::LocalBoxFuture<'_, protocol::Outcome> {
-        Box::pin(async { no_such_operation() })
-    }
-    fn reconcile(
-        &self,
-        _operation: protocol::OperationRef,
-    ) -> protocol::LocalBoxFuture<'_, protocol::Outcome> {
-        Box::pin(async { no_such_operation() })
-    }
-    fn consume(&self, _envelope: protocol::Envelope) -> protocol::LocalBoxFuture<'_, protocol::Consumed> {
-        Box::pin(async { protocol::Consumed::Ack })
-    }
-    fn webhook(&self, _event: protocol::WebhookEvent) -> protocol::LocalBoxFuture<'_, protocol::WebhookAck> {
-        Box::pin(async { protocol::WebhookAck::Unmatched })
-    }
-}
-
-struct PanickingFactory;
-
-impl protocol::ExecutorFactory for PanickingFactory {
-    fn start(&self, _env: protocol::WorkerEnv) -> Box<dyn protocol::Executor> {
-        Box::new(Panicking)
-    }
-}
-
 #[test]
 fn an_executor_panic_is_caught_and_the_run_is_crashed_not_aborted() {
-    let spec = executors::ExecutorSpec {
-        name: "panicking".into(),
-        version: "0".into(),
-        description: "panics on every call".into(),
-        factory: std::sync::Arc::new(|_run: &str| {
-            std::rc::Rc::new(PanickingFactory) as std::rc::Rc<dyn protocol::ExecutorFactory>
-        }),
-    };
+    let spec = support::scripted("panicking", panicking, no_such_operation);
     let record = runner::run(&scenario("S01"), 1, &spec);
     assert_eq!(record.result.verdict, harness::verdict::Verdict::Crashed, "{:?}", record.result);
     assert!(
