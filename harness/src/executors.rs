@@ -8,8 +8,9 @@ use std::sync::Arc;
 use protocol::ExecutorFactory;
 
 /// Makes the factory for one run; the argument names the run (unique per scenario and seed),
-/// e.g. for an in-memory database.
-pub type MakeFactory = Arc<dyn Fn(&str) -> Rc<dyn ExecutorFactory> + Send + Sync>;
+/// e.g. for an in-memory database. An error (or a panic) makes the run `crashed`, with the
+/// error in its notes.
+pub type MakeFactory = Arc<dyn Fn(&str) -> Result<Rc<dyn ExecutorFactory>, String> + Send + Sync>;
 
 /// A named executor the harness can run.
 #[derive(Clone)]
@@ -36,13 +37,13 @@ impl std::fmt::Debug for ExecutorSpec {
 
 /// The reference over an empty store from the thread's warm pool: runs on one thread reuse
 /// one database, emptied between runs, instead of creating a schema each time.
-fn reference_factory(_run_id: &str) -> Rc<dyn ExecutorFactory> {
+fn reference_factory(_run_id: &str) -> Result<Rc<dyn ExecutorFactory>, String> {
     let factory = executor::ReferenceFactory::recycled(
         executor::ReferenceConfig::default(),
         executor::Strategies::reference(),
     )
-    .expect("an in-memory SQLite database always opens");
-    Rc::new(factory)
+    .map_err(|error| format!("the reference's claim store did not open: {error}"))?;
+    Ok(Rc::new(factory))
 }
 
 /// The spec of one mutant of the zoo: `mutant:<name>`, described by its defect.
@@ -54,11 +55,10 @@ fn mutant_spec(mutant: executor::mutants::Mutant) -> ExecutorSpec {
         version: env!("CARGO_PKG_VERSION").into(),
         description: format!("{} {name}: {}", mutant.id, mutant.defect),
         factory: Arc::new(move |_run_id| {
-            let factory = make().unwrap_or_else(|error| {
-                panic!("mutant {name}: an in-memory SQLite database always opens: {error}")
-            });
+            let factory =
+                make().map_err(|error| format!("mutant {name}: its claim store did not open: {error}"))?;
             let factory: Rc<dyn ExecutorFactory + Send + Sync> = Rc::from(factory);
-            factory
+            Ok(factory as Rc<dyn ExecutorFactory>)
         }),
     }
 }

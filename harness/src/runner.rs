@@ -109,7 +109,12 @@ struct Runner {
 /// Runs `scenario` with `seed` against `executor`.
 pub fn run(scenario: &Scenario, seed: u64, executor: &ExecutorSpec) -> RunRecord {
     let run_id = format!("{}-{seed}", scenario.full_name());
-    let factory = (executor.factory)(&run_id);
+    let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (executor.factory)(&run_id)));
+    let factory = match started {
+        Ok(Ok(factory)) => factory,
+        Ok(Err(error)) => return not_started(scenario, seed, executor, error),
+        Err(payload) => return not_started(scenario, seed, executor, panic_message(payload.as_ref())),
+    };
     let (sim, shared) = world::build(scenario, seed, factory);
     let mut runner = Runner {
         sim,
@@ -145,12 +150,15 @@ impl Runner {
         self.shared.clock.now_ms()
     }
 
-    /// One simulation step; a turmoil error (time limit, a host's software failing) stops
-    /// the run.
+    /// One simulation step; a turmoil error (time limit, a host's software failing) or an
+    /// executor that panicked in `start` stops the run.
     fn step(&mut self) -> Result<(), Stop> {
         let stepped = self.sim.step();
         self.shared.clock.set_simulated_ms(self.sim.elapsed().as_millis() as u64);
         match stepped {
+            Ok(_) if self.shared.start_panicked.get() => {
+                Err(Stop::Limit("the run stopped: an executor could not start".into()))
+            }
             Ok(_) => Ok(()),
             Err(error) => Err(Stop::Limit(format!("the simulation stopped: {error}"))),
         }
@@ -905,6 +913,42 @@ impl Runner {
         };
         RunRecord { result, history, ledger, stepped: self.sim.elapsed(), coverage }
     }
+}
+
+/// The record of a run whose executor factory failed (or panicked) before anything ran: it is
+/// `crashed`, and its note carries the factory's error.
+fn not_started(scenario: &Scenario, seed: u64, executor: &ExecutorSpec, error: String) -> RunRecord {
+    let result = RunResult {
+        scenario: scenario.id.clone(),
+        scenario_name: scenario.name.clone(),
+        seed,
+        executor: executor.name.clone(),
+        verdict: Verdict::Crashed,
+        violations: Vec::new(),
+        notes: vec![format!("the executor's factory failed to start: {error}")],
+        history_digest: history::digest(&[]),
+        effects: 0,
+        effect_references: Vec::new(),
+        statuses: Vec::new(),
+        fingerprints: Vec::new(),
+        reproduce: reproduce_command(scenario, seed, &executor.name),
+    };
+    RunRecord {
+        result,
+        history: Vec::new(),
+        ledger: Vec::new(),
+        stepped: Duration::ZERO,
+        coverage: RunCoverage::default(),
+    }
+}
+
+/// The text of a panic's payload.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-text panic".to_owned())
 }
 
 /// `POST /v1/charges, commit_then_drop`: a fault rule in a few words.

@@ -97,7 +97,21 @@ pub async fn run(shared: Rc<Shared>, name: String) -> turmoil::Result {
         )))),
         contracts: shared.contracts.clone(),
     };
-    let executor: Rc<dyn Executor> = Rc::from(shared.factory.start(env));
+    // A panic in `start` is the executor's: the worker records it and stays down, and the
+    // runner stops the run as `crashed`, instead of the panic taking the simulation with it.
+    let executor: Rc<dyn Executor> =
+        match std::panic::catch_unwind(AssertUnwindSafe(|| shared.factory.start(env))) {
+            Ok(executor) => Rc::from(executor),
+            Err(payload) => {
+                shared.history.push(EventKind::ExecutorPanicked {
+                    worker: name.clone(),
+                    during: "start".into(),
+                    message: crate::runner::panic_message(payload.as_ref()),
+                });
+                shared.start_panicked.set(true);
+                std::future::pending().await
+            }
+        };
     let worker = Rc::new(Worker { name, executor, shared });
     tokio::task::spawn_local(consume_queue(worker.clone()));
     let listener = turmoil::net::TcpListener::bind(("0.0.0.0", PORT)).await?;
@@ -266,14 +280,7 @@ impl<F: Future + Unpin> Future for CatchUnwind<F> {
         match std::panic::catch_unwind(AssertUnwindSafe(|| Pin::new(&mut inner.0).poll(cx))) {
             Ok(Poll::Pending) => Poll::Pending,
             Ok(Poll::Ready(value)) => Poll::Ready(Ok(value)),
-            Err(payload) => {
-                let message = payload
-                    .downcast_ref::<&str>()
-                    .map(|s| (*s).to_owned())
-                    .or_else(|| payload.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "non-text panic".to_owned());
-                Poll::Ready(Err(message))
-            }
+            Err(payload) => Poll::Ready(Err(crate::runner::panic_message(payload.as_ref()))),
         }
     }
 }

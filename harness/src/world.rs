@@ -318,6 +318,9 @@ pub struct Shared {
     pub sleepers: RefCell<BTreeMap<u64, u64>>,
     /// Numbers sleepers.
     pub next_sleeper: Cell<u64>,
+    /// Set when an executor panicked in [`protocol::ExecutorFactory::start`]: the runner stops
+    /// the run, which is `crashed`.
+    pub start_panicked: Cell<bool>,
     /// Notified when the runner skipped idle time, so that sleepers re-check the world clock.
     pub clock_moved: tokio::sync::Notify,
     /// The ordered history.
@@ -459,6 +462,7 @@ pub fn build(scenario: &Scenario, seed: u64, factory: Rc<dyn ExecutorFactory>) -
         executor_busy: Cell::new(0),
         sleepers: RefCell::new(BTreeMap::new()),
         next_sleeper: Cell::new(0),
+        start_panicked: Cell::new(false),
         clock_moved: tokio::sync::Notify::new(),
         history,
         downstream,

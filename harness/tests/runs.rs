@@ -245,3 +245,54 @@ fn an_executor_panic_is_caught_and_the_run_is_crashed_not_aborted() {
         .count();
     assert!(final_polls > 0, "the run went on to its final polls after the panics");
 }
+
+/// A factory that refuses to start, one that panics, and an executor whose `start` panics:
+/// each run is `crashed` with the error in its notes, and nothing panics out of the harness.
+#[test]
+fn an_executor_that_cannot_start_makes_the_run_crashed() {
+    use std::rc::Rc;
+    use std::sync::Arc;
+
+    struct PanicsOnStart;
+    impl protocol::ExecutorFactory for PanicsOnStart {
+        fn start(&self, _env: protocol::WorkerEnv) -> Box<dyn protocol::Executor> {
+            panic!("no config file")
+        }
+    }
+    let spec = |name: &str, factory: executors::MakeFactory| executors::ExecutorSpec {
+        name: name.into(),
+        version: "0".into(),
+        description: name.into(),
+        factory,
+    };
+    let refuses = spec("refuses", Arc::new(|_run: &str| Err("the store is locked".to_owned())));
+    let panics = spec("panics", Arc::new(|_run: &str| panic!("factory exploded")));
+    let start_panics = spec(
+        "start-panics",
+        Arc::new(|_run: &str| Ok(Rc::new(PanicsOnStart) as Rc<dyn protocol::ExecutorFactory>)),
+    );
+    for (executor, expected) in [
+        (refuses, "the executor's factory failed to start: the store is locked"),
+        (panics, "the executor's factory failed to start: factory exploded"),
+        (start_panics, "worker-1 panicked during start: no config file"),
+    ] {
+        let record = runner::run(&scenario("S01"), 1, &executor);
+        assert_eq!(
+            record.result.verdict,
+            harness::verdict::Verdict::Crashed,
+            "{}: {:?}",
+            executor.name,
+            record.result.violations
+        );
+        assert!(
+            record.result.notes.iter().any(|note| note == expected),
+            "{}: {:?}",
+            executor.name,
+            record.result.notes
+        );
+        assert_eq!(
+            record.result.reproduce,
+            format!("replaylab run S01 --seed 1 --executor {}", executor.name)
+        );
+    }
+}

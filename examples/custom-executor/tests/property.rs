@@ -15,8 +15,8 @@ use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use protocol::ExecutorFactory;
 
-fn tiny(_run: &str) -> Rc<dyn ExecutorFactory> {
-    Rc::new(TinyFactory::default())
+fn tiny(_run: &str) -> Result<Rc<dyn ExecutorFactory>, String> {
+    Ok(Rc::new(TinyFactory::default()))
 }
 
 fn spec() -> ExecutorSpec {

@@ -60,7 +60,7 @@ pub fn scripted(name: &str, call: CallFn, poll: PollFn) -> ExecutorSpec {
         version: "0".into(),
         description: name.into(),
         factory: Arc::new(move |_run: &str| {
-            Rc::new(ScriptedFactory { call, poll }) as Rc<dyn ExecutorFactory>
+            Ok(Rc::new(ScriptedFactory { call, poll }) as Rc<dyn ExecutorFactory>)
         }),
     }
 }
