@@ -809,6 +809,10 @@ impl Machine {
         }
     }
 
+    /// Records a receipt the downstream gave `owned`'s request. When the claim was taken over
+    /// meanwhile and the record was left `unknown` (nobody owns it, nobody will find out
+    /// otherwise), the receipt is new evidence: the claim is taken over again, by the same
+    /// compare-and-set as a reconciliation, and the receipt recorded.
     async fn record_receipt(
         &self,
         owned: &OwnedClaim,
@@ -817,29 +821,57 @@ impl Machine {
         result: Value,
         replayed: bool,
     ) -> Outcome {
-        let (now, key) = (self.now_ms(), &owned.operation_key);
-        if contract.execution == Execution::DelayedJob {
-            return match self.gated().call("set_job", |store| store.set_job(owned, reference, now)).await {
-                Ok(true) => in_flight(key, JOB_POLL_AFTER_SECONDS, "the downstream accepted the job; poll"),
-                Ok(false) => self.reload_and_describe(&owned.tenant, key).await,
-                Err(error) => store_failure(Some(key), &error),
-            };
+        let mut owned = owned.clone();
+        let mut adopted = false;
+        loop {
+            match self.write_receipt(&owned, contract, reference, &result).await {
+                Ok(true) if contract.execution == Execution::DelayedJob => {
+                    let message = "the downstream accepted the job; poll";
+                    return in_flight(&owned.operation_key, JOB_POLL_AFTER_SECONDS, message);
+                }
+                Ok(true) => {
+                    let status = if replayed { OutcomeStatus::Replayed } else { OutcomeStatus::Applied };
+                    return succeeded(status, &owned.operation_key, reference, Some(result));
+                }
+                Ok(false) => match self.load(&owned.tenant, &owned.operation_key).await {
+                    Ok(Some(record)) if record.status == RecordStatus::Unknown && !adopted => {
+                        let Some(again) = self.take_over(&record, contract).await else {
+                            return self.reload_and_describe(&owned.tenant, &owned.operation_key).await;
+                        };
+                        let note =
+                            format!("a late answer carried receipt {reference}; settling the unknown record");
+                        self.note(&again.tenant, &again.operation_key, &note).await;
+                        owned = again;
+                        adopted = true;
+                    }
+                    Ok(Some(record)) => return self.describe(&record),
+                    Ok(None) => return invalid(Some(&owned.operation_key), "no operation with this key"),
+                    Err(error) => return store_failure(Some(&owned.operation_key), &error),
+                },
+                Err(error) => return store_failure(Some(&owned.operation_key), &error),
+            }
         }
-        let stored = (self.strategies.completion)(reference, &result);
+    }
+
+    /// Owner `owned` stores a receipt: a job's id, or the effect and its result. False when
+    /// the claim is no longer `owned`'s.
+    async fn write_receipt(
+        &self,
+        owned: &OwnedClaim,
+        contract: &ToolContract,
+        reference: &str,
+        result: &Value,
+    ) -> Result<bool, StoreError> {
+        let now = self.now_ms();
+        if contract.execution == Execution::DelayedJob {
+            return self.gated().call("set_job", |store| store.set_job(owned, reference, now)).await;
+        }
+        let stored = (self.strategies.completion)(reference, result);
         let (stored_reference, response_json) =
             (stored.effect_reference.as_deref(), stored.response.to_string());
-        match self
-            .gated()
+        self.gated()
             .call("complete", |store| store.complete(owned, stored_reference, &response_json, now))
             .await
-        {
-            Ok(true) => {
-                let status = if replayed { OutcomeStatus::Replayed } else { OutcomeStatus::Applied };
-                succeeded(status, key, reference, Some(result))
-            }
-            Ok(false) => self.reload_and_describe(&owned.tenant, key).await,
-            Err(error) => store_failure(Some(key), &error),
-        }
     }
 
     async fn fail(&self, owned: &OwnedClaim, reason: ReasonCode, message: &str) -> Outcome {

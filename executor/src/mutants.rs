@@ -1,19 +1,19 @@
-//! The mutant zoo: twenty-two executors, each the reference with exactly one defect (M01..M18
+//! The mutant zoo: twenty-three executors, each the reference with exactly one defect (M01..M18
 //! are MATRIX.md's classic ones, M19..M22 the project's own, each caught only by the scenario
-//! that was added for it), plugged in through the same public [`protocol::ExecutorFactory`]
+//! that was added for it, and M23, which only the liveness oracle O13 sees), plugged in through the same public [`protocol::ExecutorFactory`]
 //! interface as any user's executor.
 //!
 //! Every defect is code doing the wrong thing (a read then an insert with a store call in
 //! between, a claim table in the worker's private memory, a resend after a timeout without a
 //! key, ...), never a flag that tells the harness to fail: a mutant is killed only when a
 //! scenario makes its defect produce a wrong outcome or a second effect on the downstream's
-//! ledger. Twenty-one of them replace one decision of [`Strategies`] (two fields for
+//! ledger. Twenty-two of them replace one decision of [`Strategies`] (two fields for
 //! `blind_retry`, whose single defect needs both; see there); `in_memory_claims` keeps every
 //! decision and moves the claim store into the worker's private memory.
 //!
 //! ```
 //! let zoo = executor::mutants::all();
-//! assert_eq!(zoo.len(), 22);
+//! assert_eq!(zoo.len(), 23);
 //! let blind_retry = executor::mutants::find("blind_retry").expect("in the zoo");
 //! assert_eq!((blind_retry.id, blind_retry.caught_by), ("M05", &["S02"][..]));
 //! // The harness makes one factory per run (scenario and seed).
@@ -232,6 +232,15 @@ pub fn all() -> Vec<Mutant> {
             caught_by: &["S23"],
             strategies: IMPATIENT_JOB_POLL,
             factory: || boxed(impatient_job_poll()),
+        },
+        Mutant {
+            id: "M23",
+            name: "recovery_never_resends",
+            defect: "recovery looks for a receipt but never resends, not even under a key the downstream honours: \
+                     what was never sent stays unknown for good",
+            caught_by: &["S04", "S12"],
+            strategies: RECOVERY_NEVER_RESENDS,
+            factory: || boxed(recovery_never_resends()),
         },
     ]
 }
@@ -620,7 +629,28 @@ pub fn impatient_job_poll() -> Result<ReferenceFactory, StoreError> {
     on_shared_store(IMPATIENT_JOB_POLL)
 }
 
+const RECOVERY_NEVER_RESENDS: Strategies = Strategies { recovery: look_up_only, ..Strategies::reference() };
+
+/// M23 recovery_never_resends — the project's own (recovery that must happen: issue 19's
+/// liveness oracle O13); caught by S04 and S12.
+///
+/// Difference from the reference: `recovery: look_up_only` (a taken-over or unknown operation
+/// is looked up, and when no receipt is found it stays `unknown`, even where the downstream
+/// honours the key and a resend would be answered from the first request).
+///
+/// Plausible because never resending can never duplicate, and `unknown` is always an honest
+/// answer. But a claim abandoned before its request left is then never carried out, though
+/// nothing stood in the way: every safety oracle holds, and only liveness sees it.
+pub fn recovery_never_resends() -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(RECOVERY_NEVER_RESENDS)
+}
+
 // ------------------------------------------------------------------ the defective decisions
+
+/// M23: the reference's recovery without the resend.
+pub fn look_up_only(contract: &ToolContract) -> RecoveryPlan {
+    RecoveryPlan { resend_with_same_key: false, ..crate::strategy::reference_recovery(contract) }
+}
 
 /// M19: the fingerprint over the material fields that have no default.
 pub fn required_fields_fingerprint(
@@ -819,7 +849,7 @@ mod tests {
 
     /// MATRIX.md's zoo table (M01..M18), then the project's own (M19 onwards, each with the
     /// one scenario added for it): id, name, the scenarios that must catch it.
-    const MATRIX_ZOO: [(&str, &str, &[&str]); 22] = [
+    const MATRIX_ZOO: [(&str, &str, &[&str]); 23] = [
         ("M01", "args_hash_as_key", &["S07"]),
         ("M02", "in_memory_claims", &["S03", "S04", "S05"]),
         ("M03", "read_then_insert", &["S05"]),
@@ -842,6 +872,7 @@ mod tests {
         ("M20", "replay_before_auth", &["S21"]),
         ("M21", "fresh_key_resend", &["S22"]),
         ("M22", "impatient_job_poll", &["S23"]),
+        ("M23", "recovery_never_resends", &["S04", "S12"]),
     ];
 
     #[test]

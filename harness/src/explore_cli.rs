@@ -217,7 +217,12 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
     }
     for regression in &regressions {
         let result = explore::check_case(&regression.case, executor);
-        if let Some(oracle) = result.failure() {
+        // Named by the oracle it was saved for while that still fails (shrinking kept it
+        // failing, not necessarily first).
+        let saved_oracle = result.violations.iter().any(|violation| violation.oracle == regression.oracle);
+        let failure =
+            result.failure().map(|first| if saved_oracle { regression.oracle.clone() } else { first });
+        if let Some(oracle) = failure {
             failed = true;
             println!(
                 "saved case (seed {}, found with {}) FAILS: {oracle}",
@@ -388,7 +393,7 @@ mod tests {
         coverage.add(Verdict::Fail, &run(0, 0, 2, 2, &[]), &[]);
         assert_eq!(
             coverage.line(),
-            "coverage: cases=4 unknown=25.0% faults_fired=75.0% crashes_after_commit=75.0% oracles_exercised=12/12"
+            "coverage: cases=4 unknown=25.0% faults_fired=75.0% crashes_after_commit=75.0% oracles_exercised=13/13"
         );
         assert_eq!(coverage.unknown_because.get("a fault did not fire"), Some(&1));
         let shortfalls = coverage.shortfalls();
@@ -401,7 +406,7 @@ mod tests {
     fn an_oracle_with_nothing_to_judge_is_a_shortfall() {
         let mut coverage = Coverage::default();
         coverage.add(Verdict::Pass, &run(1, 1, 0, 0, &["O1", "O2"]), &[]);
-        assert!(coverage.line().ends_with("oracles_exercised=2/12"), "{}", coverage.line());
+        assert!(coverage.line().ends_with("oracles_exercised=2/13"), "{}", coverage.line());
         let shortfalls = coverage.shortfalls();
         assert_eq!(shortfalls.len(), 1, "{shortfalls:?}");
         assert!(shortfalls[0].starts_with("no case gave O3, O4"), "{shortfalls:?}");

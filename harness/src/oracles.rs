@@ -1,5 +1,5 @@
-//! The oracles O1..O12 of MATRIX.md: independent checks over a run's history and the
-//! downstream's ledger. Effects are the ones the harness saw the downstream commit (checked
+//! The oracles O1..O12 of MATRIX.md and the liveness oracle O13: independent checks over a
+//! run's history and the downstream's ledger. Effects are the ones the harness saw the downstream commit (checked
 //! against the ledger at the end), and each belongs to the operation whose request made it
 //! ([`crate::attribution`]); what an executor *says* is only ever checked against them, never
 //! counted. `docs/oracles.md` defines each oracle and names the behaviours only it can see.
@@ -15,7 +15,7 @@ use crate::attribution::{tool_effect_kind, Attribution, RequestClass};
 use crate::history::{Event, EventKind};
 
 /// The oracles, by id and name, in order.
-pub const ORACLES: [(&str, &str); 12] = [
+pub const ORACLES: [(&str, &str); 13] = [
     ("O1", "single_effect"),
     ("O2", "no_phantom_success"),
     ("O3", "mismatch_no_effect"),
@@ -28,6 +28,7 @@ pub const ORACLES: [(&str, &str); 12] = [
     ("O10", "single_job"),
     ("O11", "no_stale_overwrite"),
     ("O12", "no_disowned_effect"),
+    ("O13", "resolves_when_it_can"),
 ];
 
 /// The label prefix of the final poll the runner makes for each operation after settling.
@@ -73,6 +74,7 @@ struct CallFact {
 #[derive(Debug, Clone)]
 struct AnswerFact {
     seq: u64,
+    at_ms: u64,
     label: String,
     outcome: Outcome,
 }
@@ -179,6 +181,7 @@ impl<'a> Facts<'a> {
                     facts.acted_on.insert(label.clone());
                     facts.answers.push(AnswerFact {
                         seq: event.seq,
+                        at_ms: event.at_ms,
                         label: label.clone(),
                         outcome: outcome.clone(),
                     });
@@ -325,7 +328,7 @@ pub fn check(evidence: &Evidence<'_>) -> Vec<Violation> {
 pub fn judge(evidence: &Evidence<'_>) -> Judgement {
     let facts = Facts::new(evidence);
     let mut judgement = Judgement::default();
-    let oracles: [fn(&Facts<'_>, &mut Judgement); 12] = [
+    let oracles: [fn(&Facts<'_>, &mut Judgement); 13] = [
         single_effect,
         no_phantom_success,
         mismatch_no_effect,
@@ -338,6 +341,7 @@ pub fn judge(evidence: &Evidence<'_>) -> Judgement {
         single_job,
         no_stale_overwrite,
         no_disowned_effect,
+        resolves_when_it_can,
     ];
     for oracle in oracles {
         oracle(&facts, &mut judgement);
@@ -719,6 +723,84 @@ fn can_look_up(facts: &Facts<'_>, operation: &str) -> bool {
         .contracts
         .get(&call.tool, &call.tool_version)
         .is_none_or(|contract| contract.downstream.receipt_lookup || contract.downstream.honours_key)
+}
+
+/// O13 (liveness): once faults healed and the world settled, an operation the executor acted
+/// on and *can* resolve is resolved. It can when a resend is safe (the downstream honours its
+/// key) or when its effect exists and can be found (a receipt lookup finds it, or it is a job
+/// whose reference reached the executor in an answer, so that it can poll it):
+/// then the final poll answers `applied`, `replayed` or `rejected` (or `expired`, once
+/// retention has run out since its first call). Where neither holds, a receipt lookup that
+/// finds nothing does not prove that a request still on its way will not commit, so `unknown`
+/// with `reconcile` stays acceptable (O6 asks that the executor looked).
+fn resolves_when_it_can(facts: &Facts<'_>, judgement: &mut Judgement) {
+    if !facts.settled {
+        return;
+    }
+    for operation in facts.operations() {
+        let mut calls = facts.calls.iter().filter(|call| call.operation == operation);
+        if !calls.clone().any(|call| facts.acted_on.contains(&call.label)) {
+            continue;
+        }
+        let Some(first) = facts.first_call_of(operation) else { continue };
+        let Some(contract) = facts.evidence.contracts.get(&first.tool, &first.tool_version) else {
+            continue;
+        };
+        let effects: Vec<&str> =
+            facts.effects_of(operation).map(|e| e.effect.effect_reference.as_str()).collect();
+        // A job whose reference reached the executor in an answer can be polled. A completion
+        // webhook alone does not count: without the operation's key in it (a downstream that
+        // ignores keys keeps none) the executor cannot tell whose job it is.
+        let job_known = effects.iter().any(|reference| {
+            facts.evidence.history.iter().any(|event| {
+                matches!(&event.kind, EventKind::DownstreamAnswered { references, .. }
+                    if references.iter().any(|r| r == reference))
+            })
+        });
+        let Some(means) = means_to_find_out(contract, !effects.is_empty(), job_known) else { continue };
+        judgement.exercise(13);
+        // No answer at all is O6's to report.
+        let Some(answer) = facts.final_poll(operation) else { continue };
+        let first_call_ms = calls.by_ref().map(|call| call.at_ms).min().unwrap_or(first.at_ms);
+        let resolved = match answer.outcome.status {
+            OutcomeStatus::Applied | OutcomeStatus::Replayed | OutcomeStatus::Rejected => true,
+            OutcomeStatus::Expired => {
+                answer.at_ms.saturating_sub(first_call_ms) >= contract.retention.as_millis() as u64
+            }
+            OutcomeStatus::InFlight | OutcomeStatus::Unknown => false,
+        };
+        if !resolved {
+            judgement.violate(
+                13,
+                Some(operation),
+                vec![answer.seq],
+                format!(
+                    "after faults healed and the world settled, the operation is still {}, though {means}: \
+                     the executor could have found out",
+                    answer.outcome.status.as_str()
+                ),
+            );
+        }
+    }
+}
+
+/// How the executor could have resolved an operation, if it could: a resend under a key the
+/// downstream honours, an existing effect its receipt lookup finds, or a job whose reference
+/// reached it and that it can poll.
+fn means_to_find_out(
+    contract: &protocol::ToolContract,
+    effect_exists: bool,
+    job_known: bool,
+) -> Option<&'static str> {
+    if contract.downstream.honours_key {
+        Some("the downstream honours its key (a resend is answered from the first request)")
+    } else if job_known && contract.execution == protocol::Execution::DelayedJob {
+        Some("its job exists, the executor saw the job's reference, and it can poll it")
+    } else if effect_exists && contract.downstream.receipt_lookup {
+        Some("its effect exists and the downstream's receipt lookup finds it")
+    } else {
+        None
+    }
 }
 
 /// O7: after retention, an old key makes no new effect.

@@ -316,6 +316,14 @@ impl World {
     }
 }
 
+/// Contracts whose ticket service does not dedupe on keys but offers a receipt lookup: a
+/// `unknown` left where nothing was committed is then all an executor can say (O13 is silent).
+fn receipts_only() -> ContractSet {
+    let mut contracts = ContractSet::builtin();
+    contracts.set_capabilities("tickets", false, true);
+    contracts
+}
+
 fn service_of(kind: EffectKind) -> Service {
     match kind {
         EffectKind::ChargeCreated => Service::Charges,
@@ -478,12 +486,12 @@ fn o6_fires_when_an_operation_is_still_in_flight_after_settling() {
         OutcomeStatus::InFlight,
         None,
     );
-    assert_eq!(world.fired(), ["O6"]);
+    assert_eq!(world.fired_with(&receipts_only()), ["O6"]);
     let mut world = World::default();
     let mut unknown = Outcome::new(OutcomeStatus::Unknown);
     unknown.next_action = NextAction::Poll;
     world.call("first").settled_with(OP, unknown);
-    assert_eq!(world.fired(), ["O6"], "unknown must point at reconciliation");
+    assert_eq!(world.fired_with(&receipts_only()), ["O6"], "unknown must point at reconciliation");
     let mut world = World::default();
     world.call("first").settle();
     assert_eq!(world.fired(), ["O6"], "a settled world whose final poll got no answer");
@@ -821,8 +829,9 @@ fn blind_spot_6_unknown_needs_the_executors_own_lookup() {
             world.lookup(Some(OP), Some(&final_poll), KEY, None).settled(OP, OutcomeStatus::Unknown, None);
             world
         };
-    assert_eq!(left(false).fired(), ["O6"]);
-    assert_eq!(left(true).fired(), none());
+    // (Without key dedupe: where the downstream honours the key, O13 asks for more than a look.)
+    assert_eq!(left(false).fired_with(&receipts_only()), ["O6"]);
+    assert_eq!(left(true).fired_with(&receipts_only()), none());
     // Where the downstream offers no lookup at all, `unknown` without one is all there is.
     let mut contracts = ContractSet::builtin();
     contracts.set_capabilities("tickets", false, false);
@@ -890,8 +899,8 @@ fn blind_spot_8_a_changed_request_after_a_first_attempt_that_committed_nothing()
         }
         world
     };
-    assert_eq!(attempt(true).fired(), ["O3"]);
-    assert_eq!(attempt(false).fired(), none());
+    assert_eq!(attempt(true).fired_with(&receipts_only()), ["O3"]);
+    assert_eq!(attempt(false).fired_with(&receipts_only()), none());
 }
 
 /// 9. An operation whose effect is in the ledger finally answered `rejected` (an executor that
@@ -918,4 +927,55 @@ fn blind_spot_9_an_effect_the_executor_disowns() {
     assert_eq!(disowned(replayed, false).fired(), none());
     let unauthorized = Outcome::rejected(ReasonCode::Unauthorized, "revoked");
     assert_eq!(disowned(unauthorized, true).fired(), none(), "the poll was refused, not the operation");
+}
+
+// ------------------------------------------------------------------ O13, liveness
+
+/// O13: once the world settled, an operation the executor could resolve is resolved. Safety
+/// alone lets an executor leave everything `unknown`; only O13 objects.
+#[test]
+fn o13_an_operation_the_executor_could_resolve_must_not_stay_unknown() {
+    // Nothing committed; the executor looked (so O6 holds) and left it `unknown`.
+    let never_sent =
+        || {
+            let mut world = World::default();
+            world
+                .attempt("first", Handling::Answer(Disposition::DroppedBeforeCommit, 504, json!({})))
+                .answer("first", OutcomeStatus::Unknown, None);
+            world.lookup(None, None, KEY, None).settled(OP, OutcomeStatus::Unknown, None);
+            world
+        };
+    // The downstream honours the key: a resend is answered from the first request, so the
+    // executor could have carried it out.
+    assert_eq!(never_sent().fired(), ["O13"]);
+    // No key dedupe, and nothing to find: a receipt lookup that finds nothing does not prove
+    // that a request still on its way will not commit, so `unknown` stays acceptable.
+    assert_eq!(never_sent().fired_with(&receipts_only()), none());
+    // An effect committed and its answer lost: the receipt lookup would find it.
+    let mut lost = World::default();
+    lost.attempt("first", Handling::CommitThenDrop("ticket_1", json!({"ticket_id": "ticket_1"}))).answer(
+        "first",
+        OutcomeStatus::Unknown,
+        None,
+    );
+    lost.lookup(None, None, KEY, Some("ticket_1")).settled(OP, OutcomeStatus::Unknown, None);
+    assert_eq!(lost.fired_with(&receipts_only()), ["O13"]);
+    // Resolved: quiet.
+    let mut resolved = World::default();
+    resolved.attempt("first", Handling::CommitThenDrop("ticket_1", json!({"ticket_id": "ticket_1"}))).answer(
+        "first",
+        OutcomeStatus::Unknown,
+        None,
+    );
+    resolved.lookup(None, None, KEY, Some("ticket_1")).settled(OP, OutcomeStatus::Replayed, Some("ticket_1"));
+    assert_eq!(resolved.fired_with(&receipts_only()), none());
+    // `expired` is an answer only once retention has run out since the first call.
+    let mut early = World::default();
+    early.attempt("first", Handling::Commit("ticket_1", json!({"ticket_id": "ticket_1"}))).answer(
+        "first",
+        OutcomeStatus::Applied,
+        Some("ticket_1"),
+    );
+    early.settled(OP, OutcomeStatus::Expired, Some("ticket_1"));
+    assert_eq!(early.fired(), ["O13"]);
 }
