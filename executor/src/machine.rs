@@ -875,7 +875,8 @@ impl Machine {
     }
 
     async fn fail(&self, owned: &OwnedClaim, reason: ReasonCode, message: &str) -> Outcome {
-        let (now, key, reason_code) = (self.now_ms(), &owned.operation_key, reason_text(reason));
+        let stored = (self.strategies.refusal)(reason).map(reason_text).unwrap_or_default();
+        let (now, key, reason_code) = (self.now_ms(), &owned.operation_key, stored);
         match self.gated().call("fail", |store| store.fail_permanent(owned, &reason_code, now)).await {
             Ok(true) => rejected(key, reason, message),
             Ok(false) => self.reload_and_describe(&owned.tenant, key).await,

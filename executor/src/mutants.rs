@@ -1,19 +1,20 @@
-//! The mutant zoo: twenty-three executors, each the reference with exactly one defect (M01..M18
+//! The mutant zoo: twenty-four executors, each the reference with exactly one defect (M01..M18
 //! are MATRIX.md's classic ones, M19..M22 the project's own, each caught only by the scenario
-//! that was added for it, and M23, which only the liveness oracle O13 sees), plugged in through the same public [`protocol::ExecutorFactory`]
+//! that was added for it, M23, which only the liveness oracle O13 sees, and M24, which only O8's
+//! refusal rule sees), plugged in through the same public [`protocol::ExecutorFactory`]
 //! interface as any user's executor.
 //!
 //! Every defect is code doing the wrong thing (a read then an insert with a store call in
 //! between, a claim table in the worker's private memory, a resend after a timeout without a
 //! key, ...), never a flag that tells the harness to fail: a mutant is killed only when a
 //! scenario makes its defect produce a wrong outcome or a second effect on the downstream's
-//! ledger. Twenty-two of them replace one decision of [`Strategies`] (two fields for
+//! ledger. Twenty-three of them replace one decision of [`Strategies`] (two fields for
 //! `blind_retry`, whose single defect needs both; see there); `in_memory_claims` keeps every
 //! decision and moves the claim store into the worker's private memory.
 //!
 //! ```
 //! let zoo = executor::mutants::all();
-//! assert_eq!(zoo.len(), 23);
+//! assert_eq!(zoo.len(), 24);
 //! let blind_retry = executor::mutants::find("blind_retry").expect("in the zoo");
 //! assert_eq!((blind_retry.id, blind_retry.caught_by), ("M05", &["S02"][..]));
 //! // The harness makes one factory per run (scenario and seed).
@@ -241,6 +242,14 @@ pub fn all() -> Vec<Mutant> {
             caught_by: &["S04", "S12"],
             strategies: RECOVERY_NEVER_RESENDS,
             factory: || boxed(recovery_never_resends()),
+        },
+        Mutant {
+            id: "M24",
+            name: "refusal_reason_forgotten",
+            defect: "stores a permanent refusal without its reason: a retry or poll replays it as a generic downstream refusal",
+            caught_by: &["S18"],
+            strategies: REFUSAL_REASON_FORGOTTEN,
+            factory: || boxed(refusal_reason_forgotten()),
         },
     ]
 }
@@ -645,7 +654,27 @@ pub fn recovery_never_resends() -> Result<ReferenceFactory, StoreError> {
     on_shared_store(RECOVERY_NEVER_RESENDS)
 }
 
+const REFUSAL_REASON_FORGOTTEN: Strategies = Strategies { refusal: no_reason, ..Strategies::reference() };
+
+/// M24 refusal_reason_forgotten — the project's own (a replayed rejection keeps its reason:
+/// O8); caught by S18.
+///
+/// Difference from the reference: `refusal: no_reason` (the record of a refusal keeps no
+/// reason, so a later answer falls back on `downstream_rejected`).
+///
+/// Plausible because `rejected` is what the caller acts on and the reason looks like
+/// decoration. But the agent decides from it: a precondition failure asks it to read the
+/// ticket again, a downstream refusal to give up.
+pub fn refusal_reason_forgotten() -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(REFUSAL_REASON_FORGOTTEN)
+}
+
 // ------------------------------------------------------------------ the defective decisions
+
+/// M24: no reason is kept with a refusal.
+pub fn no_reason(_reason: protocol::ReasonCode) -> Option<protocol::ReasonCode> {
+    None
+}
 
 /// M23: the reference's recovery without the resend.
 pub fn look_up_only(contract: &ToolContract) -> RecoveryPlan {
@@ -849,7 +878,7 @@ mod tests {
 
     /// MATRIX.md's zoo table (M01..M18), then the project's own (M19 onwards, each with the
     /// one scenario added for it): id, name, the scenarios that must catch it.
-    const MATRIX_ZOO: [(&str, &str, &[&str]); 23] = [
+    const MATRIX_ZOO: [(&str, &str, &[&str]); 24] = [
         ("M01", "args_hash_as_key", &["S07"]),
         ("M02", "in_memory_claims", &["S03", "S04", "S05"]),
         ("M03", "read_then_insert", &["S05"]),
@@ -873,6 +902,7 @@ mod tests {
         ("M21", "fresh_key_resend", &["S22"]),
         ("M22", "impatient_job_poll", &["S23"]),
         ("M23", "recovery_never_resends", &["S04", "S12"]),
+        ("M24", "refusal_reason_forgotten", &["S18"]),
     ];
 
     #[test]

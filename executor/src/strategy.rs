@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use protocol::{ContractError, Fingerprint, LocalBoxFuture, ToolCall, ToolContract};
+use protocol::{ContractError, Fingerprint, LocalBoxFuture, ReasonCode, ToolCall, ToolContract};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
@@ -168,6 +168,9 @@ pub type VersionPreconditionFn = fn(&ToolContract) -> bool;
 pub type JobSettlementFn = fn() -> JobSettlementPlan;
 /// Whether the queue consumer claims the operation before it acts on a delivery.
 pub type ConsumerClaimFn = fn(&ToolContract) -> bool;
+/// The reason stored with a permanent refusal, which every later answer replays (`None`:
+/// none is stored).
+pub type RefusalFn = fn(ReasonCode) -> Option<ReasonCode>;
 
 /// The REPLAY decisions an executor is made of. Copy it, replace one field, and hand it to
 /// [`crate::ReferenceFactory::with_strategies`] to build a mutant.
@@ -205,6 +208,8 @@ pub struct Strategies {
     pub job_settlement: JobSettlementFn,
     /// Whether the queue consumer claims before it acts.
     pub consumer_claim: ConsumerClaimFn,
+    /// The reason a permanent refusal is stored with.
+    pub refusal: RefusalFn,
 }
 
 impl Strategies {
@@ -227,6 +232,7 @@ impl Strategies {
             version_precondition: reference_version_precondition,
             job_settlement: reference_job_settlement,
             consumer_claim: reference_consumer_claim,
+            refusal: reference_refusal,
         }
     }
 }
@@ -345,6 +351,11 @@ pub fn reference_job_settlement() -> JobSettlementPlan {
 /// acts, because the queue delivers at least once.
 pub fn reference_consumer_claim(_contract: &ToolContract) -> bool {
     true
+}
+
+/// A permanent refusal keeps its own reason: a later retry or poll replays it as it was.
+pub fn reference_refusal(reason: ReasonCode) -> Option<ReasonCode> {
+    Some(reason)
 }
 
 /// The operation key as a header-safe downstream key (see [`reference_downstream_key`]).

@@ -908,6 +908,60 @@ fn replay_fidelity(facts: &Facts<'_>, judgement: &mut Judgement) {
             }
         }
     }
+    rejections_keep_their_reason(facts, judgement);
+}
+
+/// O8, for refusals: once an operation was refused for good (`precondition_failed`,
+/// `downstream_rejected`), every later answer for the same request that replays a refusal
+/// (a retry with the same fingerprint, a poll) gives the same reason. A changed request
+/// (another fingerprint) and a revoked actor's call earn answers of their own.
+fn rejections_keep_their_reason(facts: &Facts<'_>, judgement: &mut Judgement) {
+    let settled_refusal = |reason: Option<ReasonCode>| {
+        matches!(reason, Some(ReasonCode::PreconditionFailed | ReasonCode::DownstreamRejected))
+    };
+    for operation in facts.operations() {
+        let fingerprint_of = |label: &str| {
+            facts.calls.iter().find(|call| call.label == label).and_then(|call| call.fingerprint.as_deref())
+        };
+        let answers: Vec<&AnswerFact> = facts
+            .answers
+            .iter()
+            .filter(|answer| facts.request_of(&answer.label).is_some_and(|(op, _)| op == operation))
+            .collect();
+        let Some(first) = answers.iter().find(|answer| {
+            answer.outcome.status == OutcomeStatus::Rejected && settled_refusal(answer.outcome.reason)
+        }) else {
+            continue;
+        };
+        let (reason, request) = (first.outcome.reason, fingerprint_of(&first.label));
+        let actor = facts.first_call_of(operation).map(|call| (call.actor.as_str(), call.tool.as_str()));
+        let revoked = actor.is_some_and(|(actor, tool)| facts.revoked(actor, tool));
+        for later in answers.iter().filter(|answer| answer.seq > first.seq) {
+            let same_request =
+                fingerprint_of(&later.label).is_none_or(|fingerprint| Some(fingerprint) == request);
+            if later.outcome.status != OutcomeStatus::Rejected || !same_request {
+                continue;
+            }
+            judgement.exercise(8);
+            let earned = revoked && later.outcome.reason == Some(ReasonCode::Unauthorized);
+            if later.outcome.reason != reason && !earned {
+                let name =
+                    |reason: Option<ReasonCode>| reason.map_or("no reason".to_owned(), |r| format!("{r:?}"));
+                judgement.violate(
+                    8,
+                    Some(operation),
+                    vec![first.seq, later.seq],
+                    format!(
+                        "{:?} replays the refusal of {:?} with {} instead of its reason, {}",
+                        later.label,
+                        first.label,
+                        name(later.outcome.reason),
+                        name(reason)
+                    ),
+                );
+            }
+        }
+    }
 }
 
 /// Every string in an outcome that could name an effect: its reference and every string in

@@ -979,3 +979,17 @@ fn o13_an_operation_the_executor_could_resolve_must_not_stay_unknown() {
     early.settled(OP, OutcomeStatus::Expired, Some("ticket_1"));
     assert_eq!(early.fired(), ["O13"]);
 }
+
+/// O8, for refusals: a poll (or a retry of the same request) replays a refusal with the
+/// reason it was refused for. Before, no oracle read a replayed rejection's reason.
+#[test]
+fn o8_a_replayed_refusal_keeps_its_reason() {
+    let replayed = |reason: ReasonCode| {
+        let mut world = World::default();
+        world.call("first").answer_with("first", Outcome::rejected(ReasonCode::PreconditionFailed, "stale"));
+        world.settled_with(OP, Outcome::rejected(reason, "replayed"));
+        world
+    };
+    assert_eq!(replayed(ReasonCode::DownstreamRejected).fired(), ["O8"]);
+    assert_eq!(replayed(ReasonCode::PreconditionFailed).fired(), none());
+}
