@@ -228,16 +228,24 @@ fn safe_result(kind: ToolKind, body: &Map<String, Value>) -> Value {
     Value::Object(kept)
 }
 
-/// The safe result known from a receipt alone (the original answer was never seen).
-pub(crate) fn receipt_result(kind: ToolKind, reference: &str) -> Value {
-    json!({ kind.reference_field(): reference })
+/// The safe result known from a receipt (the original answer was never seen): the
+/// whitelisted fields of the answer the receipt says the downstream committed, and the
+/// reference.
+pub(crate) fn receipt_result(kind: ToolKind, reference: &str, answer: &Map<String, Value>) -> Value {
+    let mut result = match safe_result(kind, answer) {
+        Value::Object(result) => result,
+        _ => Map::new(),
+    };
+    result.insert(kind.reference_field().to_owned(), Value::String(reference.to_owned()));
+    Value::Object(result)
 }
 
 /// What a receipt lookup found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum ReceiptLookup {
-    /// An effect was made with the key: its reference.
-    Found(String),
+    /// An effect was made with the key: its reference, and the answer the downstream
+    /// committed for it (empty when the receipt does not carry it).
+    Found(String, Map<String, Value>),
     /// No effect was made with the key (so far).
     NotFound,
     /// The lookup did not answer usefully.
@@ -259,8 +267,12 @@ pub(crate) fn read_receipt(sent: Sent) -> ReceiptLookup {
     match response.status {
         200 => {
             let body: Result<Map<String, Value>, _> = response.json();
-            match body.ok().as_ref().and_then(|body| body.get("effect_reference")).and_then(Value::as_str) {
-                Some(reference) if !reference.is_empty() => ReceiptLookup::Found(reference.to_owned()),
+            let body = body.unwrap_or_default();
+            let answer = body.get("answer").and_then(Value::as_object).cloned().unwrap_or_default();
+            match body.get("effect_reference").and_then(Value::as_str) {
+                Some(reference) if !reference.is_empty() => {
+                    ReceiptLookup::Found(reference.to_owned(), answer)
+                }
                 _ => ReceiptLookup::Failed("the receipt does not carry an effect reference".into()),
             }
         }
@@ -445,7 +457,17 @@ mod tests {
     fn receipts_and_jobs_are_read_strictly() {
         assert_eq!(
             read_receipt(response(200, r#"{"effect_reference":"ticket_4"}"#, false)),
-            ReceiptLookup::Found("ticket_4".into())
+            ReceiptLookup::Found("ticket_4".into(), Map::new())
+        );
+        let committed =
+            r#"{"effect_reference":"ticket_4","answer":{"ticket_id":"ticket_4","version":1,"subject":"x"}}"#;
+        let ReceiptLookup::Found(reference, answer) = read_receipt(response(200, committed, false)) else {
+            panic!("a receipt with its answer is found")
+        };
+        // Only the safe fields are kept (never the subject).
+        assert_eq!(
+            receipt_result(ToolKind::TicketsCreate, &reference, &answer),
+            json!({"ticket_id": "ticket_4", "version": 1})
         );
         assert_eq!(read_receipt(response(404, "{}", false)), ReceiptLookup::NotFound);
         assert!(matches!(read_receipt(response(501, "{}", false)), ReceiptLookup::Failed(_)));

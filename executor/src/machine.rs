@@ -688,7 +688,7 @@ impl Machine {
         let contract = self.env.contracts.get(&record.tool_name, &record.tool_version);
         if let Some(contract) = contract.filter(|c| c.late_arrival == LateArrivalPolicy::ReconcileFirst) {
             let finding = match self.look_up_receipt(record, contract).await {
-                ReceiptLookup::Found(reference) => {
+                ReceiptLookup::Found(reference, _) => {
                     format!("late arrival after retention: the downstream has receipt {reference}")
                 }
                 ReceiptLookup::NotFound => {
@@ -963,9 +963,10 @@ impl Machine {
         let lookup =
             if plan.look_up_receipt { Some(self.look_up_receipt(record, contract).await) } else { None };
         let finding = match lookup {
-            Some(ReceiptLookup::Found(reference)) => {
+            Some(ReceiptLookup::Found(reference, answer)) => {
                 self.note(&owned.tenant, &owned.operation_key, &format!("receipt found: {reference}")).await;
-                let result = kind.map(|kind| receipt_result(kind, &reference)).unwrap_or(Value::Null);
+                let result =
+                    kind.map(|kind| receipt_result(kind, &reference, &answer)).unwrap_or(Value::Null);
                 return self.record_receipt(owned, contract, &reference, result, true).await;
             }
             Some(ReceiptLookup::Failed(why)) => {
@@ -1147,15 +1148,16 @@ impl Machine {
         if !(self.strategies.recovery)(contract).look_up_receipt {
             return self.describe(record);
         }
-        let ReceiptLookup::Found(reference) = self.look_up_receipt(record, contract).await else {
+        let ReceiptLookup::Found(reference, answer) = self.look_up_receipt(record, contract).await else {
             return self.describe(record);
         };
         let Some(owned) = self.take_over(record, contract).await else {
             return self.reload_and_describe(&record.tenant, &record.operation_key).await;
         };
         self.note(&owned.tenant, &owned.operation_key, &format!("receipt found: {reference}")).await;
-        let result =
-            ToolKind::of(&contract.name).map(|kind| receipt_result(kind, &reference)).unwrap_or(Value::Null);
+        let result = ToolKind::of(&contract.name)
+            .map(|kind| receipt_result(kind, &reference, &answer))
+            .unwrap_or(Value::Null);
         self.record_receipt(&owned, contract, &reference, result, true).await
     }
 

@@ -1,20 +1,20 @@
-//! The mutant zoo: twenty-four executors, each the reference with exactly one defect (M01..M18
+//! The mutant zoo: twenty-five executors, each the reference with exactly one defect (M01..M18
 //! are MATRIX.md's classic ones, M19..M22 the project's own, each caught only by the scenario
-//! that was added for it, M23, which only the liveness oracle O13 sees, and M24, which only O8's
-//! refusal rule sees), plugged in through the same public [`protocol::ExecutorFactory`]
+//! that was added for it, M23, which only the liveness oracle O13 sees, M24 and M25, which only O8's
+//! rules for refusals and results see), plugged in through the same public [`protocol::ExecutorFactory`]
 //! interface as any user's executor.
 //!
 //! Every defect is code doing the wrong thing (a read then an insert with a store call in
 //! between, a claim table in the worker's private memory, a resend after a timeout without a
 //! key, ...), never a flag that tells the harness to fail: a mutant is killed only when a
 //! scenario makes its defect produce a wrong outcome or a second effect on the downstream's
-//! ledger. Twenty-three of them replace one decision of [`Strategies`] (two fields for
+//! ledger. Twenty-four of them replace one decision of [`Strategies`] (two fields for
 //! `blind_retry`, whose single defect needs both; see there); `in_memory_claims` keeps every
 //! decision and moves the claim store into the worker's private memory.
 //!
 //! ```
 //! let zoo = executor::mutants::all();
-//! assert_eq!(zoo.len(), 24);
+//! assert_eq!(zoo.len(), 25);
 //! let blind_retry = executor::mutants::find("blind_retry").expect("in the zoo");
 //! assert_eq!((blind_retry.id, blind_retry.caught_by), ("M05", &["S02"][..]));
 //! // The harness makes one factory per run (scenario and seed).
@@ -250,6 +250,14 @@ pub fn all() -> Vec<Mutant> {
             caught_by: &["S18"],
             strategies: REFUSAL_REASON_FORGOTTEN,
             factory: || boxed(refusal_reason_forgotten()),
+        },
+        Mutant {
+            id: "M25",
+            name: "result_not_kept",
+            defect: "keeps the effect reference but not the business result: a replay answers with an empty result",
+            caught_by: &["S03"],
+            strategies: RESULT_NOT_KEPT,
+            factory: || boxed(result_not_kept()),
         },
     ]
 }
@@ -669,7 +677,28 @@ pub fn refusal_reason_forgotten() -> Result<ReferenceFactory, StoreError> {
     on_shared_store(REFUSAL_REASON_FORGOTTEN)
 }
 
+const RESULT_NOT_KEPT: Strategies =
+    Strategies { completion: reference_without_result, ..Strategies::reference() };
+
+/// M25 result_not_kept — the project's own (results compared with what the downstream
+/// committed: O8); caught by S03.
+///
+/// Difference from the reference: `completion: reference_without_result` (the record keeps
+/// the effect reference and an empty result).
+///
+/// Plausible because the reference is the receipt, and the rest can be read again. But a
+/// replay is the agent's only answer: after a crash between effect and record, nothing else
+/// ever told it the amount, the status or the version.
+pub fn result_not_kept() -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(RESULT_NOT_KEPT)
+}
+
 // ------------------------------------------------------------------ the defective decisions
+
+/// M25: the reference is kept, the result is not.
+pub fn reference_without_result(effect_reference: &str, _result: &Value) -> StoredCompletion {
+    StoredCompletion { effect_reference: Some(effect_reference.to_owned()), response: json!({}) }
+}
 
 /// M24: no reason is kept with a refusal.
 pub fn no_reason(_reason: protocol::ReasonCode) -> Option<protocol::ReasonCode> {
@@ -878,7 +907,7 @@ mod tests {
 
     /// MATRIX.md's zoo table (M01..M18), then the project's own (M19 onwards, each with the
     /// one scenario added for it): id, name, the scenarios that must catch it.
-    const MATRIX_ZOO: [(&str, &str, &[&str]); 24] = [
+    const MATRIX_ZOO: [(&str, &str, &[&str]); 25] = [
         ("M01", "args_hash_as_key", &["S07"]),
         ("M02", "in_memory_claims", &["S03", "S04", "S05"]),
         ("M03", "read_then_insert", &["S05"]),
@@ -903,6 +932,7 @@ mod tests {
         ("M22", "impatient_job_poll", &["S23"]),
         ("M23", "recovery_never_resends", &["S04", "S12"]),
         ("M24", "refusal_reason_forgotten", &["S18"]),
+        ("M25", "result_not_kept", &["S03"]),
     ];
 
     #[test]

@@ -746,21 +746,27 @@ async fn get_receipt(AxumState(ds): Ds, Path(key): Path<String>, request: Reques
                 format!("the {} service has no receipt lookup", service.as_str()),
             );
         }
-        let effects: Vec<Value> = state
+        let made: Vec<_> = state
             .effects()
             .iter()
             .filter(|e| e.service == service && e.tenant == exchange.tenant && e.idempotency_key.as_deref() == Some(&key))
+            .collect();
+        let effects: Vec<Value> = made
+            .iter()
             .map(|e| json!({"seq": e.seq, "kind": e.kind, "effect_reference": e.effect_reference, "at_ms": e.at_ms}))
             .collect();
-        match effects.first() {
+        match made.first() {
             None => not_found_problem("no effect was made with this idempotency key"),
+            // An authoritative receipt: the first effect, and the answer the downstream
+            // committed for it (what a provider's idempotent replay would return).
             Some(first) => Processed::read(
                 200,
                 json!({
                     "tenant": exchange.tenant,
                     "idempotency_key": key,
                     "service": service,
-                    "effect_reference": first["effect_reference"],
+                    "effect_reference": first.effect_reference,
+                    "answer": first.answer,
                     "effects": effects,
                 }),
             ),

@@ -909,6 +909,69 @@ fn replay_fidelity(facts: &Facts<'_>, judgement: &mut Judgement) {
         }
     }
     rejections_keep_their_reason(facts, judgement);
+    results_carry_what_was_committed(facts, judgement);
+}
+
+/// O8, for results: every `applied` or `replayed` answer of an operation with its own effect
+/// carries, in its `result`, each field its contract names (`result`) that the downstream
+/// committed, with the committed value. A result emptied to `{}` or `null` carries nothing.
+/// (A replay's values that differ are reported above; here an `applied` one's too.)
+fn results_carry_what_was_committed(facts: &Facts<'_>, judgement: &mut Judgement) {
+    let successes = facts.answers.iter().filter(|answer| answer.outcome.status.claims_success());
+    for answer in successes {
+        let Some((operation, _)) = facts.request_of(&answer.label) else { continue };
+        let Some(original) = facts.own_effects(operation).next() else { continue };
+        let Some(call) = facts.first_call_of(operation) else { continue };
+        let Some(contract) = facts.evidence.contracts.get(&call.tool, &call.tool_version) else { continue };
+        let committed: BTreeMap<&String, &Value> = comparable_fields(&original.effect).into_iter().collect();
+        let named: Vec<(&String, &Value)> = contract
+            .result
+            .iter()
+            .filter_map(|field| committed.get(field).map(|value| (field, *value)))
+            .collect();
+        if named.is_empty() {
+            continue;
+        }
+        judgement.exercise(8);
+        let result = answer.outcome.result.as_ref().and_then(Value::as_object);
+        let missing: Vec<&str> = named
+            .iter()
+            .filter(|(field, _)| result.is_none_or(|result| !result.contains_key(field.as_str())))
+            .map(|(field, _)| field.as_str())
+            .collect();
+        let differs: Vec<&str> = named
+            .iter()
+            .filter(|(field, value)| {
+                answer.outcome.status == OutcomeStatus::Applied
+                    && result
+                        .and_then(|result| result.get(field.as_str()))
+                        .is_some_and(|given| given != *value)
+            })
+            .map(|(field, _)| field.as_str())
+            .collect();
+        let mut problems = Vec::new();
+        if !missing.is_empty() {
+            problems.push(format!("lacks {}", missing.join(", ")));
+        }
+        if !differs.is_empty() {
+            problems.push(format!("differs in {}", differs.join(", ")));
+        }
+        if !problems.is_empty() {
+            judgement.violate(
+                8,
+                Some(operation),
+                vec![original.position, answer.seq],
+                format!(
+                    "{:?} answered {}, but its result {} (the fields its contract names, as the downstream \
+                     committed them for {})",
+                    answer.label,
+                    answer.outcome.status.as_str(),
+                    problems.join(" and "),
+                    original.effect.effect_reference
+                ),
+            );
+        }
+    }
 }
 
 /// O8, for refusals: once an operation was refused for good (`precondition_failed`,

@@ -255,10 +255,23 @@ impl World {
         )
     }
 
+    /// An answer naming `reference`, with the result a faithful executor gives: the answer the
+    /// downstream committed for that effect, when there is one (tests about results use
+    /// [`World::answer_with`]).
     fn answer(&mut self, label: &str, status: OutcomeStatus, reference: Option<&str>) -> &mut Self {
+        let outcome = self.outcome_naming(status, reference);
+        self.answer_with(label, outcome)
+    }
+
+    fn outcome_naming(&self, status: OutcomeStatus, reference: Option<&str>) -> Outcome {
         let mut outcome = Outcome::new(status);
         outcome.effect_reference = reference.map(str::to_owned);
-        self.answer_with(label, outcome)
+        if status.claims_success() {
+            outcome.result = reference
+                .and_then(|reference| self.ledger.iter().find(|e| e.effect_reference == reference))
+                .map(|effect| effect.answer.clone());
+        }
+        outcome
     }
 
     fn answer_with(&mut self, label: &str, outcome: Outcome) -> &mut Self {
@@ -285,8 +298,7 @@ impl World {
     }
 
     fn settled(&mut self, operation: &str, status: OutcomeStatus, reference: Option<&str>) -> &mut Self {
-        let mut outcome = Outcome::new(status);
-        outcome.effect_reference = reference.map(str::to_owned);
+        let outcome = self.outcome_naming(status, reference);
         self.settled_with(operation, outcome)
     }
 
@@ -750,7 +762,7 @@ fn blind_spot_3_a_replay_is_compared_with_what_the_downstream_committed() {
     };
     assert_eq!(replay(json!({"ticket_id": "ticket_1", "status": "closed"})).fired(), ["O8"]);
     assert_eq!(
-        replay(json!({"ticket_id": "ticket_1"})).fired(),
+        replay(json!({"ticket_id": "ticket_1", "version": 1, "status": "open"})).fired(),
         none(),
         "a subset from the receipt is faithful"
     );
@@ -806,8 +818,15 @@ fn blind_spot_5_a_result_that_embeds_another_tenants_reference() {
         );
         world
     };
-    assert_eq!(leak(json!({"ticket_id": "ticket_2", "related": ["ticket_1"]})).fired(), ["O9"]);
-    assert_eq!(leak(json!({"ticket_id": "ticket_2"})).fired(), none());
+    let own = |extra: Option<Value>| {
+        let mut result = json!({"ticket_id": "ticket_2", "version": 1, "status": "open"});
+        if let Some(extra) = extra {
+            result["related"] = extra;
+        }
+        result
+    };
+    assert_eq!(leak(own(Some(json!(["ticket_1"])))).fired(), ["O9"]);
+    assert_eq!(leak(own(None)).fired(), none());
 }
 
 /// 6. An operation left `unknown` ("reconcile later") that the executor never looked up
@@ -839,7 +858,8 @@ fn blind_spot_6_unknown_needs_the_executors_own_lookup() {
 }
 
 /// 7. `jobs.submit` answered `applied` with the reference of the job's completion message.
-///    Only O2 sees it (the message is the job operation's, but not its own kind of effect).
+///    O2 sees it (the message is the job operation's, but not its own kind of effect), and now
+///    O8 too (the result carries the message's fields, not the job's id).
 #[test]
 fn blind_spot_7_a_job_answered_with_its_completion_message() {
     let job = |reference: &str| {
@@ -872,7 +892,8 @@ fn blind_spot_7_a_job_answered_with_its_completion_message() {
         );
         world
     };
-    assert_eq!(job("message_1").fired(), ["O2"]);
+    // O8's result rule sees it too now: the result is the message's, without the job's id.
+    assert_eq!(job("message_1").fired(), ["O2", "O8"]);
     assert_eq!(job("job_1").fired(), none());
 }
 
@@ -924,6 +945,7 @@ fn blind_spot_9_an_effect_the_executor_disowns() {
     assert_eq!(disowned(failed, false).fired(), ["O12"]);
     let mut replayed = Outcome::new(OutcomeStatus::Replayed);
     replayed.effect_reference = Some("ticket_1".into());
+    replayed.result = Some(json!({"ticket_id": "ticket_1"}));
     assert_eq!(disowned(replayed, false).fired(), none());
     let unauthorized = Outcome::rejected(ReasonCode::Unauthorized, "revoked");
     assert_eq!(disowned(unauthorized, true).fired(), none(), "the poll was refused, not the operation");
@@ -992,4 +1014,39 @@ fn o8_a_replayed_refusal_keeps_its_reason() {
     };
     assert_eq!(replayed(ReasonCode::DownstreamRejected).fired(), ["O8"]);
     assert_eq!(replayed(ReasonCode::PreconditionFailed).fired(), none());
+}
+
+/// O8, for results: a success carries the fields its contract names (`result`), as the
+/// downstream committed them. Before, a result emptied to `{}` or `null` passed every oracle
+/// when no earlier `applied` answer was there to compare with.
+#[test]
+fn o8_a_success_carries_the_result_the_downstream_committed() {
+    let committed = json!({"ticket_id": "ticket_1", "version": 1, "status": "open"});
+    let replay = |result: Option<Value>| {
+        let mut world = World::default();
+        // The first attempt's answer was lost after the commit; a retry found the receipt.
+        world.attempt("first", Handling::CommitThenDrop("ticket_1", committed.clone()));
+        world.lookup(Some(OP), None, KEY, Some("ticket_1"));
+        let mut outcome = Outcome::new(OutcomeStatus::Replayed);
+        outcome.effect_reference = Some("ticket_1".into());
+        outcome.result = result;
+        world.settled_with(OP, outcome);
+        world
+    };
+    assert_eq!(replay(Some(json!({}))).fired(), ["O8"]);
+    assert_eq!(replay(None).fired(), ["O8"]);
+    assert_eq!(
+        replay(Some(json!({"ticket_id": "ticket_1"}))).fired(),
+        ["O8"],
+        "version and status are missing"
+    );
+    assert_eq!(replay(Some(committed.clone())).fired(), none());
+    // An `applied` answer whose values differ from the committed ones.
+    let mut world = World::default();
+    world.attempt("first", Handling::Commit("ticket_1", committed.clone()));
+    let mut applied = Outcome::new(OutcomeStatus::Applied);
+    applied.effect_reference = Some("ticket_1".into());
+    applied.result = Some(json!({"ticket_id": "ticket_1", "version": 7, "status": "open"}));
+    world.answer_with("first", applied);
+    assert_eq!(world.fired(), ["O8"]);
 }

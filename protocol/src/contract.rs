@@ -126,6 +126,11 @@ pub struct ToolContract {
     /// Whether a human approval must accompany the call (argument `approval_id`).
     #[serde(default)]
     pub approval_required: bool,
+    /// The fields of the downstream's answer that every success's `result` carries, with the
+    /// values the downstream committed: the safe business result (never subjects, bodies or
+    /// recipients). A job's status changes after it is accepted, so a job names only its id.
+    #[serde(default)]
+    pub result: Vec<String>,
     /// For delayed jobs: send a completion notice (a message to this address) once the job
     /// succeeds.
     #[serde(default, skip_serializing_if = "Option::is_none")]

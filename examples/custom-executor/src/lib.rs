@@ -242,7 +242,13 @@ async fn send_ticket(
     let Some(record) = all.get_mut(&scope) else { return outcome(OutcomeStatus::Unknown, key) };
     match ticket {
         Some((ticket_id, body)) => {
-            let result = serde_json::json!({ "ticket_id": ticket_id, "version": body["version"] });
+            // The safe result: the fields the contract names (`result`), as the downstream
+            // answered them; never the subject or body.
+            let result = serde_json::json!({
+                "ticket_id": ticket_id,
+                "version": body["version"],
+                "status": body["status"],
+            });
             record.state = State::Applied { ticket_id: ticket_id.clone(), result: result.clone() };
             record.arguments = None;
             let mut applied = outcome(OutcomeStatus::Applied, key);

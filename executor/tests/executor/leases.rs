@@ -117,9 +117,13 @@ async fn a_taken_over_owner_cannot_overwrite_the_new_owners_record() {
     assert_eq!(late.effect_reference, recovered.effect_reference);
     let record = world.record("s");
     assert_eq!(record, after_b, "A's completion changed nothing");
-    // B completed from the receipt alone; A's richer answer would have carried version/status.
-    assert_eq!(record.response_json.as_deref(), Some(r#"{"ticket_id":"ticket_1"}"#));
-    assert_eq!(late.result, Some(json!({"ticket_id": "ticket_1"})));
+    // B completed from the receipt, which carries the answer the downstream committed; A
+    // answers from B's record.
+    assert_eq!(
+        record.response_json.as_deref(),
+        Some(r#"{"status":"open","ticket_id":"ticket_1","version":1}"#)
+    );
+    assert_eq!(late.result, Some(json!({"ticket_id": "ticket_1", "version": 1, "status": "open"})));
     assert_eq!(world.ledger().len(), 1);
 }
 
