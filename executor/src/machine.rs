@@ -1217,7 +1217,8 @@ impl Machine {
         let result = json!({"job_id": job_id, "status": "succeeded", "result": job_result});
         let (response_json, now) = (result.to_string(), self.now_ms());
         let (tenant, key) = (&record.tenant, &record.operation_key);
-        let won = if (self.strategies.job_settlement)().compare_and_set {
+        let plan = (self.strategies.job_settlement)();
+        let won = if plan.compare_and_set {
             self.gated()
                 .call("settle_job", |store| store.settle_job(tenant, key, job_id, &response_json, now))
                 .await?
@@ -1228,10 +1229,8 @@ impl Machine {
                 })
                 .await?
         };
-        if !won {
-            return Ok(None);
-        }
-        if let Some(to) = &contract.completion_notice_to {
+        let announce = won == plan.announce_on_win;
+        if let Some(to) = contract.completion_notice_to.as_ref().filter(|_| announce) {
             let request = notice_request(tenant, to, job_id, record.downstream_key.as_deref());
             let answer = classify(ToolKind::MessagesSend, self.send(request).await);
             if !matches!(answer, Answer::Receipt { .. }) {
@@ -1239,7 +1238,7 @@ impl Machine {
                 self.note(tenant, key, &finding).await;
             }
         }
-        Ok(Some(result))
+        Ok(won.then_some(result))
     }
 
     async fn handle_webhook(&self, event: WebhookEvent) -> WebhookAck {

@@ -1,20 +1,20 @@
-//! The mutant zoo: twenty-five executors, each the reference with exactly one defect (M01..M18
+//! The mutant zoo: twenty-six executors, each the reference with exactly one defect (M01..M18
 //! are MATRIX.md's classic ones, M19..M22 the project's own, each caught only by the scenario
 //! that was added for it, M23, which only the liveness oracle O13 sees, M24 and M25, which only O8's
-//! rules for refusals and results see), plugged in through the same public [`protocol::ExecutorFactory`]
+//! rules for refusals and results see, and M26, which only O10's count of completion notices sees), plugged in through the same public [`protocol::ExecutorFactory`]
 //! interface as any user's executor.
 //!
 //! Every defect is code doing the wrong thing (a read then an insert with a store call in
 //! between, a claim table in the worker's private memory, a resend after a timeout without a
 //! key, ...), never a flag that tells the harness to fail: a mutant is killed only when a
 //! scenario makes its defect produce a wrong outcome or a second effect on the downstream's
-//! ledger. Twenty-four of them replace one decision of [`Strategies`] (two fields for
+//! ledger. Twenty-five of them replace one decision of [`Strategies`] (two fields for
 //! `blind_retry`, whose single defect needs both; see there); `in_memory_claims` keeps every
 //! decision and moves the claim store into the worker's private memory.
 //!
 //! ```
 //! let zoo = executor::mutants::all();
-//! assert_eq!(zoo.len(), 25);
+//! assert_eq!(zoo.len(), 26);
 //! let blind_retry = executor::mutants::find("blind_retry").expect("in the zoo");
 //! assert_eq!((blind_retry.id, blind_retry.caught_by), ("M05", &["S02"][..]));
 //! // The harness makes one factory per run (scenario and seed).
@@ -258,6 +258,15 @@ pub fn all() -> Vec<Mutant> {
             caught_by: &["S03"],
             strategies: RESULT_NOT_KEPT,
             factory: || boxed(result_not_kept()),
+        },
+        Mutant {
+            id: "M26",
+            name: "notice_from_the_loser",
+            defect: "sends a job's completion notice from the settlement that found the job settled already, \
+                     not from the one that settled it: a job settled once is never announced",
+            caught_by: &["S10"],
+            strategies: NOTICE_FROM_THE_LOSER,
+            factory: || boxed(notice_from_the_loser()),
         },
     ]
 }
@@ -693,7 +702,28 @@ pub fn result_not_kept() -> Result<ReferenceFactory, StoreError> {
     on_shared_store(RESULT_NOT_KEPT)
 }
 
+const NOTICE_FROM_THE_LOSER: Strategies =
+    Strategies { job_settlement: announce_on_loss, ..Strategies::reference() };
+
+/// M26 notice_from_the_loser — the project's own (notices counted: O10); caught by S10.
+///
+/// Difference from the reference: `job_settlement: announce_on_loss` (the settlement's
+/// compare-and-set is read the wrong way round for the notice: the caller whose write changed
+/// nothing sends it).
+///
+/// Plausible because with a redelivered webhook there always is a second settlement, and one
+/// notice goes out whichever sends it. But a job settled once, by a single poll, is never
+/// announced: the count of notices, not their absence of duplicates, is the contract.
+pub fn notice_from_the_loser() -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(NOTICE_FROM_THE_LOSER)
+}
+
 // ------------------------------------------------------------------ the defective decisions
+
+/// M26: the settlement that lost sends the completion notice.
+pub fn announce_on_loss() -> JobSettlementPlan {
+    JobSettlementPlan { announce_on_win: false, ..crate::strategy::reference_job_settlement() }
+}
 
 /// M25: the reference is kept, the result is not.
 pub fn reference_without_result(effect_reference: &str, _result: &Value) -> StoredCompletion {
@@ -861,7 +891,7 @@ pub fn no_version_precondition(_contract: &ToolContract) -> bool {
 
 /// M17: no event-id check, no compare-and-set.
 pub fn settle_every_delivery() -> JobSettlementPlan {
-    JobSettlementPlan { dedupe_event_ids: false, compare_and_set: false }
+    JobSettlementPlan { dedupe_event_ids: false, compare_and_set: false, announce_on_win: true }
 }
 
 /// M18: the consumer acts first.
@@ -907,7 +937,7 @@ mod tests {
 
     /// MATRIX.md's zoo table (M01..M18), then the project's own (M19 onwards, each with the
     /// one scenario added for it): id, name, the scenarios that must catch it.
-    const MATRIX_ZOO: [(&str, &str, &[&str]); 25] = [
+    const MATRIX_ZOO: [(&str, &str, &[&str]); 26] = [
         ("M01", "args_hash_as_key", &["S07"]),
         ("M02", "in_memory_claims", &["S03", "S04", "S05"]),
         ("M03", "read_then_insert", &["S05"]),
@@ -933,6 +963,7 @@ mod tests {
         ("M23", "recovery_never_resends", &["S04", "S12"]),
         ("M24", "refusal_reason_forgotten", &["S18"]),
         ("M25", "result_not_kept", &["S03"]),
+        ("M26", "notice_from_the_loser", &["S10"]),
     ];
 
     #[test]
@@ -1114,11 +1145,11 @@ mod tests {
         assert!(reference_version_precondition(&set_status) && !no_version_precondition(&set_status));
         assert_eq!(
             reference_job_settlement(),
-            JobSettlementPlan { dedupe_event_ids: true, compare_and_set: true }
+            JobSettlementPlan { dedupe_event_ids: true, compare_and_set: true, announce_on_win: true }
         );
         assert_eq!(
             settle_every_delivery(),
-            JobSettlementPlan { dedupe_event_ids: false, compare_and_set: false }
+            JobSettlementPlan { dedupe_event_ids: false, compare_and_set: false, announce_on_win: true }
         );
         let messages = contract("messages.send");
         assert!(reference_consumer_claim(&messages) && !act_before_claiming(&messages));

@@ -130,6 +130,9 @@ pub struct JobSettlementPlan {
     /// Settle by compare-and-set (`pending|unknown -> applied`), so that only the first
     /// settlement wins and sends the completion notice.
     pub compare_and_set: bool,
+    /// The completion notice is sent by the settlement that changed the record (the
+    /// reference); when false, by one that found it settled already (a mutant).
+    pub announce_on_win: bool,
 }
 
 /// R: the operation key.
@@ -344,7 +347,7 @@ pub fn reference_version_precondition(_contract: &ToolContract) -> bool {
 /// `pending -> applied` transition is a compare-and-set whose only winner sends the
 /// completion notice.
 pub fn reference_job_settlement() -> JobSettlementPlan {
-    JobSettlementPlan { dedupe_event_ids: true, compare_and_set: true }
+    JobSettlementPlan { dedupe_event_ids: true, compare_and_set: true, announce_on_win: true }
 }
 
 /// Consumer claim: a queue consumer takes the operation over by compare-and-set before it

@@ -1076,8 +1076,49 @@ fn tenant_isolation(facts: &Facts<'_>, judgement: &mut Judgement) {
     }
 }
 
-/// O10: at most one downstream job accepted per operation.
+/// O10: at most one downstream job accepted per operation, and a job whose contract names a
+/// completion notice is announced once it is settled: an operation the executor finally
+/// answers `applied` or `replayed` for (the job finished, by its own account) has its notice in
+/// the ledger. (A second notice is O1's: one effect per operation and kind.)
 fn single_job(facts: &Facts<'_>, judgement: &mut Judgement) {
+    one_job_per_operation(facts, judgement);
+    settled_jobs_are_announced(facts, judgement);
+}
+
+fn settled_jobs_are_announced(facts: &Facts<'_>, judgement: &mut Judgement) {
+    if !facts.settled {
+        return;
+    }
+    for operation in facts.operations() {
+        let Some(first) = facts.first_call_of(operation) else { continue };
+        let Some(contract) = facts.evidence.contracts.get(&first.tool, &first.tool_version) else {
+            continue;
+        };
+        if contract.execution != protocol::Execution::DelayedJob || contract.completion_notice_to.is_none() {
+            continue;
+        }
+        let Some(answer) = facts.final_poll(operation) else { continue };
+        if !answer.outcome.status.claims_success() {
+            continue;
+        }
+        judgement.exercise(10);
+        let notices =
+            facts.effects_of(operation).filter(|e| e.effect.kind == EffectKind::MessageSent).count();
+        if notices == 0 {
+            judgement.violate(
+                10,
+                Some(operation),
+                vec![answer.seq],
+                format!(
+                    "the job settled ({} at the last poll) but its completion notice never reached the downstream",
+                    answer.outcome.status.as_str()
+                ),
+            );
+        }
+    }
+}
+
+fn one_job_per_operation(facts: &Facts<'_>, judgement: &mut Judgement) {
     let mut jobs: BTreeMap<&str, Vec<&EffectFact>> = BTreeMap::new();
     for fact in facts.effects.iter().filter(|e| e.effect.kind == EffectKind::JobAccepted) {
         judgement.exercise(10);

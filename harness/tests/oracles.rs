@@ -1050,3 +1050,43 @@ fn o8_a_success_carries_the_result_the_downstream_committed() {
     world.answer_with("first", applied);
     assert_eq!(world.fired(), ["O8"]);
 }
+
+/// O10, for completion notices: a job the executor finally answers `applied`/`replayed` for
+/// has the notice its contract names in the ledger. Before, nothing counted notices: a job
+/// settled by a single poll and never announced passed every oracle.
+#[test]
+fn o10_a_settled_job_is_announced() {
+    let job = |announced: bool, final_status: OutcomeStatus| {
+        let mut world = World::default();
+        world.call_full("submit", OP, "agent", "jobs.submit", r#"{"job_type": "report", "input": {}}"#);
+        let content = world.content_of("submit");
+        world.request_full(
+            Some(OP),
+            Some("submit"),
+            "POST",
+            "/v1/jobs",
+            Some(KEY),
+            content,
+            Handling::Commit("job_1", json!({"job_id": "job_1", "status": "pending"})),
+        );
+        world.answer("submit", OutcomeStatus::InFlight, None);
+        if announced {
+            world.request_full(
+                Some(OP),
+                None,
+                "POST",
+                "/v1/messages",
+                None,
+                Some("sha256:notice".into()),
+                Handling::Commit("message_1", json!({"message_id": "message_1", "status": "sent"})),
+            );
+        }
+        let reference = (final_status != OutcomeStatus::InFlight).then_some("job_1");
+        world.settled(OP, final_status, reference);
+        world
+    };
+    assert_eq!(job(false, OutcomeStatus::Replayed).fired(), ["O10"]);
+    assert_eq!(job(true, OutcomeStatus::Replayed).fired(), none());
+    // Still running by the executor's account: nothing to announce yet (liveness is O13's).
+    assert_eq!(job(false, OutcomeStatus::InFlight).fired(), ["O6", "O13"]);
+}
