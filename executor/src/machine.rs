@@ -23,7 +23,8 @@ use crate::store::{
     StoreLocation, TakeOver,
 };
 use crate::strategy::{
-    AmbiguityVerdict, AuthPoint, JobRetry, KeyInput, MismatchVerdict, RetentionVerdict, Strategies,
+    AmbiguityVerdict, AuthPoint, CrossVersionReplay, JobRetry, KeyInput, MismatchVerdict, RetentionVerdict,
+    Strategies,
 };
 use crate::warm::{Idle, WarmDatabase, WorkerStore};
 
@@ -617,32 +618,48 @@ impl Machine {
         }
     }
 
-    /// Same key, different request: never replaced, never executed.
+    /// Same key, different request: never replaced, never executed. A newer version of the
+    /// tool replays an applied record when the record's contract allows replay across versions
+    /// and the call, read by that contract, is the request the record was made for.
     fn mismatch(&self, record: &OperationRecord, call: &ToolCall) -> Outcome {
         let key = &record.operation_key;
-        if record.tool_name == call.tool && record.tool_version != call.tool_version {
-            let replayable = self
-                .env
-                .contracts
-                .get(&record.tool_name, &record.tool_version)
-                .is_some_and(|stored| stored.replay_across_versions);
-            if replayable && record.status == RecordStatus::Applied {
-                return replayed(record);
-            }
-            return rejected(
+        let other_version = record.tool_name == call.tool && record.tool_version != call.tool_version;
+        let replayable = self
+            .env
+            .contracts
+            .get(&record.tool_name, &record.tool_version)
+            .filter(|stored| other_version && stored.replay_across_versions);
+        let same_request = replayable.map(|stored| match (self.strategies.cross_version)(stored) {
+            CrossVersionReplay::SameRequestOnly => self.same_request_under(stored, call, record),
+            CrossVersionReplay::AnyRequest => true,
+        });
+        match same_request {
+            Some(true) if record.status == RecordStatus::Applied => replayed(record),
+            // `Some(false)`: the version may replay the record, but this is another request.
+            None | Some(true) if other_version => rejected(
                 key,
                 ReasonCode::ToolVersionChanged,
                 format!(
                     "this operation was made by {} version {}; version {} may not re-run it",
                     record.tool_name, record.tool_version, call.tool_version
                 ),
-            );
+            ),
+            _ => rejected(
+                key,
+                ReasonCode::IdempotencyKeyReusedWithDifferentRequest,
+                "this operation key was used with a different request; the original stands",
+            ),
         }
-        rejected(
-            key,
-            ReasonCode::IdempotencyKeyReusedWithDifferentRequest,
-            "this operation key was used with a different request; the original stands",
-        )
+    }
+
+    /// Whether `call`, read by the older contract `stored` (its arguments validated and
+    /// fingerprinted as if it had been made under that version), is the request `record` was
+    /// made for. A call the old contract cannot read (an argument only the new version knows)
+    /// is not.
+    fn same_request_under(&self, stored: &ToolContract, call: &ToolCall, record: &OperationRecord) -> bool {
+        let as_made = ToolCall { tool_version: stored.version.clone(), ..call.clone() };
+        (self.strategies.fingerprint)(stored, &as_made)
+            .is_ok_and(|fingerprint| fingerprint.to_string() == record.request_fingerprint)
     }
 
     /// [`MismatchVerdict::ApplyNewest`] (mutants only): the stored operation is deleted and the

@@ -1,20 +1,20 @@
-//! The mutant zoo: twenty-six executors, each the reference with exactly one defect (M01..M18
+//! The mutant zoo: twenty-seven executors, each the reference with exactly one defect (M01..M18
 //! are MATRIX.md's classic ones, M19..M22 the project's own, each caught only by the scenario
 //! that was added for it, M23, which only the liveness oracle O13 sees, M24 and M25, which only O8's
-//! rules for refusals and results see, and M26, which only O10's count of completion notices sees), plugged in through the same public [`protocol::ExecutorFactory`]
+//! rules for refusals and results see, M26, which only O10's count of completion notices sees, and M27, which only S24's cross-version replay sees), plugged in through the same public [`protocol::ExecutorFactory`]
 //! interface as any user's executor.
 //!
 //! Every defect is code doing the wrong thing (a read then an insert with a store call in
 //! between, a claim table in the worker's private memory, a resend after a timeout without a
 //! key, ...), never a flag that tells the harness to fail: a mutant is killed only when a
 //! scenario makes its defect produce a wrong outcome or a second effect on the downstream's
-//! ledger. Twenty-five of them replace one decision of [`Strategies`] (two fields for
+//! ledger. Twenty-six of them replace one decision of [`Strategies`] (two fields for
 //! `blind_retry`, whose single defect needs both; see there); `in_memory_claims` keeps every
 //! decision and moves the claim store into the worker's private memory.
 //!
 //! ```
 //! let zoo = executor::mutants::all();
-//! assert_eq!(zoo.len(), 26);
+//! assert_eq!(zoo.len(), 27);
 //! let blind_retry = executor::mutants::find("blind_retry").expect("in the zoo");
 //! assert_eq!((blind_retry.id, blind_retry.caught_by), ("M05", &["S02"][..]));
 //! // The harness makes one factory per run (scenario and seed).
@@ -30,8 +30,8 @@ use sha2::{Digest, Sha256};
 use crate::machine::{ReferenceConfig, ReferenceFactory};
 use crate::store::{Claimed, GatedStore, NewClaim, OperationRecord, StoreError, StoreLocation};
 use crate::strategy::{
-    reference_operation_key, AmbiguityVerdict, AuthPoint, JobRetry, JobSettlementPlan, KeyInput,
-    MismatchVerdict, RecoveryPlan, RetentionVerdict, StoredCompletion, Strategies,
+    reference_operation_key, AmbiguityVerdict, AuthPoint, CrossVersionReplay, JobRetry, JobSettlementPlan,
+    KeyInput, MismatchVerdict, RecoveryPlan, RetentionVerdict, StoredCompletion, Strategies,
 };
 
 /// Makes the executor factory of one run (its store comes empty from the thread's warm pool).
@@ -267,6 +267,15 @@ pub fn all() -> Vec<Mutant> {
             caught_by: &["S10"],
             strategies: NOTICE_FROM_THE_LOSER,
             factory: || boxed(notice_from_the_loser()),
+        },
+        Mutant {
+            id: "M27",
+            name: "version_replay_any_request",
+            defect: "where a contract lets a newer tool version replay an older record, replays it for any request \
+                     under the key, a changed amount included",
+            caught_by: &["S24"],
+            strategies: VERSION_REPLAY_ANY_REQUEST,
+            factory: || boxed(version_replay_any_request()),
         },
     ]
 }
@@ -718,7 +727,30 @@ pub fn notice_from_the_loser() -> Result<ReferenceFactory, StoreError> {
     on_shared_store(NOTICE_FROM_THE_LOSER)
 }
 
+const VERSION_REPLAY_ANY_REQUEST: Strategies =
+    Strategies { cross_version: replay_any_request, ..Strategies::reference() };
+
+/// M27 version_replay_any_request — the project's own (a contract with cross-version replay
+/// on, exercised: O3); caught by S24.
+///
+/// Difference from the reference: `cross_version: replay_any_request` (a call under a newer
+/// version replays the older record whenever the older contract allows replay across versions,
+/// without reading the call by that contract).
+///
+/// Plausible because the fingerprint differs across versions anyway (it names the version), so
+/// "the contract allows replay" looks like the whole question. But the flag says the new version
+/// reads old requests the same way, not that every request under the key is the old one: a
+/// changed amount is answered with the old charge, and the agent believes it paid 70 for 50.
+pub fn version_replay_any_request() -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(VERSION_REPLAY_ANY_REQUEST)
+}
+
 // ------------------------------------------------------------------ the defective decisions
+
+/// M27: any request under the key replays an older version's record.
+pub fn replay_any_request(_stored: &ToolContract) -> CrossVersionReplay {
+    CrossVersionReplay::AnyRequest
+}
 
 /// M26: the settlement that lost sends the completion notice.
 pub fn announce_on_loss() -> JobSettlementPlan {
@@ -937,7 +969,7 @@ mod tests {
 
     /// MATRIX.md's zoo table (M01..M18), then the project's own (M19 onwards, each with the
     /// one scenario added for it): id, name, the scenarios that must catch it.
-    const MATRIX_ZOO: [(&str, &str, &[&str]); 26] = [
+    const MATRIX_ZOO: [(&str, &str, &[&str]); 27] = [
         ("M01", "args_hash_as_key", &["S07"]),
         ("M02", "in_memory_claims", &["S03", "S04", "S05"]),
         ("M03", "read_then_insert", &["S05"]),
@@ -964,6 +996,7 @@ mod tests {
         ("M24", "refusal_reason_forgotten", &["S18"]),
         ("M25", "result_not_kept", &["S03"]),
         ("M26", "notice_from_the_loser", &["S10"]),
+        ("M27", "version_replay_any_request", &["S24"]),
     ];
 
     #[test]

@@ -122,6 +122,19 @@ pub enum MismatchVerdict {
     ApplyNewest,
 }
 
+/// Which calls under a newer tool version may replay a record made under an older one whose
+/// contract allows replay across versions (`replay_across_versions`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CrossVersionReplay {
+    /// Only a call that, read by the old contract, is the request the record was made for (the
+    /// reference): the new version may not re-interpret the old effect, nor replay it for other
+    /// arguments.
+    SameRequestOnly,
+    /// Any call with the operation's key (never chosen by the reference: a changed amount
+    /// under the new version is answered with the old charge).
+    AnyRequest,
+}
+
 /// How finished delayed jobs are settled, by the completion webhook or by polling.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct JobSettlementPlan {
@@ -167,6 +180,8 @@ pub type MismatchFn = fn(&ToolContract) -> MismatchVerdict;
 pub type TenantScopeFn = for<'a> fn(&'a str) -> &'a str;
 /// Whether an absolute update sends the version it was based on (`If-Match`).
 pub type VersionPreconditionFn = fn(&ToolContract) -> bool;
+/// Which newer-version calls may replay an older version's record (given the record's contract).
+pub type CrossVersionFn = fn(&ToolContract) -> CrossVersionReplay;
 /// How finished jobs are settled (webhook deduplication and the settling transition).
 pub type JobSettlementFn = fn() -> JobSettlementPlan;
 /// Whether the queue consumer claims the operation before it acts on a delivery.
@@ -203,6 +218,8 @@ pub struct Strategies {
     pub job_patience: JobPatienceFn,
     /// What a fingerprint mismatch does.
     pub mismatch: MismatchFn,
+    /// Which calls under a newer version may replay an older version's record.
+    pub cross_version: CrossVersionFn,
     /// The tenant scope of keys and store records.
     pub tenant_scope: TenantScopeFn,
     /// Whether absolute updates carry their version precondition.
@@ -231,6 +248,7 @@ impl Strategies {
             job_retry: reference_job_retry,
             job_patience: reference_job_patience,
             mismatch: reference_mismatch,
+            cross_version: reference_cross_version,
             tenant_scope: reference_tenant_scope,
             version_precondition: reference_version_precondition,
             job_settlement: reference_job_settlement,
@@ -325,7 +343,12 @@ pub fn reference_job_retry(_contract: &ToolContract) -> JobRetry {
     JobRetry::Poll
 }
 
-/// Mismatch: the stored request is never replaced and the changed one never executed.
+/// Cross-version replay: only the same request, read by the contract that made the record.
+pub fn reference_cross_version(_stored: &ToolContract) -> CrossVersionReplay {
+    CrossVersionReplay::SameRequestOnly
+}
+
+/// Same key, different request: refuse; the stored request stands.
 pub fn reference_mismatch(_contract: &ToolContract) -> MismatchVerdict {
     MismatchVerdict::Reject
 }

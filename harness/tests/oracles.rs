@@ -83,6 +83,17 @@ impl World {
         })
     }
 
+    /// The last call was made under `version` of its tool (a fingerprint names the version).
+    fn under_version(&mut self, version: &str) -> &mut Self {
+        if let Some(EventKind::CallSent { tool_version, fingerprint, .. }) =
+            self.events.last_mut().map(|event| &mut event.kind)
+        {
+            *tool_version = version.into();
+            *fingerprint = fingerprint.as_ref().map(|fingerprint| format!("{fingerprint}@{version}"));
+        }
+        self
+    }
+
     fn call_on(&mut self, label: &str, operation: &str, arguments: &str) -> &mut Self {
         self.call_full(label, operation, "agent", "tickets.create", arguments)
     }
@@ -1089,4 +1100,36 @@ fn o10_a_settled_job_is_announced() {
     assert_eq!(job(true, OutcomeStatus::Replayed).fired(), none());
     // Still running by the executor's account: nothing to announce yet (liveness is O13's).
     assert_eq!(job(false, OutcomeStatus::InFlight).fired(), ["O6", "O13"]);
+}
+
+/// O3, across versions: a contract that lets a newer version replay its records allows the
+/// replay of the same business request only. Before, any request under the key could be
+/// answered with the old effect once the versions differed.
+#[test]
+fn o3_a_newer_version_replays_only_the_same_request() {
+    let charge = r#"{"customer": "cus_42", "amount_minor": 5000, "currency": "EUR"}"#;
+    let upgraded = |arguments: &str| {
+        let mut world = World::default();
+        world.call_full("first", OP, "agent", "payments.charge", charge);
+        let content = world.content_of("first");
+        let committed =
+            json!({"charge_id": "charge_1", "amount_minor": 5000, "currency": "EUR", "status": "succeeded"});
+        world.request_full(
+            Some(OP),
+            Some("first"),
+            "POST",
+            "/v1/charges",
+            Some(KEY),
+            content,
+            Handling::Commit("charge_1", committed),
+        );
+        world.answer("first", OutcomeStatus::Applied, Some("charge_1"));
+        world.call_full("upgraded", OP, "agent", "payments.charge", arguments).under_version("2026-10-01");
+        world.answer("upgraded", OutcomeStatus::Replayed, Some("charge_1"));
+        world.settled(OP, OutcomeStatus::Replayed, Some("charge_1"));
+        world
+    };
+    assert_eq!(upgraded(charge).fired(), none());
+    let changed = r#"{"customer": "cus_42", "amount_minor": 7000, "currency": "EUR"}"#;
+    assert_eq!(upgraded(changed).fired(), ["O3"]);
 }

@@ -363,18 +363,20 @@ pub struct ContractSet {
     contracts: BTreeMap<(String, String), ToolContract>,
 }
 
-const BUILTIN: [&str; 6] = [
+const BUILTIN: [&str; 7] = [
     include_str!("../contracts/tickets.create@2026-08-18.toml"),
     include_str!("../contracts/tickets.create@2026-09-01.toml"),
     include_str!("../contracts/tickets.set_status@2026-08-18.toml"),
     include_str!("../contracts/payments.charge@2026-08-18.toml"),
+    include_str!("../contracts/payments.charge@2026-10-01.toml"),
     include_str!("../contracts/messages.send@2026-08-18.toml"),
     include_str!("../contracts/jobs.submit@2026-08-18.toml"),
 ];
 
 impl ContractSet {
     /// The shipped contracts: tickets.create (two versions), tickets.set_status,
-    /// payments.charge, messages.send (queued) and jobs.submit (delayed job).
+    /// payments.charge (two versions, the older replayable by the newer), messages.send
+    /// (queued) and jobs.submit (delayed job).
     pub fn builtin() -> Self {
         // Parsed once per process: every simulated run starts from a copy.
         static PARSED: std::sync::OnceLock<ContractSet> = std::sync::OnceLock::new();
@@ -524,7 +526,7 @@ mod tests {
     #[test]
     fn every_builtin_contract_loads_and_round_trips_through_json() {
         let set = ContractSet::builtin();
-        assert_eq!(set.iter().count(), 6);
+        assert_eq!(set.iter().count(), 7);
         for contract in set.iter() {
             let json = serde_json::to_string(contract).unwrap();
             assert_eq!(&ToolContract::from_json(&json).unwrap(), contract);

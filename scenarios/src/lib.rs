@@ -6,7 +6,7 @@
 //! human edits, polls and expectations. Expectations add to the oracles the harness always
 //! checks; they never replace them.
 //!
-//! The 23 scenarios of the matrix (S01..S19 from the source document, S20..S23 the project's own) ship with the crate ([`builtin`]); users add their own files
+//! The 24 scenarios of the matrix (S01..S19 from the source document, S20..S24 the project's own) ship with the crate ([`builtin`]); users add their own files
 //! ([`Scenario::from_file`]). Errors name the file, the line and the field.
 //! This crate knows nothing of the simulator.
 #![deny(missing_docs)]
@@ -25,7 +25,7 @@ pub use parse::ScenarioError;
 /// The `source` of every built-in scenario starts with this.
 pub const BUILTIN_SOURCE_PREFIX: &str = "scenarios/matrix/";
 
-/// The scenarios of the matrix (S01..S23), in order.
+/// The scenarios of the matrix (S01..S24), in order.
 pub fn builtin() -> Vec<Scenario> {
     BUILTIN
         .iter()
@@ -66,4 +66,5 @@ builtin_files!(
     "S21_revoked_after_applied.toml",
     "S22_lost_answer_keys_only.toml",
     "S23_long_job_polled.toml",
+    "S24_version_upgrade_replays.toml",
 );
