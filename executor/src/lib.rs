@@ -76,12 +76,13 @@ pub use store::{
 };
 pub use strategy::{
     downstream_key_for, reference_ambiguity, reference_authorize_at, reference_claim, reference_completion,
-    reference_consumer_claim, reference_cross_version, reference_downstream_key, reference_fingerprint,
-    reference_job_patience, reference_job_retry, reference_job_settlement, reference_mismatch,
-    reference_operation_key, reference_recovery, reference_retention, reference_tenant_scope,
-    reference_version_precondition, AmbiguityFn, AmbiguityVerdict, AuthPoint, AuthorizeAtFn, ClaimFn,
-    CompletionFn, ConsumerClaimFn, CrossVersionFn, CrossVersionReplay, DownstreamKeyFn, FingerprintFn,
-    JobPatienceFn, JobRetry, JobRetryFn, JobSettlementFn, JobSettlementPlan, KeyInput, MismatchFn,
-    MismatchVerdict, OperationKeyFn, RecoveryFn, RecoveryPlan, RetentionFn, RetentionVerdict,
-    StoredCompletion, Strategies, TenantScopeFn, VersionPreconditionFn, MAX_DOWNSTREAM_KEY_CHARS,
+    reference_consumer_claim, reference_cross_version, reference_downstream_key, reference_file_findings,
+    reference_fingerprint, reference_job_patience, reference_job_retry, reference_job_settlement,
+    reference_mismatch, reference_operation_key, reference_recovery, reference_retention,
+    reference_tenant_scope, reference_version_precondition, AmbiguityFn, AmbiguityVerdict, AuthPoint,
+    AuthorizeAtFn, ClaimFn, CompletionFn, ConsumerClaimFn, CrossVersionFn, CrossVersionReplay,
+    DownstreamKeyFn, FileFindingsFn, FingerprintFn, JobPatienceFn, JobRetry, JobRetryFn, JobSettlementFn,
+    JobSettlementPlan, KeyInput, MismatchFn, MismatchVerdict, OperationKeyFn, RecoveryFn, RecoveryPlan,
+    RetentionFn, RetentionVerdict, StoredCompletion, Strategies, TenantScopeFn, VersionPreconditionFn,
+    MAX_DOWNSTREAM_KEY_CHARS,
 };

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use protocol::{
     AuthRequest, Consumed, Envelope, Execution, ExecutorFactory, LateArrivalPolicy, LocalBoxFuture,
-    OperationRef, Outcome, OutcomeStatus, ReasonCode, ToolCall, ToolContract, WebhookAck, WebhookEvent,
-    WorkerEnv,
+    OperationRef, Outcome, OutcomeStatus, ReasonCode, ReconciliationEntry, ToolCall, ToolContract,
+    WebhookAck, WebhookEvent, WorkerEnv,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -458,6 +458,8 @@ impl Machine {
         }
     }
 
+    /// Keeps a finding about an operation in the store's reconciliation table (the
+    /// executor's own reconciliation trace).
     async fn note(&self, tenant: &str, operation_key: &str, finding: &str) {
         let now = self.now_ms();
         // A finding that cannot be written is not worth failing an answer for: the record's
@@ -468,6 +470,19 @@ impl Machine {
                 store.record_reconciliation(tenant, operation_key, now, finding)
             })
             .await;
+    }
+
+    /// Hands an operation the executor cannot settle on its own to people: files `finding`
+    /// (already kept in the store's table) to the operators' queue.
+    async fn hand_over(&self, tenant: &str, operation_key: &str, finding: &str) {
+        if (self.strategies.file_findings)() {
+            let entry = ReconciliationEntry {
+                tenant: tenant.to_owned(),
+                operation_key: operation_key.to_owned(),
+                finding: finding.to_owned(),
+            };
+            self.env.reconciliations.file(entry).await;
+        }
     }
 
     // -------------------------------------------------------------- call
@@ -605,6 +620,8 @@ impl Machine {
             },
             RecordStatus::Pending if record.owner_token.is_none() => self.describe(&record),
             RecordStatus::Pending if record.lease_is_live(self.now_ms()) => self.describe(&record),
+            // Handed over to people when it was marked: nothing a retry does can settle it.
+            RecordStatus::Unknown if !self.can_find_out(contract) => self.describe(&record),
             RecordStatus::Pending | RecordStatus::Unknown => {
                 let call = &request.call;
                 if !self.allowed_at(AuthPoint::BeforeRecovery, &call.tenant, &call.actor, &call.tool).await {
@@ -822,7 +839,11 @@ impl Machine {
                     "the downstream is still processing this operation; poll",
                 )
             }
-            Answer::Ambiguous(why) => self.mark_unknown(owned, &why).await,
+            Answer::Ambiguous(why) => {
+                // Nothing will settle it on its own where the downstream offers no way to find out.
+                let hand_over = !self.can_find_out(contract);
+                self.mark_unknown(owned, &why, hand_over).await
+            }
         }
     }
 
@@ -901,10 +922,15 @@ impl Machine {
         }
     }
 
-    async fn mark_unknown(&self, owned: &OwnedClaim, finding: &str) -> Outcome {
+    /// Records that the effect may or may not have happened. `hand_over`: the executor has
+    /// no way left to find out, so the operation is filed for people to settle.
+    async fn mark_unknown(&self, owned: &OwnedClaim, finding: &str, hand_over: bool) -> Outcome {
         let (now, key) = (self.now_ms(), &owned.operation_key);
         match self.gated().call("mark_unknown", |store| store.mark_unknown(owned, finding, now)).await {
             Ok(true) => {
+                if hand_over {
+                    self.hand_over(&owned.tenant, key, finding).await;
+                }
                 self.reconcile_in_background();
                 unknown(key, format!("the effect may have happened ({finding}); reconcile"))
             }
@@ -926,7 +952,8 @@ impl Machine {
             }),
         };
         if let Err(error) = self.env.outbox.enqueue(envelope).await {
-            return self.mark_unknown(owned, &error.to_string()).await;
+            let hand_over = !self.can_find_out(contract);
+            return self.mark_unknown(owned, &error.to_string(), hand_over).await;
         }
         let (now, key) = (self.now_ms(), &owned.operation_key);
         match self.gated().call("release", |store| store.release(owned, now)).await {
@@ -987,7 +1014,8 @@ impl Machine {
                 return self.record_receipt(owned, contract, &reference, result, true).await;
             }
             Some(ReceiptLookup::Failed(why)) => {
-                return self.mark_unknown(owned, &format!("receipt lookup failed: {why}")).await
+                // Worth another try (the agent's retry, or this worker's reconciliation).
+                return self.mark_unknown(owned, &format!("receipt lookup failed: {why}"), false).await;
             }
             Some(ReceiptLookup::NotFound) => "no receipt for the key",
             None => "no receipt lookup for this downstream",
@@ -1007,11 +1035,10 @@ impl Machine {
                 self.execute(owned, record, contract, request).await
             }
             _ => {
-                self.mark_unknown(
-                    owned,
-                    &format!("{finding}; the effect cannot be proved or safely repeated"),
-                )
-                .await
+                let finding = format!("{finding}; the effect cannot be proved or safely repeated");
+                // With an honoured key and only the request missing (a reconcile by reference),
+                // the agent's retry or this worker's reconciliation can still resend it.
+                self.mark_unknown(owned, &finding, !plan.resend_with_same_key).await
             }
         }
     }
@@ -1040,11 +1067,13 @@ impl Machine {
     /// worker start, [`RECONCILE_AFTER`] after the record last changed and as long again
     /// between tries. A receipt settles it; without one, the request the record kept is
     /// resent under the same key where the downstream honours it (as a retry would); otherwise
-    /// it stays `unknown`.
-    /// A queued operation waiting for its consumer (no owner) is the queue's, a running job the
-    /// poller's, and an operation whose downstream offers no lookup is left alone; a consumer's
-    /// abandoned claim is taken over like any other (the queue may deliver it again too: the
-    /// compare-and-set decides). Ends when nothing is left to try.
+    /// it stays `unknown`, and once every try was inconclusive it is handed over to people.
+    /// A queued operation waiting for its consumer (no owner) is the queue's, and a running job
+    /// the poller's. Where the downstream offers no way to find out, an abandoned claim is
+    /// taken over, marked `unknown` and handed over at once, and an `unknown` record is left
+    /// alone (it was handed over when it was marked). A consumer's abandoned claim is taken over
+    /// like any other (the queue may deliver it again too: the compare-and-set decides). Ends
+    /// when nothing is left to try.
     async fn reconcile_unsettled(&self) {
         let mut tried: BTreeMap<(String, String), (u32, u64)> = BTreeMap::new();
         loop {
@@ -1056,14 +1085,23 @@ impl Machine {
                 let Some(contract) = self.env.contracts.get(&record.tool_name, &record.tool_version) else {
                     continue;
                 };
-                let plan = (self.strategies.recovery)(contract);
-                if !(plan.look_up_receipt || plan.resend_with_same_key) {
+                // Where the downstream offers no way to find out, an `unknown` record was handed
+                // to people when it was marked; an abandoned claim is taken over only to be
+                // marked and handed over in turn.
+                if !self.can_find_out(contract) && record.status == RecordStatus::Unknown {
                     continue;
                 }
                 let id = (record.tenant.clone(), record.operation_key.clone());
                 let first_try = record.updated_at_ms.saturating_add(duration_ms(RECONCILE_AFTER));
                 let (attempts, not_before) = tried.get(&id).copied().unwrap_or((0, first_try));
                 if attempts >= RECONCILE_ATTEMPTS {
+                    if attempts == RECONCILE_ATTEMPTS && record.status == RecordStatus::Unknown {
+                        // Every try was inconclusive (lookups failed): people take it from here.
+                        tried.insert(id, (attempts + 1, not_before));
+                        let finding = format!("{RECONCILE_ATTEMPTS} reconciliation attempts settled nothing");
+                        self.note(&record.tenant, &record.operation_key, &finding).await;
+                        self.hand_over(&record.tenant, &record.operation_key, &finding).await;
+                    }
                     continue;
                 }
                 let ready_at = match record.status {
@@ -1089,6 +1127,13 @@ impl Machine {
                 }
             }
         }
+    }
+
+    /// Whether the executor has a way to find an operation of `contract` out on its own: a
+    /// receipt lookup, or a resend under a key the downstream honours.
+    fn can_find_out(&self, contract: &ToolContract) -> bool {
+        let plan = (self.strategies.recovery)(contract);
+        plan.look_up_receipt || plan.resend_with_same_key
     }
 
     /// The request a record kept, validated again, when it still derives the record's key and

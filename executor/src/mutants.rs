@@ -1,20 +1,20 @@
-//! The mutant zoo: twenty-seven executors, each the reference with exactly one defect (M01..M18
+//! The mutant zoo: twenty-eight executors, each the reference with exactly one defect (M01..M18
 //! are MATRIX.md's classic ones, M19..M22 the project's own, each caught only by the scenario
 //! that was added for it, M23, which only the liveness oracle O13 sees, M24 and M25, which only O8's
-//! rules for refusals and results see, M26, which only O10's count of completion notices sees, and M27, which only S24's cross-version replay sees), plugged in through the same public [`protocol::ExecutorFactory`]
+//! rules for refusals and results see, M26, which only O10's count of completion notices sees, M27, which only S24's cross-version replay sees, and M28, which only O13's hand-over rule sees), plugged in through the same public [`protocol::ExecutorFactory`]
 //! interface as any user's executor.
 //!
 //! Every defect is code doing the wrong thing (a read then an insert with a store call in
 //! between, a claim table in the worker's private memory, a resend after a timeout without a
 //! key, ...), never a flag that tells the harness to fail: a mutant is killed only when a
 //! scenario makes its defect produce a wrong outcome or a second effect on the downstream's
-//! ledger. Twenty-six of them replace one decision of [`Strategies`] (two fields for
+//! ledger. Twenty-seven of them replace one decision of [`Strategies`] (two fields for
 //! `blind_retry`, whose single defect needs both; see there); `in_memory_claims` keeps every
 //! decision and moves the claim store into the worker's private memory.
 //!
 //! ```
 //! let zoo = executor::mutants::all();
-//! assert_eq!(zoo.len(), 27);
+//! assert_eq!(zoo.len(), 28);
 //! let blind_retry = executor::mutants::find("blind_retry").expect("in the zoo");
 //! assert_eq!((blind_retry.id, blind_retry.caught_by), ("M05", &["S02"][..]));
 //! // The harness makes one factory per run (scenario and seed).
@@ -276,6 +276,14 @@ pub fn all() -> Vec<Mutant> {
             caught_by: &["S24"],
             strategies: VERSION_REPLAY_ANY_REQUEST,
             factory: || boxed(version_replay_any_request()),
+        },
+        Mutant {
+            id: "M28",
+            name: "unknown_kept_quiet",
+            defect: "leaves an operation it has no way to settle unknown in its own table, and tells no one",
+            caught_by: &["S25"],
+            strategies: UNKNOWN_KEPT_QUIET,
+            factory: || boxed(unknown_kept_quiet()),
         },
     ]
 }
@@ -745,7 +753,28 @@ pub fn version_replay_any_request() -> Result<ReferenceFactory, StoreError> {
     on_shared_store(VERSION_REPLAY_ANY_REQUEST)
 }
 
+const UNKNOWN_KEPT_QUIET: Strategies = Strategies { file_findings: keep_findings, ..Strategies::reference() };
+
+/// M28 unknown_kept_quiet — the project's own (an `unknown` is handed over to people where
+/// nothing else can settle it: O13); caught by S25.
+///
+/// Difference from the reference: `file_findings: keep_findings` (findings go to the store's
+/// own reconciliation table only, never to the operators' queue).
+///
+/// Plausible because the record says `unknown`, the table says why, and `unknown` is the
+/// honest answer. But where the downstream offers no key and no receipt, nothing the executor
+/// or the agent does will ever settle it: a possible double charge waits in a table nobody
+/// reads.
+pub fn unknown_kept_quiet() -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(UNKNOWN_KEPT_QUIET)
+}
+
 // ------------------------------------------------------------------ the defective decisions
+
+/// M28: findings stay in the executor's own table.
+pub fn keep_findings() -> bool {
+    false
+}
 
 /// M27: any request under the key replays an older version's record.
 pub fn replay_any_request(_stored: &ToolContract) -> CrossVersionReplay {
@@ -969,7 +998,7 @@ mod tests {
 
     /// MATRIX.md's zoo table (M01..M18), then the project's own (M19 onwards, each with the
     /// one scenario added for it): id, name, the scenarios that must catch it.
-    const MATRIX_ZOO: [(&str, &str, &[&str]); 27] = [
+    const MATRIX_ZOO: [(&str, &str, &[&str]); 28] = [
         ("M01", "args_hash_as_key", &["S07"]),
         ("M02", "in_memory_claims", &["S03", "S04", "S05"]),
         ("M03", "read_then_insert", &["S05"]),
@@ -997,6 +1026,7 @@ mod tests {
         ("M25", "result_not_kept", &["S03"]),
         ("M26", "notice_from_the_loser", &["S10"]),
         ("M27", "version_replay_any_request", &["S24"]),
+        ("M28", "unknown_kept_quiet", &["S25"]),
     ];
 
     #[test]

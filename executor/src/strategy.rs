@@ -182,6 +182,9 @@ pub type TenantScopeFn = for<'a> fn(&'a str) -> &'a str;
 pub type VersionPreconditionFn = fn(&ToolContract) -> bool;
 /// Which newer-version calls may replay an older version's record (given the record's contract).
 pub type CrossVersionFn = fn(&ToolContract) -> CrossVersionReplay;
+/// Whether findings (above all, an operation left `unknown` that the executor cannot settle on
+/// its own) are filed to the operators' queue as well as kept in the executor's own table.
+pub type FileFindingsFn = fn() -> bool;
 /// How finished jobs are settled (webhook deduplication and the settling transition).
 pub type JobSettlementFn = fn() -> JobSettlementPlan;
 /// Whether the queue consumer claims the operation before it acts on a delivery.
@@ -230,6 +233,8 @@ pub struct Strategies {
     pub consumer_claim: ConsumerClaimFn,
     /// The reason a permanent refusal is stored with.
     pub refusal: RefusalFn,
+    /// Whether findings reach the operators' queue.
+    pub file_findings: FileFindingsFn,
 }
 
 impl Strategies {
@@ -254,6 +259,7 @@ impl Strategies {
             job_settlement: reference_job_settlement,
             consumer_claim: reference_consumer_claim,
             refusal: reference_refusal,
+            file_findings: reference_file_findings,
         }
     }
 }
@@ -341,6 +347,12 @@ pub fn reference_completion(effect_reference: &str, result: &Value) -> StoredCom
 /// to poll.
 pub fn reference_job_retry(_contract: &ToolContract) -> JobRetry {
     JobRetry::Poll
+}
+
+/// Findings are filed to the operators' queue (and kept in the store's table): an `unknown`
+/// nobody is told about is never settled.
+pub fn reference_file_findings() -> bool {
+    true
 }
 
 /// Cross-version replay: only the same request, read by the contract that made the record.

@@ -284,6 +284,18 @@ pub enum EventKind {
         /// Its new version.
         version: u64,
     },
+    /// An executor filed a reconciliation entry for people (an operation it cannot settle on
+    /// its own, or a finding about one).
+    ReconciliationFiled {
+        /// Worker.
+        worker: String,
+        /// The operation's tenant.
+        tenant: String,
+        /// The operation key the executor named.
+        operation_key: String,
+        /// What it found (the executor's words).
+        finding: String,
+    },
     /// An executor wrote an envelope to the outbox.
     Enqueued {
         /// Envelope id.
@@ -545,6 +557,9 @@ impl Event {
             EventKind::IdleSkipped { by_ms } => format!("idle: skipped {by_ms} ms"),
             EventKind::HumanEdit { ticket, version } => {
                 format!("a person edited {ticket} (now version {version})")
+            }
+            EventKind::ReconciliationFiled { worker, tenant, operation_key, finding } => {
+                format!("{worker} -> operators: {tenant}/{operation_key}: {finding}")
             }
             EventKind::Enqueued { envelope_id, operation_key, deliveries, .. } => {
                 format!("outbox: envelope {envelope_id} for {operation_key} ({deliveries} deliveries)")

@@ -122,6 +122,8 @@ struct Facts<'a> {
     /// Labels of the agent requests a worker acted on: answered, or served by a store call or
     /// a downstream request.
     acted_on: BTreeSet<String>,
+    /// (tenant, operation key) of every reconciliation entry an executor filed for people.
+    handed_over: BTreeSet<(String, String)>,
 }
 
 impl<'a> Facts<'a> {
@@ -141,6 +143,7 @@ impl<'a> Facts<'a> {
             settled: false,
             attribution: Attribution::default(),
             acted_on: BTreeSet::new(),
+            handed_over: BTreeSet::new(),
         };
         let mut sent_at: BTreeMap<&str, u64> = BTreeMap::new();
         for event in evidence.history {
@@ -246,6 +249,9 @@ impl<'a> Facts<'a> {
                 EventKind::Revoked { actor, tool } => {
                     facts.revocations.push((event.seq, actor.clone(), tool.clone()))
                 }
+                EventKind::ReconciliationFiled { tenant, operation_key, .. } => {
+                    facts.handed_over.insert((tenant.clone(), operation_key.clone()));
+                }
                 EventKind::SettleStarted => facts.settled = true,
                 _ => {}
             }
@@ -297,6 +303,20 @@ impl<'a> Facts<'a> {
 
     fn final_poll(&self, operation: &str) -> Option<&AnswerFact> {
         self.answer_to(&format!("{FINAL_POLL_PREFIX}{operation}"))
+    }
+
+    /// Whether the executor filed a reconciliation entry for `operation`: under its tenant and
+    /// an operation key the executor's own answers for it named.
+    fn handed_over(&self, operation: &str) -> bool {
+        self.answers.iter().any(|answer| {
+            let Some((answered, tenant)) = self.request_of(&answer.label) else { return false };
+            answered == operation
+                && answer
+                    .outcome
+                    .operation_key
+                    .as_ref()
+                    .is_some_and(|key| self.handed_over.contains(&(tenant.clone(), key.clone())))
+        })
     }
 
     fn operations(&self) -> BTreeSet<&str> {
@@ -761,7 +781,25 @@ fn resolves_when_it_can(facts: &Facts<'_>, judgement: &mut Judgement) {
                     if references.iter().any(|r| r == reference))
             })
         });
-        let Some(means) = means_to_find_out(contract, !effects.is_empty(), job_known) else { continue };
+        let Some(means) = means_to_find_out(contract, !effects.is_empty(), job_known) else {
+            // No way to find out: `unknown` is the honest answer, but only handed over to people.
+            let Some(answer) = facts.final_poll(operation) else { continue };
+            if answer.outcome.status != OutcomeStatus::Unknown {
+                continue;
+            }
+            judgement.exercise(13);
+            if !facts.handed_over(operation) {
+                judgement.violate(
+                    13,
+                    Some(operation),
+                    vec![answer.seq],
+                    "the operation was left unknown, where the downstream offers no way to find out, \
+                     but no reconciliation entry was filed for it: nobody will settle it"
+                        .to_owned(),
+                );
+            }
+            continue;
+        };
         judgement.exercise(13);
         // No answer at all is O6's to report.
         let Some(answer) = facts.final_poll(operation) else { continue };

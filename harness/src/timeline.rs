@@ -115,6 +115,9 @@ fn mark(event: &Event) -> Option<Mark> {
         EventKind::HumanEdit { ticket, version } => {
             make("downstream", None, MarkKind::Decision, format!("human edit {ticket} -> v{version}"))
         }
+        EventKind::ReconciliationFiled { worker, .. } => {
+            make(worker, None, MarkKind::Decision, "reconciliation filed".into())
+        }
         EventKind::Enqueued { envelope_id, .. } => {
             make("store", None, MarkKind::Delivery, format!("outbox {envelope_id}"))
         }

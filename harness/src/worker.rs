@@ -20,8 +20,8 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use protocol::{
     AuthDecision, AuthRequest, Authorizer, Background, Consumed, DownstreamClient, Entropy, Envelope,
-    Executor, LocalBoxFuture, OperationRef, Outbox, OutboxError, Outcome, StoreGate, ToolCall, WebhookEvent,
-    WorkerEnv,
+    Executor, LocalBoxFuture, OperationRef, Outbox, OutboxError, Outcome, ReconciliationEntry,
+    Reconciliations, StoreGate, ToolCall, WebhookEvent, WorkerEnv,
 };
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
@@ -90,6 +90,7 @@ pub async fn run(shared: Rc<Shared>, name: String) -> turmoil::Result {
         clock: Arc::new(shared.clock.clone()),
         authorizer: Rc::new(SimAuthorizer { worker: name.clone(), shared: shared.clone() }),
         outbox: Rc::new(SimOutbox { shared: shared.clone() }),
+        reconciliations: Rc::new(SimReconciliations { worker: name.clone(), shared: shared.clone() }),
         store_gate: Rc::new(SimStoreGate { worker: name.clone(), shared: shared.clone() }),
         background: Rc::new(SimBackground { worker: name.clone(), shared: shared.clone() }),
         entropy: Rc::new(SimEntropy(RefCell::new(ChaCha8Rng::seed_from_u64(
@@ -485,6 +486,33 @@ impl Outbox for SimOutbox {
             let now = self.shared.now_ms();
             self.shared.queue.borrow_mut().push(envelope, origin, self.shared.queue_copies, now);
             Ok(())
+        })
+    }
+}
+
+/// The operators' queue: every entry goes into the history, where O13 reads it.
+struct SimReconciliations {
+    worker: String,
+    shared: Rc<Shared>,
+}
+
+/// How much of a finding the history keeps: enough to read, bounded whatever an executor writes.
+const MAX_FINDING_CHARS: usize = 300;
+
+impl Reconciliations for SimReconciliations {
+    fn file(&self, entry: ReconciliationEntry) -> LocalBoxFuture<'_, ()> {
+        Box::pin(async move {
+            let mut finding = entry.finding;
+            if let Some((cut, _)) = finding.char_indices().nth(MAX_FINDING_CHARS) {
+                finding.truncate(cut);
+                finding.push_str("...");
+            }
+            self.shared.history.push(EventKind::ReconciliationFiled {
+                worker: self.worker.clone(),
+                tenant: entry.tenant,
+                operation_key: entry.operation_key,
+                finding,
+            });
         })
     }
 }

@@ -293,8 +293,21 @@ impl World {
         self.push(EventKind::Revoked { actor: actor.into(), tool: None })
     }
 
-    /// The runner's final poll of `operation`, answered `outcome`.
-    fn settled_with(&mut self, operation: &str, outcome: Outcome) -> &mut Self {
+    /// The executor files a reconciliation entry for `operation` (under the key its answers
+    /// name: the operation's parts joined by `:`).
+    fn hand_over(&mut self, operation: &str) -> &mut Self {
+        self.push(EventKind::ReconciliationFiled {
+            worker: "worker-1".into(),
+            tenant: operation.split('/').next().unwrap_or_default().into(),
+            operation_key: operation.replace('/', ":"),
+            finding: "no way to find out".into(),
+        })
+    }
+
+    /// The runner's final poll of `operation`, answered `outcome` (naming the operation key,
+    /// as the reference's answers do, when the test did not name one).
+    fn settled_with(&mut self, operation: &str, mut outcome: Outcome) -> &mut Self {
+        outcome.operation_key.get_or_insert_with(|| operation.replace('/', ":"));
         self.settle();
         let label = format!("{FINAL_POLL_PREFIX}{operation}");
         self.push(EventKind::OperationQuery {
@@ -854,6 +867,8 @@ fn blind_spot_6_unknown_needs_the_executors_own_lookup() {
                 // The executor's own reconciliation, outside any agent request.
                 world.lookup(None, None, KEY, None);
             }
+            // No way left to find out: handed over to people (O13's other half, tested below).
+            world.hand_over(OP);
             world.settle();
             let final_poll = format!("{FINAL_POLL_PREFIX}{OP}");
             world.lookup(Some(OP), Some(&final_poll), KEY, None).settled(OP, OutcomeStatus::Unknown, None);
@@ -927,7 +942,7 @@ fn blind_spot_8_a_changed_request_after_a_first_attempt_that_committed_nothing()
                 "changed",
                 Outcome::rejected(ReasonCode::IdempotencyKeyReusedWithDifferentRequest, "mismatch"),
             );
-            world.lookup(None, None, KEY, None).settled(OP, OutcomeStatus::Unknown, None);
+            world.lookup(None, None, KEY, None).hand_over(OP).settled(OP, OutcomeStatus::Unknown, None);
         }
         world
     };
@@ -975,14 +990,14 @@ fn o13_an_operation_the_executor_could_resolve_must_not_stay_unknown() {
             world
                 .attempt("first", Handling::Answer(Disposition::DroppedBeforeCommit, 504, json!({})))
                 .answer("first", OutcomeStatus::Unknown, None);
-            world.lookup(None, None, KEY, None).settled(OP, OutcomeStatus::Unknown, None);
+            world.lookup(None, None, KEY, None).hand_over(OP).settled(OP, OutcomeStatus::Unknown, None);
             world
         };
     // The downstream honours the key: a resend is answered from the first request, so the
-    // executor could have carried it out.
+    // executor could have carried it out (handing it over does not excuse that).
     assert_eq!(never_sent().fired(), ["O13"]);
     // No key dedupe, and nothing to find: a receipt lookup that finds nothing does not prove
-    // that a request still on its way will not commit, so `unknown` stays acceptable.
+    // that a request still on its way will not commit, so `unknown`, handed over, is acceptable.
     assert_eq!(never_sent().fired_with(&receipts_only()), none());
     // An effect committed and its answer lost: the receipt lookup would find it.
     let mut lost = World::default();
@@ -1132,4 +1147,32 @@ fn o3_a_newer_version_replays_only_the_same_request() {
     assert_eq!(upgraded(charge).fired(), none());
     let changed = r#"{"customer": "cus_42", "amount_minor": 7000, "currency": "EUR"}"#;
     assert_eq!(upgraded(changed).fired(), ["O3"]);
+}
+
+/// O13's other half: where the downstream gives the executor no way to find out, `unknown` is
+/// the honest final answer only when the executor handed the operation over to people (filed a
+/// reconciliation entry the harness sees). Before, an executor could leave it in a table nobody
+/// reads.
+#[test]
+fn o13_an_unknown_nothing_can_settle_is_handed_over() {
+    let lost = |handed_over: bool, key: Option<&str>| {
+        let mut world = World::default();
+        world
+            .attempt("first", Handling::CommitThenDrop("ticket_1", json!({"ticket_id": "ticket_1"})))
+            .answer("first", OutcomeStatus::Unknown, None);
+        if handed_over {
+            world.hand_over(OP);
+        }
+        let mut unknown = Outcome::new(OutcomeStatus::Unknown);
+        unknown.next_action = NextAction::Reconcile;
+        unknown.operation_key = key.map(str::to_owned);
+        world.settled_with(OP, unknown);
+        world
+    };
+    let mut blind = ContractSet::builtin();
+    blind.set_capabilities("tickets", false, false);
+    assert_eq!(lost(false, None).fired_with(&blind), ["O13"]);
+    assert_eq!(lost(true, None).fired_with(&blind), none());
+    // An entry under a key the executor never named for the operation is not its entry.
+    assert_eq!(lost(true, Some("acme:production:run_1:another_step")).fired_with(&blind), ["O13"]);
 }

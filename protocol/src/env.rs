@@ -98,6 +98,29 @@ pub trait Outbox {
     fn enqueue(&self, envelope: Envelope) -> LocalBoxFuture<'_, Result<(), OutboxError>>;
 }
 
+/// A finding an executor hands to people: chiefly an operation it must leave `unknown`
+/// because the downstream gives it no way to find out (no key it honours, no receipt lookup),
+/// which someone has to settle by hand; also what it noticed while settling one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReconciliationEntry {
+    /// The operation's tenant.
+    pub tenant: String,
+    /// The operation key, as the executor's outcomes name it ([`Outcome::operation_key`]).
+    pub operation_key: String,
+    /// What was found, for a person to act on. No request bodies.
+    pub finding: String,
+}
+
+/// Where an executor files [`ReconciliationEntry`]s: the operators' queue. An `unknown` that
+/// nobody is told about is never settled, so an executor that cannot settle an operation on
+/// its own files an entry for it. The harness records each entry in the run's history (it is
+/// how O13 tells a handed-over `unknown` from a forgotten one); in production it is a ticket
+/// queue, a table people watch, an alert.
+pub trait Reconciliations {
+    /// Files one entry.
+    fn file(&self, entry: ReconciliationEntry) -> LocalBoxFuture<'_, ()>;
+}
+
 /// Marks the boundaries of an executor's durable-store calls. Inside the simulation, each
 /// boundary costs simulated time (so a read and a later insert can interleave with another
 /// worker) and is a point where the harness may pause or crash the worker. Call `enter`
@@ -148,6 +171,8 @@ pub struct WorkerEnv {
     pub authorizer: Rc<dyn Authorizer>,
     /// The outbox queue for queued tools.
     pub outbox: Rc<dyn Outbox>,
+    /// The operators' queue for operations the executor cannot settle on its own.
+    pub reconciliations: Rc<dyn Reconciliations>,
     /// Store-call boundaries.
     pub store_gate: Rc<dyn StoreGate>,
     /// Randomness.

@@ -27,5 +27,5 @@ pub use contract::{
 };
 pub use env::{
     AuthDecision, AuthRequest, Authorizer, Background, DownstreamClient, Entropy, Executor, ExecutorFactory,
-    LocalBoxFuture, Outbox, OutboxError, StoreGate, WorkerEnv,
+    LocalBoxFuture, Outbox, OutboxError, ReconciliationEntry, Reconciliations, StoreGate, WorkerEnv,
 };

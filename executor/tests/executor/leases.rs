@@ -66,6 +66,7 @@ async fn reconciling_an_abandoned_claim_without_a_receipt_marks_it_unknown() {
     let record = world.record("s");
     assert_eq!((record.status, record.owner_token), (RecordStatus::Unknown, None));
     assert_eq!(world.reconciliations("s").len(), 1);
+    assert!(world.operators.entries().is_empty(), "a retry can still resend it: not handed over");
     let mutating = world.downstream.requests().into_iter().filter(|request| request.method != "GET").count();
     assert_eq!(mutating, 0, "neither poll nor reconcile sent the request (it is not kept)");
 
@@ -151,6 +152,20 @@ async fn without_an_honoured_key_an_abandoned_claim_is_never_resent() {
     let findings: Vec<String> = world.reconciliations("s").into_iter().map(|row| row.finding).collect();
     assert_eq!(findings, ["no receipt for the key; the effect cannot be proved or safely repeated"]);
     assert_eq!(world.record("s").status, RecordStatus::Unknown);
+    // Nothing the executor or the agent can do settles it: handed over to people, once.
+    let filed = world.operators.entries();
+    assert_eq!(filed.len(), 1, "{filed:?}");
+    assert_eq!(
+        (filed[0].tenant.as_str(), filed[0].operation_key.as_str()),
+        ("acme", World::key("s").as_str())
+    );
+    assert_eq!(filed[0].finding, findings[0]);
+    // A retry looks again (the effect may have committed since), finds nothing again, and
+    // hands over again: each entry is one inconclusive look.
+    let again = world.worker("worker-2").call(world.call("tickets.create", "s", TICKET)).await;
+    assert_eq!(again.status, OutcomeStatus::Unknown);
+    assert!(world.requests_to("POST", "/v1/tickets").is_empty(), "still no blind resend");
+    assert_eq!(world.operators.entries().len(), 2);
 }
 
 #[tokio::test(flavor = "current_thread")]

@@ -15,7 +15,8 @@ use executor::{
 use fake_downstream::{Downstream, DownstreamConfig, Effect, EffectKind, RequestRecord};
 use protocol::{
     AuthDecision, AuthRequest, Authorizer, ContractSet, Entropy, Envelope, Executor, ExecutorFactory,
-    LocalBoxFuture, OperationRef, Outbox, OutboxError, StoreGate, ToolCall, WorkerEnv,
+    LocalBoxFuture, OperationRef, Outbox, OutboxError, ReconciliationEntry, Reconciliations, StoreGate,
+    ToolCall, WorkerEnv,
 };
 use serde_json::value::RawValue;
 use tokio::sync::Notify;
@@ -128,6 +129,25 @@ impl Queue {
     }
 }
 
+/// The operators' queue: what the executors handed over, in order.
+#[derive(Default)]
+pub struct Operators {
+    entries: RefCell<Vec<ReconciliationEntry>>,
+}
+
+impl Operators {
+    pub fn entries(&self) -> Vec<ReconciliationEntry> {
+        self.entries.borrow().clone()
+    }
+}
+
+impl Reconciliations for Operators {
+    fn file(&self, entry: ReconciliationEntry) -> LocalBoxFuture<'_, ()> {
+        self.entries.borrow_mut().push(entry);
+        Box::pin(std::future::ready(()))
+    }
+}
+
 impl Outbox for Queue {
     fn enqueue(&self, envelope: Envelope) -> LocalBoxFuture<'_, Result<(), OutboxError>> {
         self.envelopes.borrow_mut().push(envelope);
@@ -202,6 +222,7 @@ impl WorldBuilder {
             clock,
             authorizer: Rc::default(),
             outbox: Rc::default(),
+            operators: Rc::default(),
             gate: Rc::default(),
             entropy: Rc::default(),
             contracts: Arc::new(self.contracts),
@@ -225,6 +246,7 @@ pub struct World {
     pub clock: Arc<AtomicU64>,
     pub authorizer: Rc<Revocable>,
     pub outbox: Rc<Queue>,
+    pub operators: Rc<Operators>,
     pub gate: Rc<PausingGate>,
     pub entropy: Rc<Counter>,
     pub contracts: Arc<ContractSet>,
@@ -272,6 +294,7 @@ impl World {
             clock: Arc::new(move || clock.load(Ordering::SeqCst)),
             authorizer: self.authorizer.clone(),
             outbox: self.outbox.clone(),
+            reconciliations: self.operators.clone(),
             store_gate: gate,
             entropy: self.entropy.clone(),
             background: self.background.clone(),
