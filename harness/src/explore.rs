@@ -3,7 +3,8 @@
 //!
 //! A [`Case`] is a workload (operations over several tenants and tools) and a schedule of
 //! actions (calls, races, changed requests (one field or all), faulty calls, crashes before the
-//! effect or right after the commit, slow owners past their lease, revocations before and after
+//! effect or right after the commit, slow owners past their lease (writing after the new owner
+//! finished, or inside its window), revocations before and after
 //! an effect, retries past retention, polls of running jobs, human edits and stale updates).
 //! Each case becomes an ordinary [`Scenario`] without expectations, so only the oracles judge
 //! it. The conversion sends every action that needs a downstream request ahead (a fault, a
@@ -173,6 +174,15 @@ pub enum CaseAction {
         /// The owner's worker (the retry goes to the next one).
         worker: u8,
     },
+    /// A slow owner (as [`CaseAction::SlowOwner`]) that goes on while the retry's worker still
+    /// works on the operation: the retry's first downstream request is held until the owner
+    /// has answered, so that the stale owner's writes land inside the new owner's window.
+    OverlappingOwner {
+        /// Index into the operations.
+        operation: u8,
+        /// The owner's worker (the retry goes to the next one).
+        worker: u8,
+    },
     /// Simulated time passes.
     Advance {
         /// Milliseconds.
@@ -330,9 +340,13 @@ fn action(mix: Mix) -> impl Strategy<Value = CaseAction> {
         ),
         (
             mix.slow,
-            (operation(), worker())
-                .prop_map(|(operation, worker)| CaseAction::SlowOwner { operation, worker })
-                .boxed(),
+            prop_oneof![
+                (operation(), worker())
+                    .prop_map(|(operation, worker)| CaseAction::SlowOwner { operation, worker }),
+                (operation(), worker())
+                    .prop_map(|(operation, worker)| CaseAction::OverlappingOwner { operation, worker }),
+            ]
+            .boxed(),
         ),
         (mix.advance, (100u32..4_000).prop_map(|ms| CaseAction::Advance { ms }).boxed()),
         (mix.late, operation().prop_map(|operation| CaseAction::LateRetry { operation }).boxed()),
@@ -431,6 +445,16 @@ impl CaseTool {
             CaseTool::Message => "/v1/messages",
             CaseTool::Job => "/v1/jobs",
             CaseTool::SetStatus => "/v1/tickets/*",
+        }
+    }
+
+    /// The index of the tool's service in [`Case::services`].
+    fn service_index(self) -> usize {
+        match self {
+            CaseTool::Ticket | CaseTool::SetStatus => 0,
+            CaseTool::Charge => 1,
+            CaseTool::Message => 2,
+            CaseTool::Job => 3,
         }
     }
 
@@ -683,6 +707,72 @@ impl Case {
         }
     }
 
+    /// The owner of an operation's first call pauses right after the downstream committed,
+    /// past its lease; the retry goes to the next worker; then the owner goes on, after the
+    /// retry was answered, or (`overlap`) while the retry's first downstream request is held.
+    fn slow_owner(&self, plan: &mut Plan, operation: u8, worker: u8, overlap: bool) {
+        let Some((name, op)) = self.fresh(plan, operation) else {
+            return self.plan_action(plan, CaseAction::Call { operation, worker, variant: Variant::Same });
+        };
+        // A queued effect is sent by a consumer; a status update may commit nothing.
+        if op.tool.queued() || op.tool == CaseTool::SetStatus {
+            return self.plain_call(plan, &name, &op, self.worker(worker), Variant::Same);
+        }
+        // The retry sends something only when it has a way to find out (a lookup or an
+        // honoured key): only then can its request be held.
+        let service = self.services[op.tool.service_index()];
+        let overlap = overlap && (service.receipts || service.honoured);
+        let owner = self.worker(worker);
+        let Some(first) = self.call_step(plan, &name, &op, owner.clone(), Variant::Same, false) else {
+            return;
+        };
+        let pause = plan.label("pause-");
+        let mut point = PausePoint::downstream(Moment::After, true);
+        if let PausePoint::Downstream { filter, .. } = &mut point {
+            filter.operation = Some(name.clone());
+        }
+        plan.push(StepKind::Pause { name: pause.clone(), worker: Some(owner), point });
+        self.mark_called(plan, &name, &op, false);
+        let first_id = first.id.clone();
+        plan.push(StepKind::Call(first));
+        plan.push(StepKind::WaitPaused { name: pause.clone() });
+        // Past the lease, within the owner's own downstream timeout: alive, but late.
+        plan.push(StepKind::Advance { by: CASE_LEASE + Duration::from_millis(400) });
+        let Some(mut retry) =
+            self.call_step(plan, &name, &op, self.worker(worker.wrapping_add(1)), Variant::Same, !overlap)
+        else {
+            plan.push(StepKind::Release { name: pause });
+            plan.push(StepKind::Await { call: first_id });
+            return;
+        };
+        if !overlap {
+            plan.push(StepKind::Call(retry));
+            plan.push(StepKind::Release { name: pause });
+            plan.push(StepKind::Await { call: first_id });
+            return;
+        }
+        let hold = plan.label("hold-");
+        let rule = FaultRule {
+            matches: RuleMatch {
+                path: Some("/v1/*".into()),
+                tenant: Some(TENANTS[usize::from(op.tenant % 2)].into()),
+                ..RuleMatch::default()
+            },
+            action: FaultAction::Hold,
+            times: Times::Count(1),
+        };
+        plan.push(StepKind::Fault { name: Some(hold.clone()), rule });
+        retry.wait = false;
+        let retry_id = retry.id.clone();
+        plan.push(StepKind::Call(retry));
+        // Time for the retry to claim, take over and send its first request (held).
+        plan.push(StepKind::Advance { by: Duration::from_millis(300) });
+        plan.push(StepKind::Release { name: pause });
+        plan.push(StepKind::Await { call: first_id });
+        plan.push(StepKind::ReleaseHold { name: hold });
+        plan.push(StepKind::Await { call: retry_id });
+    }
+
     fn plan_action(&self, plan: &mut Plan, action: CaseAction) {
         match action {
             CaseAction::Call { operation, worker, variant } => {
@@ -758,39 +848,9 @@ impl Case {
                 plan.push(StepKind::Crash { worker: WorkerRef::PausedAt(pause.clone()) });
                 plan.push(StepKind::Restart { worker: WorkerRef::PausedAt(pause) });
             }
-            CaseAction::SlowOwner { operation, worker } => {
-                let Some((name, op)) = self.fresh(plan, operation) else {
-                    return self
-                        .plan_action(plan, CaseAction::Call { operation, worker, variant: Variant::Same });
-                };
-                // A queued effect is sent by a consumer; a status update may commit nothing.
-                if op.tool.queued() || op.tool == CaseTool::SetStatus {
-                    return self.plain_call(plan, &name, &op, self.worker(worker), Variant::Same);
-                }
-                let owner = self.worker(worker);
-                let Some(first) = self.call_step(plan, &name, &op, owner.clone(), Variant::Same, false)
-                else {
-                    return;
-                };
-                let pause = plan.label("pause-");
-                let mut point = PausePoint::downstream(Moment::After, true);
-                if let PausePoint::Downstream { filter, .. } = &mut point {
-                    filter.operation = Some(name.clone());
-                }
-                plan.push(StepKind::Pause { name: pause.clone(), worker: Some(owner), point });
-                self.mark_called(plan, &name, &op, false);
-                let first_id = first.id.clone();
-                plan.push(StepKind::Call(first));
-                plan.push(StepKind::WaitPaused { name: pause.clone() });
-                // Past the lease, within the owner's own downstream timeout: alive, but late.
-                plan.push(StepKind::Advance { by: CASE_LEASE + Duration::from_millis(400) });
-                if let Some(retry) =
-                    self.call_step(plan, &name, &op, self.worker(worker.wrapping_add(1)), Variant::Same, true)
-                {
-                    plan.push(StepKind::Call(retry));
-                }
-                plan.push(StepKind::Release { name: pause });
-                plan.push(StepKind::Await { call: first_id });
+            CaseAction::SlowOwner { operation, worker } => self.slow_owner(plan, operation, worker, false),
+            CaseAction::OverlappingOwner { operation, worker } => {
+                self.slow_owner(plan, operation, worker, true)
             }
             CaseAction::Advance { ms } => {
                 plan.push(StepKind::Advance { by: Duration::from_millis(u64::from(ms)) })

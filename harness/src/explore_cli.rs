@@ -37,6 +37,9 @@ pub struct Coverage {
     pub crashes: u64,
     /// See `crashes`.
     pub crashes_after_commit: u64,
+    /// Cases in which a stale owner wrote inside a new owner's window (see
+    /// [`crate::runner::stale_writes`]).
+    pub stale_writes: u64,
     /// Cases in which each oracle had something to judge.
     pub exercised: std::collections::BTreeMap<&'static str, u64>,
     /// Why cases ended `unknown`: the premise that did not happen, by kind, with a count.
@@ -82,6 +85,7 @@ impl Coverage {
         self.faults_fired += u64::from(run.faults_fired);
         self.crashes += u64::from(run.crashes);
         self.crashes_after_commit += u64::from(run.crashes_after_commit);
+        self.stale_writes += u64::from(run.stale_writes > 0);
         for oracle in &run.exercised {
             *self.exercised.entry(oracle).or_insert(0) += 1;
         }
@@ -92,14 +96,16 @@ impl Coverage {
         ORACLES.iter().map(|(id, _)| *id).filter(|id| !self.exercised.contains_key(id)).collect()
     }
 
-    /// `coverage: cases=N unknown=U% faults_fired=F% crashes_after_commit=C% oracles_exercised=K/M`
+    /// `coverage: cases=N unknown=U% faults_fired=F% crashes_after_commit=C% stale_writes=W
+    /// oracles_exercised=K/M`
     pub fn line(&self) -> String {
         format!(
-            "coverage: cases={} unknown={:.1}% faults_fired={:.1}% crashes_after_commit={:.1}% oracles_exercised={}/{}",
+            "coverage: cases={} unknown={:.1}% faults_fired={:.1}% crashes_after_commit={:.1}% stale_writes={} oracles_exercised={}/{}",
             self.cases,
             percent(self.unknown, self.cases),
             percent(self.faults_fired, self.faults_installed),
             percent(self.crashes_after_commit, self.crashes),
+            self.stale_writes,
             ORACLES.len() - self.unexercised().len(),
             ORACLES.len()
         )
@@ -376,6 +382,7 @@ mod tests {
             crashes,
             crashes_after_commit: after,
             exercised: exercised.iter().copied().collect(),
+            stale_writes: after,
         }
     }
 
@@ -393,7 +400,7 @@ mod tests {
         coverage.add(Verdict::Fail, &run(0, 0, 2, 2, &[]), &[]);
         assert_eq!(
             coverage.line(),
-            "coverage: cases=4 unknown=25.0% faults_fired=75.0% crashes_after_commit=75.0% oracles_exercised=13/13"
+            "coverage: cases=4 unknown=25.0% faults_fired=75.0% crashes_after_commit=75.0% stale_writes=2 oracles_exercised=13/13"
         );
         assert_eq!(coverage.unknown_because.get("a fault did not fire"), Some(&1));
         let shortfalls = coverage.shortfalls();

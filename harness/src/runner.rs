@@ -9,7 +9,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use fake_downstream::{Effect, FaultRule, Times};
-use protocol::{OperationRef, ToolCall};
+use protocol::{ContractSet, OperationRef, ToolCall};
 use scenarios::{CallStep, PausePoint, Scenario, StepKind, WorkerRef, TICKET_OF_PLACEHOLDER};
 use serde_json::value::RawValue;
 use turmoil::barriers::{Barrier, Reaction, Triggered};
@@ -68,6 +68,58 @@ pub struct RunCoverage {
     pub crashes_after_commit: u32,
     /// The oracles (`O1`..) that had something to judge.
     pub exercised: BTreeSet<&'static str>,
+    /// Store writes a worker made for a call while another worker, called for the same
+    /// operation after the first call's lease had run out, was still working on it: a stale
+    /// owner writing inside the new owner's window ([`stale_writes`]).
+    pub stale_writes: u32,
+}
+
+/// Counts the store writes a worker made, serving a call, while another worker was serving a
+/// later call for the same operation that arrived after the first call's lease had run out
+/// (and had not been answered yet). Judged from what the harness sees: the calls, their
+/// workers and times, the contract's lease, and the store calls through the gate.
+pub fn stale_writes(history: &[Event], contracts: &ContractSet) -> u32 {
+    struct Call<'a> {
+        worker: &'a str,
+        operation: &'a str,
+        sent_ms: u64,
+        lease_ms: u64,
+        answered_ms: u64,
+    }
+    let mut calls: BTreeMap<&str, Call<'_>> = BTreeMap::new();
+    for event in history {
+        match &event.kind {
+            EventKind::CallSent { label, worker, operation, tool, tool_version, .. } => {
+                let lease_ms = contracts.get(tool, tool_version).map_or(u64::MAX, |contract| {
+                    u64::try_from(contract.lease.as_millis()).unwrap_or(u64::MAX)
+                });
+                calls.insert(
+                    label,
+                    Call { worker, operation, sent_ms: event.at_ms, lease_ms, answered_ms: u64::MAX },
+                );
+            }
+            EventKind::Answered { label, .. } => {
+                if let Some(call) = calls.get_mut(label.as_str()) {
+                    call.answered_ms = call.answered_ms.min(event.at_ms);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut count = 0;
+    for event in history {
+        let EventKind::StoreCommitted { worker, serving: Some(label), .. } = &event.kind else { continue };
+        let Some(stale) = calls.get(label.as_str()).filter(|call| call.worker == worker) else { continue };
+        let window = calls.values().any(|newer| {
+            newer.operation == stale.operation
+                && newer.worker != stale.worker
+                && newer.sent_ms >= stale.sent_ms.saturating_add(stale.lease_ms)
+                && newer.sent_ms < event.at_ms
+                && event.at_ms < newer.answered_ms
+        });
+        count += u32::from(window);
+    }
+    count
 }
 
 /// A fault a scenario installed, for its premise.
@@ -844,6 +896,7 @@ impl Runner {
         let judgement = oracles::judge(&evidence);
         let mut coverage = self.coverage.clone();
         coverage.exercised = judgement.exercised;
+        coverage.stale_writes = stale_writes(&history, &self.shared.contracts);
         let mut violations = judgement.violations;
         violations.extend(self.expectation_failures.iter().cloned());
         let mut notes = Vec::new();

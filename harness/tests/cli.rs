@@ -111,7 +111,7 @@ fn explore_ends_with_its_coverage_and_fails_when_it_is_thin() {
     let names: Vec<&str> = fields.iter().map(|field| field.split('=').next().unwrap_or_default()).collect();
     assert_eq!(
         names,
-        ["cases", "unknown", "faults_fired", "crashes_after_commit", "oracles_exercised"],
+        ["cases", "unknown", "faults_fired", "crashes_after_commit", "stale_writes", "oracles_exercised"],
         "{line}"
     );
     assert_eq!(fields[0], "cases=300");

@@ -299,3 +299,14 @@ fn an_executor_that_cannot_start_makes_the_run_crashed() {
         );
     }
 }
+
+/// S19 draws what its expectation is about: worker-1's late write lands while worker-2, called
+/// after worker-1's lease ran out, still works on the operation. S01 (one worker, no lease
+/// running out) draws none.
+#[test]
+fn s19_lands_the_stale_owners_write_inside_the_new_owners_window() {
+    let stale = runner::run(&scenario("S19"), 0, &reference());
+    assert_eq!(stale.result.verdict, harness::verdict::Verdict::Pass, "{:?}", stale.result);
+    assert!(stale.coverage.stale_writes >= 1, "{:?}", stale.coverage);
+    assert_eq!(runner::run(&scenario("S01"), 0, &reference()).coverage.stale_writes, 0);
+}
