@@ -860,6 +860,12 @@ fn late_duplicate(facts: &Facts<'_>, judgement: &mut Judgement) {
         if late_call {
             judgement.exercise(7);
         }
+        // Reconciling first needs something to ask: the downstream's receipt lookup.
+        if contract.late_arrival == protocol::LateArrivalPolicy::ReconcileFirst
+            && contract.downstream.receipt_lookup
+        {
+            late_calls_reconcile_first(facts, judgement, operation, first.effect.at_ms + retention_ms);
+        }
         for late in own.filter(|e| e.effect.at_ms >= first.effect.at_ms + retention_ms) {
             judgement.exercise(7);
             judgement.violate(
@@ -872,6 +878,42 @@ fn late_duplicate(facts: &Facts<'_>, judgement: &mut Judgement) {
                     late.effect.at_ms - first.effect.at_ms,
                     first.effect.effect_reference,
                     retention_ms
+                ),
+            );
+        }
+    }
+}
+
+/// O7, for a contract whose late-arrival policy is `reconcile_first` (and whose downstream
+/// offers a receipt lookup): a call that arrives after retention and is answered `expired` was
+/// answered after the executor asked the downstream (a receipt lookup or a read for the
+/// operation, sent while serving that call).
+fn late_calls_reconcile_first(
+    facts: &Facts<'_>,
+    judgement: &mut Judgement,
+    operation: &str,
+    late_from_ms: u64,
+) {
+    let late_calls = facts.calls.iter().filter(|c| c.operation == operation && c.at_ms >= late_from_ms);
+    for call in late_calls {
+        let Some(answer) = facts.answer_to(&call.label) else { continue };
+        if answer.outcome.status != OutcomeStatus::Expired {
+            continue;
+        }
+        let asked = facts.sent.iter().any(|sent| {
+            sent.class.is_lookup()
+                && sent.serving.as_deref() == Some(call.label.as_str())
+                && sent.seq < answer.seq
+        });
+        if !asked {
+            judgement.violate(
+                7,
+                Some(operation),
+                vec![call.seq, answer.seq],
+                format!(
+                    "{:?} arrived after retention and was answered expired without asking the downstream, \
+                     but the contract's late-arrival policy is reconcile_first",
+                    call.label
                 ),
             );
         }

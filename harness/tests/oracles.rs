@@ -1176,3 +1176,37 @@ fn o13_an_unknown_nothing_can_settle_is_handed_over() {
     // An entry under a key the executor never named for the operation is not its entry.
     assert_eq!(lost(true, Some("acme:production:run_1:another_step")).fired_with(&blind), ["O13"]);
 }
+
+/// O7, for `reconcile_first` (payments.charge): a call after retention answered `expired` is
+/// answered after the executor asked the downstream while serving it. Before, the contract's
+/// late-arrival policy was never checked: only the absence of a new effect was.
+#[test]
+fn o7_a_late_call_under_reconcile_first_asks_the_downstream_first() {
+    let charge = r#"{"customer": "cus_42", "amount_minor": 5000, "currency": "EUR"}"#;
+    let late = |asked: bool| {
+        let mut world = World::default();
+        world.call_full("first", OP, "agent", "payments.charge", charge);
+        let content = world.content_of("first");
+        let committed =
+            json!({"charge_id": "charge_1", "amount_minor": 5000, "currency": "EUR", "status": "succeeded"});
+        world.request_full(
+            Some(OP),
+            Some("first"),
+            "POST",
+            "/v1/charges",
+            Some(KEY),
+            content,
+            Handling::Commit("charge_1", committed),
+        );
+        world.answer("first", OutcomeStatus::Applied, Some("charge_1"));
+        world.advance(61_000);
+        world.call_full("late", OP, "agent", "payments.charge", charge);
+        if asked {
+            world.lookup(Some(OP), Some("late"), KEY, Some("charge_1"));
+        }
+        world.answer("late", OutcomeStatus::Expired, Some("charge_1"));
+        world
+    };
+    assert_eq!(late(false).fired(), ["O7"]);
+    assert_eq!(late(true).fired(), none());
+}
