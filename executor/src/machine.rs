@@ -1296,8 +1296,11 @@ impl Machine {
             let request = notice_request(tenant, to, job_id, record.downstream_key.as_deref());
             let answer = classify(ToolKind::MessagesSend, self.send(request).await);
             if !matches!(answer, Answer::Receipt { .. }) {
+                // Not resent blind (the message service may not dedupe): people check and
+                // resend it.
                 let finding = format!("the completion notice for {job_id} was not confirmed: {answer:?}");
                 self.note(tenant, key, &finding).await;
+                self.hand_over(tenant, key, &finding).await;
             }
         }
         Ok(won.then_some(result))

@@ -1163,7 +1163,9 @@ fn tenant_isolation(facts: &Facts<'_>, judgement: &mut Judgement) {
 /// O10: at most one downstream job accepted per operation, and a job whose contract names a
 /// completion notice is announced once it is settled: an operation the executor finally
 /// answers `applied` or `replayed` for (the job finished, by its own account) has its notice in
-/// the ledger. (A second notice is O1's: one effect per operation and kind.)
+/// the ledger, or, when the downstream never confirmed it, was handed over to people (a
+/// reconciliation entry for the operation). (A second notice is O1's: one effect per operation
+/// and kind.)
 fn single_job(facts: &Facts<'_>, judgement: &mut Judgement) {
     one_job_per_operation(facts, judgement);
     settled_jobs_are_announced(facts, judgement);
@@ -1188,7 +1190,8 @@ fn settled_jobs_are_announced(facts: &Facts<'_>, judgement: &mut Judgement) {
         judgement.exercise(10);
         let notices =
             facts.effects_of(operation).filter(|e| e.effect.kind == EffectKind::MessageSent).count();
-        if notices == 0 {
+        // A notice the downstream never confirmed may be handed over to people instead.
+        if notices == 0 && !facts.handed_over(operation) {
             judgement.violate(
                 10,
                 Some(operation),

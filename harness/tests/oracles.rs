@@ -1113,6 +1113,10 @@ fn o10_a_settled_job_is_announced() {
     };
     assert_eq!(job(false, OutcomeStatus::Replayed).fired(), ["O10"]);
     assert_eq!(job(true, OutcomeStatus::Replayed).fired(), none());
+    // A notice the downstream never confirmed, handed over to people instead.
+    let mut handed_over = job(false, OutcomeStatus::Replayed);
+    handed_over.hand_over(OP);
+    assert_eq!(handed_over.fired(), none());
     // Still running by the executor's account: nothing to announce yet (liveness is O13's).
     assert_eq!(job(false, OutcomeStatus::InFlight).fired(), ["O6", "O13"]);
 }
