@@ -261,6 +261,15 @@ struct JobEvent {
     result: Value,
 }
 
+/// When a settled job's completion notice is sent: before the settling request is answered
+/// (a poll: its caller waits for it), or beside it, as background work (a webhook delivery,
+/// which the provider may give up on while the notice is on its way).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Announce {
+    Before,
+    Beside,
+}
+
 /// Poll answers without acting on the downstream; reconcile may take over and settle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Lookup {
@@ -1230,7 +1239,7 @@ impl Machine {
         let Some(job_id) = record.job_id.as_deref() else { return self.describe(record) };
         match read_job(self.send(job_request(job_id, &record.tenant)).await) {
             JobState::Succeeded(job_result) => {
-                match self.settle_job(record, contract, job_id, job_result).await {
+                match self.settle_job(record, contract, job_id, job_result, Announce::Before).await {
                     Ok(Some(result)) => succeeded(OutcomeStatus::Applied, key, job_id, Some(result)),
                     Ok(None) => self.reload_and_describe(&record.tenant, key).await,
                     Err(error) => store_failure(Some(key), &error),
@@ -1275,6 +1284,7 @@ impl Machine {
         contract: &ToolContract,
         job_id: &str,
         job_result: Value,
+        announce_when: Announce,
     ) -> Result<Option<Value>, StoreError> {
         let result = json!({"job_id": job_id, "status": "succeeded", "result": job_result});
         let (response_json, now) = (result.to_string(), self.now_ms());
@@ -1294,16 +1304,35 @@ impl Machine {
         let announce = won == plan.announce_on_win;
         if let Some(to) = contract.completion_notice_to.as_ref().filter(|_| announce) {
             let request = notice_request(tenant, to, job_id, record.downstream_key.as_deref());
-            let answer = classify(ToolKind::MessagesSend, self.send(request).await);
-            if !matches!(answer, Answer::Receipt { .. }) {
-                // Not resent blind (the message service may not dedupe): people check and
-                // resend it.
-                let finding = format!("the completion notice for {job_id} was not confirmed: {answer:?}");
-                self.note(tenant, key, &finding).await;
-                self.hand_over(tenant, key, &finding).await;
+            match announce_when {
+                Announce::Before => self.announce(tenant, key, job_id, request).await,
+                Announce::Beside => self.announce_in_background(tenant, key, job_id, request),
             }
         }
         Ok(won.then_some(result))
+    }
+
+    /// Sends a settled job's completion notice. A notice the downstream does not confirm is not
+    /// resent blind (the message service may not dedupe): it is handed over to people.
+    async fn announce(&self, tenant: &str, key: &str, job_id: &str, request: wire::HttpRequest) {
+        let answer = classify(ToolKind::MessagesSend, self.send(request).await);
+        if !matches!(answer, Answer::Receipt { .. }) {
+            let finding = format!("the completion notice for {job_id} was not confirmed: {answer:?}");
+            self.note(tenant, key, &finding).await;
+            self.hand_over(tenant, key, &finding).await;
+        }
+    }
+
+    /// [`Machine::announce`] as this worker's own background work, for a settlement made while
+    /// handling a webhook delivery: the settlement is durable, and the notice must not be lost
+    /// because the provider gave up on the delivery (its connection closed) before the notice
+    /// was confirmed. (A crash between the settlement and the notice loses it.)
+    fn announce_in_background(&self, tenant: &str, key: &str, job_id: &str, request: wire::HttpRequest) {
+        let Some(machine) = self.this.upgrade() else { return };
+        let (tenant, key, job_id) = (tenant.to_owned(), key.to_owned(), job_id.to_owned());
+        self.env.background.spawn(Box::pin(async move {
+            machine.announce(&tenant, &key, &job_id, request).await;
+        }));
     }
 
     async fn handle_webhook(&self, event: WebhookEvent) -> WebhookAck {
@@ -1344,7 +1373,7 @@ impl Machine {
         let Some(contract) = self.env.contracts.get(&record.tool_name, &record.tool_version) else {
             return WebhookAck::Unmatched;
         };
-        match self.settle_job(&record, contract, &event.job_id, event.result).await {
+        match self.settle_job(&record, contract, &event.job_id, event.result, Announce::Beside).await {
             Ok(Some(_)) => WebhookAck::Processed,
             Ok(None) | Err(_) => WebhookAck::AlreadySettled,
         }

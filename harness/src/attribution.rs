@@ -13,7 +13,8 @@
 //!    the sending task was serving (the harness's `X-Replaylab-Origin` tag: background work
 //!    keeps the tag of the call that started it, which need not be the operation it works on);
 //!    a key never seen before goes to the first of them that has sent no key yet; else to the
-//!    one called first. (These ties are the only place an executor's own words count, and they
+//!    one called first. An operation whose every such call was refused (unauthorized, invalid)
+//!    claimed nothing, and is a candidate only when no other is. (These ties are the only place an executor's own words count, and they
 //!    can only move an effect between operations whose calls were identical.)
 //! 3. Requests without business content: a receipt lookup belongs to the operation whose
 //!    state-changing request carried that key (tenant and key), else to the one whose answers
@@ -124,6 +125,8 @@ pub struct Attributed {
 struct CallContent<'a> {
     operation: &'a str,
     content: &'a str,
+    /// Answered `rejected` as unauthorized or invalid: such a call claims nothing.
+    refused: bool,
 }
 
 /// The operations of a run's downstream requests and effects.
@@ -216,6 +219,7 @@ impl Attribution {
         let mut labels: BTreeMap<&str, &str> = BTreeMap::new();
         let mut named: BTreeMap<(String, String), String> = BTreeMap::new();
         let mut sent: BTreeSet<&str> = BTreeSet::new();
+        let mut refused: BTreeSet<&str> = BTreeSet::new();
         for event in history {
             match &event.kind {
                 EventKind::CallSent { label, operation, .. }
@@ -223,6 +227,14 @@ impl Attribution {
                     labels.insert(label, operation);
                 }
                 EventKind::Answered { label, outcome, .. } => {
+                    if outcome.status == protocol::OutcomeStatus::Rejected
+                        && matches!(
+                            outcome.reason,
+                            Some(protocol::ReasonCode::Unauthorized | protocol::ReasonCode::InvalidRequest)
+                        )
+                    {
+                        refused.insert(label);
+                    }
                     if let (Some(operation), Some(key)) = (labels.get(label.as_str()), &outcome.operation_key)
                     {
                         let tenant = operation.split('/').next().unwrap_or_default().to_owned();
@@ -246,8 +258,9 @@ impl Attribution {
         let mut learned = Learned::default();
         for event in history {
             let handled = match &event.kind {
-                EventKind::CallSent { operation, content: Some(content), .. } => {
-                    learned.calls.push(CallContent { operation, content });
+                EventKind::CallSent { label, operation, content: Some(content), .. } => {
+                    let refused = refused.contains(label.as_str());
+                    learned.calls.push(CallContent { operation, content, refused });
                     continue;
                 }
                 EventKind::DownstreamSent { request_id, .. } => {
@@ -381,6 +394,22 @@ fn by_content(
     for call in calls.iter().filter(|call| call.content == content) {
         if !candidates.contains(&call.operation) {
             candidates.push(call.operation);
+        }
+    }
+    // Among several, an operation whose every call with this content was refused (unauthorized,
+    // invalid) claimed nothing: it is a candidate only when no other is.
+    if candidates.len() > 1 {
+        let claimed: Vec<&str> = candidates
+            .iter()
+            .copied()
+            .filter(|operation| {
+                calls
+                    .iter()
+                    .any(|call| call.operation == *operation && call.content == content && !call.refused)
+            })
+            .collect();
+        if !claimed.is_empty() {
+            candidates = claimed;
         }
     }
     match candidates.as_slice() {

@@ -124,6 +124,10 @@ struct Facts<'a> {
     acted_on: BTreeSet<String>,
     /// (tenant, operation key) of every reconciliation entry an executor filed for people.
     handed_over: BTreeSet<(String, String)>,
+    /// When each agent request (call, poll, reconcile) was sent: label -> (seq, is a call).
+    asked: BTreeMap<String, (u64, bool)>,
+    /// Downstream requests by id: whether each got a clean answer (below 500, no fault fired).
+    clean: BTreeMap<String, bool>,
 }
 
 impl<'a> Facts<'a> {
@@ -144,6 +148,8 @@ impl<'a> Facts<'a> {
             attribution: Attribution::default(),
             acted_on: BTreeSet::new(),
             handed_over: BTreeSet::new(),
+            asked: BTreeMap::new(),
+            clean: BTreeMap::new(),
         };
         let mut sent_at: BTreeMap<&str, u64> = BTreeMap::new();
         for event in evidence.history {
@@ -161,6 +167,7 @@ impl<'a> Facts<'a> {
                     ..
                 } => {
                     facts.requests.insert(label.clone(), (operation.clone(), tenant.clone()));
+                    facts.asked.insert(label.clone(), (event.seq, true));
                     facts.calls.push(CallFact {
                         seq: event.seq,
                         at_ms: event.at_ms,
@@ -176,6 +183,7 @@ impl<'a> Facts<'a> {
                 }
                 EventKind::OperationQuery { label, operation, tenant, .. } => {
                     facts.requests.insert(label.clone(), (operation.clone(), tenant.clone()));
+                    facts.asked.insert(label.clone(), (event.seq, false));
                 }
                 EventKind::StoreCommitted { serving: Some(label), .. } => {
                     facts.acted_on.insert(label.clone());
@@ -202,6 +210,8 @@ impl<'a> Facts<'a> {
                 }
                 EventKind::DownstreamSent { request_id, origin, serving, method, path, .. } => {
                     sent_at.insert(request_id, event.seq);
+                    // Clean until an answer says otherwise; no answer at all is not clean.
+                    facts.clean.insert(request_id.clone(), false);
                     if let Some(label) = serving {
                         facts.acted_on.insert(label.clone());
                     }
@@ -214,6 +224,9 @@ impl<'a> Facts<'a> {
                     });
                 }
                 EventKind::DownstreamAnswered { request_id, origin, request, status, references, .. } => {
+                    if let Some(clean) = facts.clean.get_mut(request_id) {
+                        *clean = *status < 500;
+                    }
                     let attributed = attribution.request(request_id);
                     let (method, path) = request.split_once(' ').unwrap_or((request.as_str(), ""));
                     let class = attributed.map_or_else(|| RequestClass::of(method, path), |a| a.class);
@@ -758,6 +771,7 @@ fn can_look_up(facts: &Facts<'_>, operation: &str) -> bool {
 /// finds nothing does not prove that a request still on its way will not commit, so `unknown`
 /// with `reconcile` stays acceptable (O6 asks that the executor looked).
 fn resolves_when_it_can(facts: &Facts<'_>, judgement: &mut Judgement) {
+    answers_what_it_can_find_out(facts, judgement);
     if !facts.settled {
         return;
     }
@@ -823,6 +837,117 @@ fn resolves_when_it_can(facts: &Facts<'_>, judgement: &mut Judgement) {
                 ),
             );
         }
+    }
+}
+
+/// O13, answer by answer: an `unknown` answer to a call, poll or reconcile whose own downstream
+/// requests were all answered cleanly (below 500, no fault fired on them), while no other
+/// request for the operation was being served, is a violation when the executor could have
+/// found out then: for a call, the downstream honours the key (a resend is answered from the
+/// first request); for any of them, the operation's effect was already in the ledger when the
+/// request was sent and the downstream's receipt lookup finds it.
+fn answers_what_it_can_find_out(facts: &Facts<'_>, judgement: &mut Judgement) {
+    let faulted: BTreeSet<&str> = facts
+        .evidence
+        .history
+        .iter()
+        .filter_map(|event| match &event.kind {
+            EventKind::DownstreamHandled { fault: Some(_), request_id: Some(id), .. } => Some(id.as_str()),
+            _ => None,
+        })
+        .collect();
+    // (label, request id) of every downstream request sent while serving an agent request;
+    // the seq of every request sent by work no agent request was waiting for; when each agent
+    // request ended for the agent (answered, or given up on); and the seqs of the work done
+    // serving each (which may go on after the agent gave up).
+    let mut served: Vec<(&str, &str)> = Vec::new();
+    let mut unlabelled: Vec<(u64, Option<&str>)> = Vec::new();
+    let mut ended: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut activity: Vec<(&str, u64)> = Vec::new();
+    for event in facts.evidence.history {
+        match &event.kind {
+            EventKind::DownstreamSent { request_id, serving, origin, .. } => match serving {
+                Some(label) => {
+                    served.push((label, request_id));
+                    activity.push((label, event.seq));
+                }
+                None => unlabelled.push((event.seq, origin.as_deref())),
+            },
+            EventKind::StoreCommitted { serving: Some(label), .. } => activity.push((label, event.seq)),
+            EventKind::Answered { label, .. }
+            | EventKind::AgentReceived { label }
+            | EventKind::AgentGotNoAnswer { label, .. } => {
+                ended.entry(label).or_insert(event.seq);
+            }
+            _ => {}
+        }
+    }
+    let clean = |id: &str| facts.clean.get(id).copied().unwrap_or(false) && !faulted.contains(id);
+    for answer in facts.answers.iter().filter(|a| a.outcome.status == OutcomeStatus::Unknown) {
+        if answer.label.starts_with(FINAL_POLL_PREFIX) {
+            continue;
+        }
+        let (Some((operation, _)), Some(&(asked_seq, is_call))) =
+            (facts.request_of(&answer.label), facts.asked.get(&answer.label))
+        else {
+            continue;
+        };
+        let Some(first) = facts.first_call_of(operation) else { continue };
+        let Some(contract) = facts.evidence.contracts.get(&first.tool, &first.tool_version) else { continue };
+        // An actor that lost its permission is answered by O5's rules, not by what can be found.
+        let call = facts.calls.iter().find(|c| c.label == answer.label);
+        let revoked = facts.revocations.iter().any(|(seq, actor, tool)| {
+            *seq < answer.seq
+                && call.is_none_or(|c| &c.actor == actor && tool.as_ref().is_none_or(|tool| tool == &c.tool))
+        });
+        if revoked {
+            continue;
+        }
+        // Only a call that asks for the operation's own request can resend it.
+        let same_request = is_call
+            && facts.calls.iter().any(|c| c.label == answer.label && c.fingerprint == first.fingerprint);
+        let effect_known = contract.downstream.receipt_lookup
+            && facts.own_effects(operation).any(|e| e.position < asked_seq);
+        let means = if same_request && contract.downstream.honours_key {
+            "the downstream honours the key (a resend is answered from the first request)"
+        } else if effect_known {
+            "the effect was in the ledger and the downstream's receipt lookup finds it"
+        } else {
+            continue;
+        };
+        if !served.iter().filter(|(label, _)| *label == answer.label).all(|(_, id)| clean(id)) {
+            continue;
+        }
+        // Another request for the operation being served meanwhile (by another worker, or by
+        // work no agent request waits for) may hold the claim: `unknown` may be its doing.
+        let within = |seq: u64| seq > asked_seq && seq < answer.seq;
+        let busy = |label: &str| {
+            facts.asked.get(label).is_some_and(|&(seq, _)| seq < answer.seq)
+                && (ended.get(label).is_none_or(|&end| end > asked_seq)
+                    || activity.iter().any(|&(other, seq)| other == label && within(seq)))
+        };
+        let concurrent = facts.requests.iter().any(|(label, (other, _))| {
+            other == operation
+                && label != &answer.label
+                && !label.starts_with(FINAL_POLL_PREFIX)
+                && busy(label)
+        }) || unlabelled
+            .iter()
+            .any(|(seq, origin)| within(*seq) && origin.is_none_or(|origin| origin == operation));
+        if concurrent {
+            continue;
+        }
+        judgement.exercise(13);
+        judgement.violate(
+            13,
+            Some(operation),
+            vec![asked_seq, answer.seq],
+            format!(
+                "{:?} was answered unknown though every downstream request made for it was answered cleanly and {means}: \
+                 the executor could have found out",
+                answer.label
+            ),
+        );
     }
 }
 

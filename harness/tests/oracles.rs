@@ -1214,3 +1214,82 @@ fn o7_a_late_call_under_reconcile_first_asks_the_downstream_first() {
     assert_eq!(late(false).fired(), ["O7"]);
     assert_eq!(late(true).fired(), none());
 }
+
+/// O13, answer by answer: a retry answered `unknown` though every downstream request made for
+/// it was answered cleanly, nobody else was working on the operation, and the executor could
+/// have found out then (the downstream honours the key). Before, only the final poll was
+/// judged, and a restarted worker's sweep could settle what the retry had given up on.
+#[test]
+fn o13_a_retry_that_could_find_out_does_not_answer_unknown() {
+    let retry = |lookup: Option<Handling<'static>>, busy: bool, contracts: &ContractSet| {
+        let mut world = World::default();
+        // The first attempt's worker crashed after claiming: no request left, no answer.
+        world.call("first");
+        world.push(EventKind::AgentGotNoAnswer { label: "first".into(), reason: "connection_closed".into() });
+        world.call("retry");
+        if busy {
+            // Work nobody waits for (a sweep) touches the operation meanwhile.
+            world.lookup(Some(OP), None, KEY, None);
+        }
+        if let Some(handling) = lookup {
+            world.request_full(
+                Some(OP),
+                Some("retry"),
+                "GET",
+                &format!("/v1/receipts/{KEY}?tenant=acme&service=tickets"),
+                None,
+                None,
+                handling,
+            );
+        }
+        world.answer("retry", OutcomeStatus::Unknown, None);
+        let evidence = Evidence { history: &world.events, ledger: &world.ledger, contracts };
+        // Only this rule's verdict on the retry (the final poll is judged apart).
+        oracles::check(&evidence)
+            .iter()
+            .any(|v| v.oracle == "O13" && v.explanation.contains("\"retry\" was answered unknown"))
+    };
+    let builtin = ContractSet::builtin();
+    let not_found = || Handling::Answer(Disposition::NotFound, 404, json!({"title": "not found"}));
+    // A key the downstream honours: the retry could have resent it.
+    assert!(retry(None, false, &builtin));
+    assert!(retry(Some(not_found()), false, &builtin));
+    // Its own lookup failed (503): `unknown` is what it knew.
+    let failed = Handling::Answer(Disposition::Read, 503, json!({"title": "unavailable"}));
+    assert!(!retry(Some(failed), false, &builtin));
+    // Someone else was at work on the operation: `unknown` may be theirs.
+    assert!(!retry(None, true, &builtin));
+    // No way to find out (no key dedupe, nothing committed): `unknown` it is.
+    let mut blind = ContractSet::builtin();
+    blind.set_capabilities("tickets", false, false);
+    assert!(!retry(None, false, &blind));
+}
+
+/// Attribution ties: two operations sent identical content; the first's only call was refused
+/// (unauthorized), the second's worker crashed, and a sweep with no operation tag made the
+/// effect later. The refused operation claimed nothing, so the effect is the second's (before,
+/// it went to the first called, and the second's replay looked like a phantom).
+#[test]
+fn a_refused_operation_is_no_candidate_in_an_attribution_tie() {
+    let mut world = World::default();
+    world.call_full("refused", OP, "agent", "tickets.create", TICKET);
+    world.answer_with("refused", Outcome::rejected(ReasonCode::Unauthorized, "revoked"));
+    world.call_full("crashed", OTHER, "agent", "tickets.create", TICKET);
+    world.push(EventKind::AgentGotNoAnswer { label: "crashed".into(), reason: "connection_closed".into() });
+    let content = world.content_of("crashed");
+    world.request_full(
+        None,
+        None,
+        "POST",
+        "/v1/tickets",
+        // A key no answer names yet (the crashed call never answered).
+        Some("k-other"),
+        content,
+        Handling::Commit("ticket_1", json!({"ticket_id": "ticket_1"})),
+    );
+    let attribution = harness::attribution::Attribution::build(&world.events);
+    assert_eq!(attribution.effect(world.ledger[0].seq), Some(OTHER));
+    world.settled(OTHER, OutcomeStatus::Replayed, Some("ticket_1"));
+    world.settled_with(OP, Outcome::rejected(ReasonCode::InvalidRequest, "no operation with this key"));
+    assert_eq!(world.fired(), none());
+}

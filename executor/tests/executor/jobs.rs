@@ -82,6 +82,8 @@ async fn webhooks_are_deduplicated_by_event_and_by_operation() {
 
     let polled = worker.poll(world.operation("report")).await;
     assert_eq!(polled.status, OutcomeStatus::Replayed, "the webhook made the transition: {polled:?}");
+    assert!(notices(&world).is_empty(), "a webhook's notice goes out beside it, as background work");
+    world.run_background().await;
     assert_eq!(notices(&world).len(), 1, "the transition sends the notice, once");
     assert_eq!(world.effects_of(EffectKind::JobAccepted).len(), 1);
 }

@@ -469,6 +469,8 @@ async fn deliveries(strategies: Strategies) -> (Vec<WebhookAck>, usize) {
     for event_id in ["evt_1", "evt_1", "evt_2"] {
         acks.push(worker.webhook(webhook(event_id)).await);
     }
+    // The notices go out as background work, beside the deliveries.
+    world.run_background().await;
     assert_eq!(world.record("report").status, RecordStatus::Applied);
     (acks, world.effects_of(EffectKind::MessageSent).len())
 }
