@@ -46,8 +46,10 @@
 //! consumer ([`protocol::Executor::consume`]) claims it by compare-and-set before it sends.
 //! Delayed jobs (`jobs.submit`) store the downstream job id; polling or the completion webhook
 //! settles the job exactly once (only the winner of that transition sends the completion
-//! notice). Webhook deliveries are deduplicated by event id, then matched to the operation by
-//! its downstream key.
+//! notice, and owes it in the store from the settlement on: a notice its sender did not get
+//! confirmed is finished by a later poll or call, which looks the notice up before it resends,
+//! and hands it over to people when it cannot check). Webhook deliveries are deduplicated by
+//! event id, then matched to the operation by its downstream key.
 //!
 //! Each REPLAY decision (key derivation, fingerprinting, claim, lease recovery,
 //! authorization recheck, retention, downstream key, what an ambiguous answer means, what is

@@ -621,7 +621,10 @@ impl Machine {
             };
         }
         match record.status {
-            RecordStatus::Applied => replayed(&record),
+            RecordStatus::Applied => {
+                self.finish_notice(&record, contract).await;
+                replayed(&record)
+            }
             RecordStatus::FailedPermanent | RecordStatus::Tombstone => self.describe(&record),
             RecordStatus::Pending if record.job_id.is_some() => match (self.strategies.job_retry)(contract) {
                 JobRetry::Poll => self.describe(&record),
@@ -1208,9 +1211,11 @@ impl Machine {
                     None => self.reload_and_describe(&record.tenant, &key).await,
                 },
             },
-            RecordStatus::Applied | RecordStatus::FailedPermanent | RecordStatus::Tombstone => {
+            RecordStatus::Applied => {
+                self.finish_notice(&record, contract).await;
                 self.describe(&record)
             }
+            RecordStatus::FailedPermanent | RecordStatus::Tombstone => self.describe(&record),
         }
     }
 
@@ -1290,9 +1295,13 @@ impl Machine {
         let (response_json, now) = (result.to_string(), self.now_ms());
         let (tenant, key) = (&record.tenant, &record.operation_key);
         let plan = (self.strategies.job_settlement)();
+        // The winner owes the notice (when it is the one to send it) from the settlement on.
+        let notice_due = plan.announce_on_win && contract.completion_notice_to.is_some();
         let won = if plan.compare_and_set {
             self.gated()
-                .call("settle_job", |store| store.settle_job(tenant, key, job_id, &response_json, now))
+                .call("settle_job", |store| {
+                    store.settle_job(tenant, key, job_id, &response_json, now, notice_due)
+                })
                 .await?
         } else {
             self.gated()
@@ -1312,8 +1321,9 @@ impl Machine {
         Ok(won.then_some(result))
     }
 
-    /// Sends a settled job's completion notice. A notice the downstream does not confirm is not
-    /// resent blind (the message service may not dedupe): it is handed over to people.
+    /// Sends a settled job's completion notice, and then owes it no more. A notice the
+    /// downstream does not confirm is not resent blind (the message service may not dedupe):
+    /// it is handed over to people.
     async fn announce(&self, tenant: &str, key: &str, job_id: &str, request: wire::HttpRequest) {
         let answer = classify(ToolKind::MessagesSend, self.send(request).await);
         if !matches!(answer, Answer::Receipt { .. }) {
@@ -1321,6 +1331,63 @@ impl Machine {
             self.note(tenant, key, &finding).await;
             self.hand_over(tenant, key, &finding).await;
         }
+        self.notice_done(tenant, key).await;
+    }
+
+    async fn notice_done(&self, tenant: &str, key: &str) {
+        // A notice still marked owed after this is finished again by a later poll: it looks
+        // before it resends.
+        let _ = self.gated().call("notice_done", |store| store.notice_done(tenant, key)).await;
+    }
+
+    /// Finishes a completion notice a settled job still owes (its sender crashed, or gave up,
+    /// before the notice was confirmed), from a poll or a call of the operation, once its
+    /// sender had time to finish (its downstream timeout, and [`RECONCILE_AFTER`] more): the
+    /// notice's own receipt is looked up
+    /// first; without one it is resent under its key where the message service honours keys,
+    /// and otherwise handed over to people.
+    async fn finish_notice(&self, record: &OperationRecord, contract: &ToolContract) {
+        let (tenant, key, now) = (&record.tenant, &record.operation_key, self.now_ms());
+        let (Some(to), Some(downstream_key)) = (&contract.completion_notice_to, &record.downstream_key)
+        else {
+            return;
+        };
+        let Ok(Some((job_id, claimed_at_ms))) =
+            self.gated().call("due_notice", |store| store.due_notice(tenant, key)).await
+        else {
+            return;
+        };
+        let patience = self.config.downstream_timeout.saturating_add(RECONCILE_AFTER);
+        if now < claimed_at_ms.saturating_add(duration_ms(patience)) {
+            return;
+        }
+        let claimed = self
+            .gated()
+            .call("claim_notice", |store| store.claim_notice(tenant, key, claimed_at_ms, now))
+            .await;
+        if !matches!(claimed, Ok(true)) {
+            return;
+        }
+        let notice_key = format!("{downstream_key}:notice");
+        let messages = self.env.contracts.iter().find(|contract| contract.name == "messages.send");
+        let plan = messages.map(|messages| (self.strategies.recovery)(messages));
+        if plan.is_some_and(|plan| plan.look_up_receipt) {
+            match read_receipt(self.send(receipt_request(&notice_key, tenant, "messages")).await) {
+                ReceiptLookup::Found(..) => return self.notice_done(tenant, key).await,
+                // Another poll tries again once the claim is old enough.
+                ReceiptLookup::Failed(_) => return,
+                ReceiptLookup::NotFound => {}
+            }
+        }
+        if plan.is_some_and(|plan| plan.resend_with_same_key) {
+            let request = notice_request(tenant, to, &job_id, Some(downstream_key));
+            return self.announce(tenant, key, &job_id, request).await;
+        }
+        let finding =
+            format!("the completion notice for {job_id} may not have gone out, and cannot be checked");
+        self.note(tenant, key, &finding).await;
+        self.hand_over(tenant, key, &finding).await;
+        self.notice_done(tenant, key).await;
     }
 
     /// [`Machine::announce`] as this worker's own background work, for a settlement made while

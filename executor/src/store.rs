@@ -71,6 +71,13 @@ CREATE TABLE IF NOT EXISTS reconciliations (
     at_ms         INTEGER NOT NULL,
     finding       TEXT    NOT NULL
 );
+CREATE TABLE IF NOT EXISTS notices (
+    tenant        TEXT    NOT NULL,
+    operation_key TEXT    NOT NULL,
+    job_id        TEXT    NOT NULL,
+    claimed_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (tenant, operation_key)
+) WITHOUT ROWID;
 ";
 
 const RECORD_COLUMNS: &str = "tenant, operation_key, tool_name, tool_version, request_fingerprint, status, \
@@ -805,7 +812,8 @@ impl ClaimStore {
 
     /// Settles a delayed job, once per operation: `pending` (or `unknown`) with this job (or
     /// no job recorded yet) -> `applied` with the job id as effect reference. Only the caller
-    /// that gets `true` made the transition.
+    /// that gets `true` made the transition; with `notice_due`, it owes the job's completion
+    /// notice from then on ([`ClaimStore::due_notice`]), in the same transaction.
     pub fn settle_job(
         &self,
         tenant: &str,
@@ -813,21 +821,86 @@ impl ClaimStore {
         job_id: &str,
         response_json: &str,
         now_ms: u64,
+        notice_due: bool,
+    ) -> Result<bool, StoreError> {
+        let run = || -> rusqlite::Result<bool> {
+            let transaction = self.immediate()?;
+            let changed = transaction
+                .prepare_cached(
+                    "UPDATE tool_operations SET status = 'applied', job_id = ?3, effect_reference = ?3, \
+                     response_json = ?4, owner_token = NULL, lease_until_ms = 0, reason = NULL, request_json = NULL, \
+                     updated_at_ms = ?5 \
+                     WHERE tenant = ?1 AND operation_key = ?2 AND status IN ('pending', 'unknown') \
+                     AND (job_id IS NULL OR job_id = ?3)",
+                )?
+                .execute(params![tenant, operation_key, job_id, response_json, sql_ms(now_ms)])?;
+            if changed == 1 && notice_due {
+                transaction
+                    .prepare_cached(
+                        "INSERT INTO notices (tenant, operation_key, job_id, claimed_at_ms) VALUES (?1, ?2, ?3, ?4) \
+                         ON CONFLICT (tenant, operation_key) DO UPDATE SET job_id = ?3, claimed_at_ms = ?4",
+                    )?
+                    .execute(params![tenant, operation_key, job_id, sql_ms(now_ms)])?;
+            }
+            transaction.commit()?;
+            Ok(changed == 1)
+        };
+        run().map_err(query("settle job"))
+    }
+
+    /// The completion notice still owed for an operation's settled job: (job id, when its
+    /// sender claimed it). The winner of [`ClaimStore::settle_job`] owes it from the
+    /// settlement on, in the same transaction, so that a crash before the notice went out
+    /// leaves it owed rather than forgotten.
+    pub fn due_notice(&self, tenant: &str, operation_key: &str) -> Result<Option<(String, u64)>, StoreError> {
+        self.connection
+            .prepare_cached(
+                "SELECT job_id, claimed_at_ms FROM notices WHERE tenant = ?1 AND operation_key = ?2",
+            )
+            .and_then(|mut statement| {
+                statement
+                    .query_row(params![tenant, operation_key], |row| Ok((row.get(0)?, read_ms(row, 1)?)))
+                    .optional()
+            })
+            .map_err(query("load due notice"))
+    }
+
+    /// Claims an owed notice to send it, by compare-and-set on when it was last claimed (as
+    /// observed): true for exactly one of several callers that observed the same claim.
+    pub fn claim_notice(
+        &self,
+        tenant: &str,
+        operation_key: &str,
+        observed_claimed_at_ms: u64,
+        now_ms: u64,
     ) -> Result<bool, StoreError> {
         let changed = self
             .connection
             .prepare_cached(
-                "UPDATE tool_operations SET status = 'applied', job_id = ?3, effect_reference = ?3, \
-                 response_json = ?4, owner_token = NULL, lease_until_ms = 0, reason = NULL, request_json = NULL, \
-                 updated_at_ms = ?5 \
-                 WHERE tenant = ?1 AND operation_key = ?2 AND status IN ('pending', 'unknown') \
-                 AND (job_id IS NULL OR job_id = ?3)",
+                "UPDATE notices SET claimed_at_ms = ?4 \
+                 WHERE tenant = ?1 AND operation_key = ?2 AND claimed_at_ms = ?3",
             )
             .and_then(|mut statement| {
-                statement.execute(params![tenant, operation_key, job_id, response_json, sql_ms(now_ms)])
+                statement.execute(params![
+                    tenant,
+                    operation_key,
+                    sql_ms(observed_claimed_at_ms),
+                    sql_ms(now_ms)
+                ])
             })
-            .map_err(query("settle job"))?;
+            .map_err(query("claim notice"))?;
         Ok(changed == 1)
+    }
+
+    /// The notice is no longer owed (sent and confirmed, or handed over to people). False when
+    /// it was not owed.
+    pub fn notice_done(&self, tenant: &str, operation_key: &str) -> Result<bool, StoreError> {
+        let deleted = self
+            .connection
+            .prepare_cached("DELETE FROM notices WHERE tenant = ?1 AND operation_key = ?2")
+            .and_then(|mut statement| statement.execute(params![tenant, operation_key]))
+            .map_err(query("notice done"))?;
+        Ok(deleted == 1)
     }
 
     /// Writes a finished job's result whatever the record's state: -> `applied` with the job
@@ -1166,9 +1239,12 @@ mod tests {
         assert_eq!(store.load_by_job("acme", "job_1").unwrap().unwrap().operation_key, "k1");
         assert_eq!(store.load_by_downstream_key("acme", "k1").unwrap().unwrap().operation_key, "k1");
         assert!(store.load_by_downstream_key("globex", "k1").unwrap().is_none());
-        assert!(!store.settle_job("acme", "k1", "job_2", "{}", 2).unwrap(), "another job does not settle it");
-        assert!(store.settle_job("acme", "k1", "job_1", r#"{"job_id":"job_1"}"#, 2).unwrap());
-        assert!(!store.settle_job("acme", "k1", "job_1", r#"{"job_id":"job_1"}"#, 3).unwrap());
+        assert!(
+            !store.settle_job("acme", "k1", "job_2", "{}", 2, false).unwrap(),
+            "another job does not settle it"
+        );
+        assert!(store.settle_job("acme", "k1", "job_1", r#"{"job_id":"job_1"}"#, 2, false).unwrap());
+        assert!(!store.settle_job("acme", "k1", "job_1", r#"{"job_id":"job_1"}"#, 3, false).unwrap());
         let record = store.load("acme", "k1").unwrap().unwrap();
         assert_eq!(
             (record.status, record.effect_reference.as_deref()),

@@ -459,12 +459,15 @@ mod contract {
         assert!(store.set_job(&owned(&first), "job_1", 2_000).unwrap());
         let waiting = load(store, "k1");
 
-        assert!(!store.settle_job(TENANT, "k1", "job_2", "{}", 3_000).unwrap(), "another job");
-        assert!(!store.settle_job(OTHER_TENANT, "k1", "job_1", "{}", 3_000).unwrap(), "another tenant");
-        assert!(!store.settle_job(TENANT, "k9", "job_1", "{}", 3_000).unwrap(), "no such operation");
+        assert!(!store.settle_job(TENANT, "k1", "job_2", "{}", 3_000, false).unwrap(), "another job");
+        assert!(
+            !store.settle_job(OTHER_TENANT, "k1", "job_1", "{}", 3_000, false).unwrap(),
+            "another tenant"
+        );
+        assert!(!store.settle_job(TENANT, "k9", "job_1", "{}", 3_000, false).unwrap(), "no such operation");
         assert_eq!(load(store, "k1"), waiting);
 
-        assert!(store.settle_job(TENANT, "k1", "job_1", r#"{"job_id":"job_1"}"#, 4_000).unwrap());
+        assert!(store.settle_job(TENANT, "k1", "job_1", r#"{"job_id":"job_1"}"#, 4_000, false).unwrap());
         let settled = load(store, "k1");
         assert_eq!(
             settled,
@@ -481,8 +484,37 @@ mod contract {
                 ..before
             }
         );
-        assert!(!store.settle_job(TENANT, "k1", "job_1", r#"{"again":true}"#, 5_000).unwrap());
+        assert!(!store.settle_job(TENANT, "k1", "job_1", r#"{"again":true}"#, 5_000, false).unwrap());
         assert_eq!(load(store, "k1"), settled, "only the first settlement wrote");
+    }
+
+    /// The settlement that wins owes the job's completion notice, in the same transaction; a
+    /// losing one owes nothing. The notice is claimed by compare-and-set on when it was last
+    /// claimed, and is no longer owed once done.
+    pub fn a_settled_job_owes_its_notice_until_it_is_done(store: &ClaimStore) {
+        let first = claim("k1", "owner-a", 1_000);
+        store.claim(&first).unwrap();
+        assert!(store.set_job(&owned(&first), "job_1", 2_000).unwrap());
+        assert_eq!(store.due_notice(TENANT, "k1").unwrap(), None, "nothing owed before the settlement");
+        assert!(store.settle_job(TENANT, "k1", "job_1", "{}", 3_000, true).unwrap());
+        assert_eq!(store.due_notice(TENANT, "k1").unwrap(), Some(("job_1".to_owned(), 3_000)));
+        assert_eq!(store.due_notice(OTHER_TENANT, "k1").unwrap(), None, "owed within its tenant");
+        // A second settlement changes nothing and owes nothing more.
+        assert!(!store.settle_job(TENANT, "k1", "job_1", "{}", 9_000, true).unwrap());
+        assert_eq!(store.due_notice(TENANT, "k1").unwrap(), Some(("job_1".to_owned(), 3_000)));
+        // One of two callers that saw the same claim gets it; a stale observation does not.
+        assert!(!store.claim_notice(TENANT, "k1", 2_999, 7_000).unwrap());
+        assert!(store.claim_notice(TENANT, "k1", 3_000, 7_000).unwrap());
+        assert!(!store.claim_notice(TENANT, "k1", 3_000, 7_001).unwrap());
+        assert_eq!(store.due_notice(TENANT, "k1").unwrap(), Some(("job_1".to_owned(), 7_000)));
+        assert!(store.notice_done(TENANT, "k1").unwrap());
+        assert!(!store.notice_done(TENANT, "k1").unwrap(), "done once");
+        assert_eq!(store.due_notice(TENANT, "k1").unwrap(), None);
+        // A settlement that owes no notice (the tool sends none) records none.
+        let second = claim("k2", "owner-b", 1_000);
+        store.claim(&second).unwrap();
+        assert!(store.settle_job(TENANT, "k2", "job_2", "{}", 3_000, false).unwrap());
+        assert_eq!(store.due_notice(TENANT, "k2").unwrap(), None);
     }
 
     /// A record with no job recorded yet (`unknown`, or pending under its owner) is settled
@@ -491,7 +523,7 @@ mod contract {
         let unknown = claim("unknown", "A", 1_000);
         claimed(store, &unknown);
         assert!(store.mark_unknown(&owned(&unknown), "timeout", 2_000).unwrap());
-        assert!(store.settle_job(TENANT, "unknown", "job_9", "{}", 3_000).unwrap());
+        assert!(store.settle_job(TENANT, "unknown", "job_9", "{}", 3_000, false).unwrap());
         let record = load(store, "unknown");
         assert_eq!(
             (record.status, record.job_id.as_deref(), record.effect_reference.as_deref(), record.reason),
@@ -500,7 +532,7 @@ mod contract {
 
         let pending = claim("pending", "A", 1_000);
         claimed(store, &pending);
-        assert!(store.settle_job(TENANT, "pending", "job_8", "{}", 3_000).unwrap());
+        assert!(store.settle_job(TENANT, "pending", "job_8", "{}", 3_000, false).unwrap());
         let record = load(store, "pending");
         assert_eq!((record.status, record.owner_token), (RecordStatus::Applied, None));
 
@@ -508,7 +540,7 @@ mod contract {
         claimed(store, &failed);
         assert!(store.fail_permanent(&owned(&failed), "unauthorized", 2_000).unwrap());
         let before = load(store, "failed");
-        assert!(!store.settle_job(TENANT, "failed", "job_7", "{}", 3_000).unwrap());
+        assert!(!store.settle_job(TENANT, "failed", "job_7", "{}", 3_000, false).unwrap());
         assert_eq!(load(store, "failed"), before);
     }
 
@@ -761,6 +793,7 @@ conformance_tests!(
     a_take_over_needs_the_exact_observation_and_an_expired_lease,
     unknown_and_queued_records_can_be_taken_over_but_not_jobs_or_settled_ones,
     a_job_is_settled_exactly_once,
+    a_settled_job_owes_its_notice_until_it_is_done,
     a_record_without_a_job_is_settled_by_its_job_but_a_settled_one_is_not,
     giving_up_a_job_fails_only_that_pending_job,
     writing_a_job_result_overwrites_any_existing_record,
