@@ -1383,8 +1383,10 @@ impl Machine {
             let request = notice_request(tenant, to, &job_id, Some(downstream_key));
             return self.announce(tenant, key, &job_id, request).await;
         }
-        let finding =
-            format!("the completion notice for {job_id} may not have gone out, and cannot be checked");
+        let finding = format!(
+            "the completion notice for {job_id} may not have gone out, and cannot be resent safely \
+             (the message service does not honour keys, and no receipt of it was found or can be looked up)"
+        );
         self.note(tenant, key, &finding).await;
         self.hand_over(tenant, key, &finding).await;
         self.notice_done(tenant, key).await;

@@ -134,3 +134,56 @@ async fn a_lost_job_acceptance_is_recovered_from_the_receipt_without_a_second_jo
     assert_eq!(world.requests_to("POST", "/v1/jobs").len(), 1);
     assert_eq!(world.effects_of(EffectKind::JobAccepted).len(), 1);
 }
+
+/// A job settled by a webhook whose worker then crashed, before its background notice went
+/// out: the notice is owed in the store, and a later poll of the operation finishes it (after
+/// its sender had time), once. Where the message service honours keys it is resent under its
+/// key; where it does not, a lookup that finds nothing cannot rule out a late commit, so it is
+/// handed over to people instead.
+async fn notice_lost_with_its_worker(keys_honoured: bool) -> (World, String) {
+    let mut contracts = protocol::ContractSet::builtin();
+    contracts.set_capabilities("messages", keys_honoured, true);
+    let mut config = World::builder_downstream_config();
+    if keys_honoured {
+        config.messages.idempotency = fake_downstream::IdempotencyMode::Honoured;
+    }
+    let world = World::builder().contracts(contracts).downstream(config).build().await;
+    let worker = world.worker("worker-1");
+    worker.call(world.call("jobs.submit", "report", JOB)).await;
+    job_done(&world, "job_1").await;
+    let key = World::key("report");
+    assert_eq!(worker.webhook(webhook("evt_1", "job_1", &key)).await, WebhookAck::Processed);
+    world.drop_background();
+    assert!(notices(&world).is_empty());
+    let other = world.worker("worker-2");
+    other.poll(world.operation("report")).await;
+    assert!(notices(&world).is_empty(), "too early: its sender may still be sending it");
+    assert!(world.operators.entries().is_empty());
+    world.advance_ms(5_000);
+    let polled = other.poll(world.operation("report")).await;
+    assert_eq!(polled.status, OutcomeStatus::Replayed, "{polled:?}");
+    // Finished once: later polls find nothing owed.
+    world.advance_ms(5_000);
+    other.poll(world.operation("report")).await;
+    (world, key)
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_notice_lost_with_its_worker_is_resent_by_a_later_poll_where_keys_are_honoured() {
+    let (world, key) = notice_lost_with_its_worker(true).await;
+    let sent = notices(&world);
+    assert_eq!(sent.len(), 1, "{:?}", world.operators.entries());
+    assert_eq!(sent[0].idempotency_key, Some(format!("{key}:notice")));
+    assert!(world.operators.entries().is_empty());
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_notice_lost_with_its_worker_is_handed_over_where_keys_are_not_honoured() {
+    let (world, key) = notice_lost_with_its_worker(false).await;
+    assert!(notices(&world).is_empty(), "never resent blind");
+    let lookups = world.requests_to("GET", &format!("/v1/receipts/{}%3Anotice", key.replace(':', "%3A")));
+    assert_eq!(lookups.len(), 1, "looked up once, by the notice's own key");
+    let filed = world.operators.entries();
+    assert_eq!(filed.len(), 1, "{filed:?}");
+    assert!(filed[0].finding.contains("completion notice for job_1"), "{filed:?}");
+}
