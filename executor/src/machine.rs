@@ -686,7 +686,8 @@ impl Machine {
     /// made for. A call the old contract cannot read (an argument only the new version knows)
     /// is not.
     fn same_request_under(&self, stored: &ToolContract, call: &ToolCall, record: &OperationRecord) -> bool {
-        let as_made = ToolCall { tool_version: stored.version.clone(), ..call.clone() };
+        let mut as_made = call.clone();
+        as_made.tool_version = stored.version.clone();
         (self.strategies.fingerprint)(stored, &as_made)
             .is_ok_and(|fingerprint| fingerprint.to_string() == record.request_fingerprint)
     }
@@ -1296,7 +1297,7 @@ impl Machine {
         let (tenant, key) = (&record.tenant, &record.operation_key);
         let plan = (self.strategies.job_settlement)();
         // The winner owes the notice (when it is the one to send it) from the settlement on.
-        let notice_due = plan.announce_on_win && contract.completion_notice_to.is_some();
+        let notice_due = plan.owe_notice && plan.announce_on_win && contract.completion_notice_to.is_some();
         let won = if plan.compare_and_set {
             self.gated()
                 .call("settle_job", |store| {

@@ -1,20 +1,20 @@
-//! The mutant zoo: twenty-eight executors, each the reference with exactly one defect (M01..M18
+//! The mutant zoo: twenty-nine executors, each the reference with exactly one defect (M01..M18
 //! are MATRIX.md's classic ones, M19..M22 the project's own, each caught only by the scenario
 //! that was added for it, M23, which only the liveness oracle O13 sees, M24 and M25, which only O8's
-//! rules for refusals and results see, M26, which only O10's count of completion notices sees, M27, which only S24's cross-version replay sees, and M28, which only O13's hand-over rule sees), plugged in through the same public [`protocol::ExecutorFactory`]
+//! rules for refusals and results see, M26, which only O10's count of completion notices sees, M27, which only S24's cross-version replay sees, M28, which only O13's hand-over rule sees, and M29, which only S26's crash between a job's settlement and its notice sees), plugged in through the same public [`protocol::ExecutorFactory`]
 //! interface as any user's executor.
 //!
 //! Every defect is code doing the wrong thing (a read then an insert with a store call in
 //! between, a claim table in the worker's private memory, a resend after a timeout without a
 //! key, ...), never a flag that tells the harness to fail: a mutant is killed only when a
 //! scenario makes its defect produce a wrong outcome or a second effect on the downstream's
-//! ledger. Twenty-seven of them replace one decision of [`Strategies`] (two fields for
+//! ledger. Twenty-eight of them replace one decision of [`Strategies`] (two fields for
 //! `blind_retry`, whose single defect needs both; see there); `in_memory_claims` keeps every
 //! decision and moves the claim store into the worker's private memory.
 //!
 //! ```
 //! let zoo = executor::mutants::all();
-//! assert_eq!(zoo.len(), 28);
+//! assert_eq!(zoo.len(), 29);
 //! let blind_retry = executor::mutants::find("blind_retry").expect("in the zoo");
 //! assert_eq!((blind_retry.id, blind_retry.caught_by), ("M05", &["S02"][..]));
 //! // The harness makes one factory per run (scenario and seed).
@@ -284,6 +284,15 @@ pub fn all() -> Vec<Mutant> {
             caught_by: &["S25"],
             strategies: UNKNOWN_KEPT_QUIET,
             factory: || boxed(unknown_kept_quiet()),
+        },
+        Mutant {
+            id: "M29",
+            name: "notice_not_owed",
+            defect: "sends a settled job's completion notice without recording it as owed: a crash between the \
+                     settlement and the notice loses the notice for good",
+            caught_by: &["S26"],
+            strategies: NOTICE_NOT_OWED,
+            factory: || boxed(notice_not_owed()),
         },
     ]
 }
@@ -769,7 +778,28 @@ pub fn unknown_kept_quiet() -> Result<ReferenceFactory, StoreError> {
     on_shared_store(UNKNOWN_KEPT_QUIET)
 }
 
+const NOTICE_NOT_OWED: Strategies =
+    Strategies { job_settlement: notice_unrecorded, ..Strategies::reference() };
+
+/// M29 notice_not_owed — the project's own (a crash between a job's settlement and its
+/// notice: O10); caught by S26.
+///
+/// Difference from the reference: `job_settlement: notice_unrecorded` (the settlement does not
+/// record the notice as owed; the settling worker sends it straight after).
+///
+/// Plausible because the notice goes out a few milliseconds after the settlement, from the
+/// same worker. But a crash in those milliseconds leaves the job settled, so no later
+/// delivery or poll settles it again, and nothing remembers the notice.
+pub fn notice_not_owed() -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(NOTICE_NOT_OWED)
+}
+
 // ------------------------------------------------------------------ the defective decisions
+
+/// M29: the notice is sent, never owed.
+pub fn notice_unrecorded() -> JobSettlementPlan {
+    JobSettlementPlan { owe_notice: false, ..crate::strategy::reference_job_settlement() }
+}
 
 /// M28: findings stay in the executor's own table.
 pub fn keep_findings() -> bool {
@@ -952,7 +982,12 @@ pub fn no_version_precondition(_contract: &ToolContract) -> bool {
 
 /// M17: no event-id check, no compare-and-set.
 pub fn settle_every_delivery() -> JobSettlementPlan {
-    JobSettlementPlan { dedupe_event_ids: false, compare_and_set: false, announce_on_win: true }
+    JobSettlementPlan {
+        dedupe_event_ids: false,
+        compare_and_set: false,
+        announce_on_win: true,
+        owe_notice: true,
+    }
 }
 
 /// M18: the consumer acts first.
@@ -998,7 +1033,7 @@ mod tests {
 
     /// MATRIX.md's zoo table (M01..M18), then the project's own (M19 onwards, each with the
     /// one scenario added for it): id, name, the scenarios that must catch it.
-    const MATRIX_ZOO: [(&str, &str, &[&str]); 28] = [
+    const MATRIX_ZOO: [(&str, &str, &[&str]); 29] = [
         ("M01", "args_hash_as_key", &["S07"]),
         ("M02", "in_memory_claims", &["S03", "S04", "S05"]),
         ("M03", "read_then_insert", &["S05"]),
@@ -1027,6 +1062,7 @@ mod tests {
         ("M26", "notice_from_the_loser", &["S10"]),
         ("M27", "version_replay_any_request", &["S24"]),
         ("M28", "unknown_kept_quiet", &["S25"]),
+        ("M29", "notice_not_owed", &["S26"]),
     ];
 
     #[test]
@@ -1208,11 +1244,21 @@ mod tests {
         assert!(reference_version_precondition(&set_status) && !no_version_precondition(&set_status));
         assert_eq!(
             reference_job_settlement(),
-            JobSettlementPlan { dedupe_event_ids: true, compare_and_set: true, announce_on_win: true }
+            JobSettlementPlan {
+                dedupe_event_ids: true,
+                compare_and_set: true,
+                announce_on_win: true,
+                owe_notice: true
+            }
         );
         assert_eq!(
             settle_every_delivery(),
-            JobSettlementPlan { dedupe_event_ids: false, compare_and_set: false, announce_on_win: true }
+            JobSettlementPlan {
+                dedupe_event_ids: false,
+                compare_and_set: false,
+                announce_on_win: true,
+                owe_notice: true
+            }
         );
         let messages = contract("messages.send");
         assert!(reference_consumer_claim(&messages) && !act_before_claiming(&messages));

@@ -146,6 +146,10 @@ pub struct JobSettlementPlan {
     /// The completion notice is sent by the settlement that changed the record (the
     /// reference); when false, by one that found it settled already (a mutant).
     pub announce_on_win: bool,
+    /// The settlement records the notice as owed, in the same transaction, so that a crash
+    /// before it went out leaves it to a later poll (the reference); when false, a crash in
+    /// between loses it (a mutant).
+    pub owe_notice: bool,
 }
 
 /// R: the operation key.
@@ -382,7 +386,12 @@ pub fn reference_version_precondition(_contract: &ToolContract) -> bool {
 /// `pending -> applied` transition is a compare-and-set whose only winner sends the
 /// completion notice.
 pub fn reference_job_settlement() -> JobSettlementPlan {
-    JobSettlementPlan { dedupe_event_ids: true, compare_and_set: true, announce_on_win: true }
+    JobSettlementPlan {
+        dedupe_event_ids: true,
+        compare_and_set: true,
+        announce_on_win: true,
+        owe_notice: true,
+    }
 }
 
 /// Consumer claim: a queue consumer takes the operation over by compare-and-set before it

@@ -10,7 +10,7 @@ const REPLAYLAB: &str = env!("CARGO_BIN_EXE_replaylab");
 /// (mutant, scenario that kills it, oracle that must fire there). `expect` is a scenario
 /// expectation (for M13 the defect is a refusal of an equivalent request: no effect-safety
 /// oracle can see it, the scenario's expectation does).
-const KILLS: [(&str, &str, &str); 28] = [
+const KILLS: [(&str, &str, &str); 29] = [
     ("args_hash_as_key", "S07", "O2"),
     ("in_memory_claims", "S03", "O1"),
     ("read_then_insert", "S05", "O1"),
@@ -39,17 +39,19 @@ const KILLS: [(&str, &str, &str); 28] = [
     ("notice_from_the_loser", "S10", "O10"),
     ("version_replay_any_request", "S24", "O3"),
     ("unknown_kept_quiet", "S25", "O13"),
+    ("notice_not_owed", "S26", "O10"),
 ];
 
 /// The project's own scenarios (S20 onwards) and the mutant each was added for: the mutant
 /// fails that scenario and no other, or the scenario would not be worth its runtime.
-const OWN: [(&str, &str); 6] = [
+const OWN: [(&str, &str); 7] = [
     ("S20", "optional_fields_unfingerprinted"),
     ("S21", "replay_before_auth"),
     ("S22", "fresh_key_resend"),
     ("S23", "impatient_job_poll"),
     ("S24", "version_replay_any_request"),
     ("S25", "unknown_kept_quiet"),
+    ("S26", "notice_not_owed"),
 ];
 
 #[test]

@@ -6,7 +6,7 @@
 //! human edits, polls and expectations. Expectations add to the oracles the harness always
 //! checks; they never replace them.
 //!
-//! The 25 scenarios of the matrix (S01..S19 from the source document, S20..S25 the project's own) ship with the crate ([`builtin`]); users add their own files
+//! The 26 scenarios of the matrix (S01..S19 from the source document, S20..S26 the project's own) ship with the crate ([`builtin`]); users add their own files
 //! ([`Scenario::from_file`]). Errors name the file, the line and the field.
 //! This crate knows nothing of the simulator.
 #![deny(missing_docs)]
@@ -25,7 +25,7 @@ pub use parse::ScenarioError;
 /// The `source` of every built-in scenario starts with this.
 pub const BUILTIN_SOURCE_PREFIX: &str = "scenarios/matrix/";
 
-/// The scenarios of the matrix (S01..S25), in order.
+/// The scenarios of the matrix (S01..S26), in order.
 pub fn builtin() -> Vec<Scenario> {
     BUILTIN
         .iter()
@@ -68,4 +68,5 @@ builtin_files!(
     "S23_long_job_polled.toml",
     "S24_version_upgrade_replays.toml",
     "S25_no_way_to_find_out.toml",
+    "S26_crash_after_job_settled.toml",
 );
