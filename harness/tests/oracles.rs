@@ -17,6 +17,7 @@ const OTHER: &str = "acme/production/run_1/step_2";
 /// The idempotency key the executor derived for `OP`.
 const KEY: &str = "acme:production:run_1:step_1";
 const TICKET: &str = r#"{"queue": "support", "subject": "Refund", "body": "Twice charged"}"#;
+const CHARGE: &str = r#"{"customer": "cus_42", "amount_minor": 5000, "currency": "EUR"}"#;
 const OTHER_TICKET: &str = r#"{"queue": "support", "subject": "Invoice", "body": "Copy please"}"#;
 
 /// What the downstream did with one request.
@@ -81,6 +82,25 @@ impl World {
             expected_version: parsed.get("expected_version").and_then(Value::as_u64),
             content: Some(content_digest(kind, tenant, &parsed)),
         })
+    }
+
+    /// The agent calls `OP` with `payments.charge` and `arguments`; the downstream commits
+    /// `charge_1` and the call is answered `applied`.
+    fn charge_applied(&mut self, label: &str, arguments: &str) -> &mut Self {
+        self.call_full(label, OP, "agent", "payments.charge", arguments);
+        let content = self.content_of(label);
+        let committed =
+            json!({"charge_id": "charge_1", "amount_minor": 5000, "currency": "EUR", "status": "succeeded"});
+        self.request_full(
+            Some(OP),
+            Some(label),
+            "POST",
+            "/v1/charges",
+            Some(KEY),
+            content,
+            Handling::Commit("charge_1", committed),
+        );
+        self.answer(label, OutcomeStatus::Applied, Some("charge_1"))
     }
 
     /// The last call was made under `version` of its tool (a fingerprint names the version).
@@ -1126,29 +1146,15 @@ fn o10_a_settled_job_is_announced() {
 /// answered with the old effect once the versions differed.
 #[test]
 fn o3_a_newer_version_replays_only_the_same_request() {
-    let charge = r#"{"customer": "cus_42", "amount_minor": 5000, "currency": "EUR"}"#;
     let upgraded = |arguments: &str| {
         let mut world = World::default();
-        world.call_full("first", OP, "agent", "payments.charge", charge);
-        let content = world.content_of("first");
-        let committed =
-            json!({"charge_id": "charge_1", "amount_minor": 5000, "currency": "EUR", "status": "succeeded"});
-        world.request_full(
-            Some(OP),
-            Some("first"),
-            "POST",
-            "/v1/charges",
-            Some(KEY),
-            content,
-            Handling::Commit("charge_1", committed),
-        );
-        world.answer("first", OutcomeStatus::Applied, Some("charge_1"));
+        world.charge_applied("first", CHARGE);
         world.call_full("upgraded", OP, "agent", "payments.charge", arguments).under_version("2026-10-01");
         world.answer("upgraded", OutcomeStatus::Replayed, Some("charge_1"));
         world.settled(OP, OutcomeStatus::Replayed, Some("charge_1"));
         world
     };
-    assert_eq!(upgraded(charge).fired(), none());
+    assert_eq!(upgraded(CHARGE).fired(), none());
     let changed = r#"{"customer": "cus_42", "amount_minor": 7000, "currency": "EUR"}"#;
     assert_eq!(upgraded(changed).fired(), ["O3"]);
 }
@@ -1186,25 +1192,11 @@ fn o13_an_unknown_nothing_can_settle_is_handed_over() {
 /// late-arrival policy was never checked: only the absence of a new effect was.
 #[test]
 fn o7_a_late_call_under_reconcile_first_asks_the_downstream_first() {
-    let charge = r#"{"customer": "cus_42", "amount_minor": 5000, "currency": "EUR"}"#;
     let late = |asked: bool| {
         let mut world = World::default();
-        world.call_full("first", OP, "agent", "payments.charge", charge);
-        let content = world.content_of("first");
-        let committed =
-            json!({"charge_id": "charge_1", "amount_minor": 5000, "currency": "EUR", "status": "succeeded"});
-        world.request_full(
-            Some(OP),
-            Some("first"),
-            "POST",
-            "/v1/charges",
-            Some(KEY),
-            content,
-            Handling::Commit("charge_1", committed),
-        );
-        world.answer("first", OutcomeStatus::Applied, Some("charge_1"));
+        world.charge_applied("first", CHARGE);
         world.advance(61_000);
-        world.call_full("late", OP, "agent", "payments.charge", charge);
+        world.call_full("late", OP, "agent", "payments.charge", CHARGE);
         if asked {
             world.lookup(Some(OP), Some("late"), KEY, Some("charge_1"));
         }
