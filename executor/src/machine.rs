@@ -885,7 +885,11 @@ impl Machine {
                     return succeeded(status, &owned.operation_key, reference, Some(result));
                 }
                 Ok(false) => match self.load(&owned.tenant, &owned.operation_key).await {
-                    Ok(Some(record)) if record.status == RecordStatus::Unknown && !adopted => {
+                    Ok(Some(record))
+                        if record.status == RecordStatus::Unknown
+                            && !adopted
+                            && (self.strategies.late_receipt)() =>
+                    {
                         let Some(again) = self.take_over(&record, contract).await else {
                             return self.reload_and_describe(&owned.tenant, &owned.operation_key).await;
                         };

@@ -1,20 +1,20 @@
-//! The mutant zoo: twenty-nine executors, each the reference with exactly one defect (M01..M18
+//! The mutant zoo: thirty executors, each the reference with exactly one defect (M01..M18
 //! are MATRIX.md's classic ones, M19..M22 the project's own, each caught only by the scenario
 //! that was added for it, M23, which only the liveness oracle O13 sees, M24 and M25, which only O8's
-//! rules for refusals and results see, M26, which only O10's count of completion notices sees, M27, which only S24's cross-version replay sees, M28, which only O13's hand-over rule sees, and M29, which only S26's crash between a job's settlement and its notice sees), plugged in through the same public [`protocol::ExecutorFactory`]
+//! rules for refusals and results see, M26, which only O10's count of completion notices sees, M27, which only S24's cross-version replay sees, M28, which only O13's hand-over rule sees, M29, which only S26's crash between a job's settlement and its notice sees, and M30, which only S27's late answer sees), plugged in through the same public [`protocol::ExecutorFactory`]
 //! interface as any user's executor.
 //!
 //! Every defect is code doing the wrong thing (a read then an insert with a store call in
 //! between, a claim table in the worker's private memory, a resend after a timeout without a
 //! key, ...), never a flag that tells the harness to fail: a mutant is killed only when a
 //! scenario makes its defect produce a wrong outcome or a second effect on the downstream's
-//! ledger. Twenty-eight of them replace one decision of [`Strategies`] (two fields for
+//! ledger. Twenty-nine of them replace one decision of [`Strategies`] (two fields for
 //! `blind_retry`, whose single defect needs both; see there); `in_memory_claims` keeps every
 //! decision and moves the claim store into the worker's private memory.
 //!
 //! ```
 //! let zoo = executor::mutants::all();
-//! assert_eq!(zoo.len(), 29);
+//! assert_eq!(zoo.len(), 30);
 //! let blind_retry = executor::mutants::find("blind_retry").expect("in the zoo");
 //! assert_eq!((blind_retry.id, blind_retry.caught_by), ("M05", &["S02"][..]));
 //! // The harness makes one factory per run (scenario and seed).
@@ -293,6 +293,15 @@ pub fn all() -> Vec<Mutant> {
             caught_by: &["S26"],
             strategies: NOTICE_NOT_OWED,
             factory: || boxed(notice_not_owed()),
+        },
+        Mutant {
+            id: "M30",
+            name: "late_receipt_dropped",
+            defect: "drops a receipt that reaches a worker after its claim was taken over and the record left \
+                     unknown: the only evidence, where the downstream offers no lookup and no honoured key",
+            caught_by: &["S27"],
+            strategies: LATE_RECEIPT_DROPPED,
+            factory: || boxed(late_receipt_dropped()),
         },
     ]
 }
@@ -794,7 +803,31 @@ pub fn notice_not_owed() -> Result<ReferenceFactory, StoreError> {
     on_shared_store(NOTICE_NOT_OWED)
 }
 
+const LATE_RECEIPT_DROPPED: Strategies =
+    Strategies { late_receipt: drop_late_receipt, ..Strategies::reference() };
+
+/// M30 late_receipt_dropped — the project's own (a late answer is evidence: O13); caught by
+/// S27.
+///
+/// Difference from the reference: `late_receipt: drop_late_receipt` (a receipt whose
+/// compare-and-set finds the record `unknown` is not adopted; the worker answers what the
+/// record says).
+///
+/// Plausible because the compare-and-set did its job: the worker lost its claim, and a worker
+/// that lost its claim writes nothing. But the record was left `unknown` by a new owner that
+/// could not find out, and where the downstream offers no lookup and no honoured key, this
+/// answer is the only proof of the charge there will ever be: dropping it leaves a settled
+/// charge to people.
+pub fn late_receipt_dropped() -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(LATE_RECEIPT_DROPPED)
+}
+
 // ------------------------------------------------------------------ the defective decisions
+
+/// M30: a late receipt is not adopted.
+pub fn drop_late_receipt() -> bool {
+    false
+}
 
 /// M29: the notice is sent, never owed.
 pub fn notice_unrecorded() -> JobSettlementPlan {
@@ -1033,7 +1066,7 @@ mod tests {
 
     /// MATRIX.md's zoo table (M01..M18), then the project's own (M19 onwards, each with the
     /// one scenario added for it): id, name, the scenarios that must catch it.
-    const MATRIX_ZOO: [(&str, &str, &[&str]); 29] = [
+    const MATRIX_ZOO: [(&str, &str, &[&str]); 30] = [
         ("M01", "args_hash_as_key", &["S07"]),
         ("M02", "in_memory_claims", &["S03", "S04", "S05"]),
         ("M03", "read_then_insert", &["S05"]),
@@ -1063,6 +1096,7 @@ mod tests {
         ("M27", "version_replay_any_request", &["S24"]),
         ("M28", "unknown_kept_quiet", &["S25"]),
         ("M29", "notice_not_owed", &["S26"]),
+        ("M30", "late_receipt_dropped", &["S27"]),
     ];
 
     #[test]

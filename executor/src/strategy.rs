@@ -189,6 +189,9 @@ pub type CrossVersionFn = fn(&ToolContract) -> CrossVersionReplay;
 /// Whether findings (above all, an operation left `unknown` that the executor cannot settle on
 /// its own) are filed to the operators' queue as well as kept in the executor's own table.
 pub type FileFindingsFn = fn() -> bool;
+/// Whether a receipt that reaches a worker after its claim was taken over and the record left
+/// `unknown` settles the record (by taking the claim over again), or is dropped.
+pub type LateReceiptFn = fn() -> bool;
 /// How finished jobs are settled (webhook deduplication and the settling transition).
 pub type JobSettlementFn = fn() -> JobSettlementPlan;
 /// Whether the queue consumer claims the operation before it acts on a delivery.
@@ -239,6 +242,8 @@ pub struct Strategies {
     pub refusal: RefusalFn,
     /// Whether findings reach the operators' queue.
     pub file_findings: FileFindingsFn,
+    /// Whether a late receipt settles a record left `unknown` meanwhile.
+    pub late_receipt: LateReceiptFn,
 }
 
 impl Strategies {
@@ -264,6 +269,7 @@ impl Strategies {
             consumer_claim: reference_consumer_claim,
             refusal: reference_refusal,
             file_findings: reference_file_findings,
+            late_receipt: reference_late_receipt,
         }
     }
 }
@@ -356,6 +362,13 @@ pub fn reference_job_retry(_contract: &ToolContract) -> JobRetry {
 /// Findings are filed to the operators' queue (and kept in the store's table): an `unknown`
 /// nobody is told about is never settled.
 pub fn reference_file_findings() -> bool {
+    true
+}
+
+/// A receipt is evidence whenever it arrives: an answer that reaches a worker after its claim
+/// was taken over and the record left `unknown` settles the record. Where the downstream
+/// offers no receipt lookup and no honoured key, it is the only evidence there will ever be.
+pub fn reference_late_receipt() -> bool {
     true
 }
 

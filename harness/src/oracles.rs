@@ -314,6 +314,28 @@ impl<'a> Facts<'a> {
         self.answers.iter().find(|answer| answer.label == label)
     }
 
+    /// Whether an answer carrying `reference` (to a state-changing request or a receipt
+    /// lookup) reached a worker that was not killed afterwards: the executor holds the proof.
+    fn told(&self, operation: &str, reference: &str) -> bool {
+        let history = self.evidence.history;
+        history.iter().enumerate().any(|(at, event)| match &event.kind {
+            EventKind::DownstreamAnswered { worker, request_id, origin, request, status, references }
+                if (200..300).contains(status) && references.iter().any(|r| r == reference) =>
+            {
+                let (method, path) = request.split_once(' ').unwrap_or((request.as_str(), ""));
+                let attributed = self.attribution.request(request_id);
+                let class = attributed.map_or_else(|| RequestClass::of(method, path), |a| a.class);
+                let whose = attributed.map_or_else(|| origin.clone(), |a| a.operation.clone());
+                whose.as_deref() == Some(operation)
+                    && matches!(class, RequestClass::Change(_) | RequestClass::ReceiptLookup)
+                    && !history[at..].iter().any(|later| {
+                        matches!(&later.kind, EventKind::Crashed { worker: crashed, .. } if crashed == worker)
+                    })
+            }
+            _ => false,
+        })
+    }
+
     fn final_poll(&self, operation: &str) -> Option<&AnswerFact> {
         self.answer_to(&format!("{FINAL_POLL_PREFIX}{operation}"))
     }
@@ -765,7 +787,9 @@ fn can_look_up(facts: &Facts<'_>, operation: &str) -> bool {
 /// O13 (liveness): once faults healed and the world settled, an operation the executor acted
 /// on and *can* resolve is resolved. It can when a resend is safe (the downstream honours its
 /// key) or when its effect exists and can be found (a receipt lookup finds it, or it is a job
-/// whose reference reached the executor in an answer, so that it can poll it):
+/// whose reference reached the executor in an answer, so that it can poll it), or when the
+/// executor was told (an answer carrying the effect's receipt reached a worker that kept
+/// running):
 /// then the final poll answers `applied`, `replayed` or `rejected` (or `expired`, once
 /// retention has run out since its first call). Where neither holds, a receipt lookup that
 /// finds nothing does not prove that a request still on its way will not commit, so `unknown`
@@ -795,7 +819,9 @@ fn resolves_when_it_can(facts: &Facts<'_>, judgement: &mut Judgement) {
                     if references.iter().any(|r| r == reference))
             })
         });
-        let Some(means) = means_to_find_out(contract, !effects.is_empty(), job_known) else {
+        // The effect's receipt reached a worker that kept running: the executor was told.
+        let told = effects.iter().any(|reference| facts.told(operation, reference));
+        let Some(means) = means_to_find_out(contract, !effects.is_empty(), job_known, told) else {
             // No way to find out: `unknown` is the honest answer, but only handed over to people.
             let Some(answer) = facts.final_poll(operation) else { continue };
             if answer.outcome.status != OutcomeStatus::Unknown {
@@ -958,6 +984,7 @@ fn means_to_find_out(
     contract: &protocol::ToolContract,
     effect_exists: bool,
     job_known: bool,
+    told: bool,
 ) -> Option<&'static str> {
     if contract.downstream.honours_key {
         Some("the downstream honours its key (a resend is answered from the first request)")
@@ -965,6 +992,8 @@ fn means_to_find_out(
         Some("its job exists, the executor saw the job's reference, and it can poll it")
     } else if effect_exists && contract.downstream.receipt_lookup {
         Some("its effect exists and the downstream's receipt lookup finds it")
+    } else if told {
+        Some("the downstream's answer with the effect's receipt reached a worker that kept running")
     } else {
         None
     }

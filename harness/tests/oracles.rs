@@ -1187,6 +1187,42 @@ fn o13_an_unknown_nothing_can_settle_is_handed_over() {
     assert_eq!(lost(true, Some("acme:production:run_1:another_step")).fired_with(&blind), ["O13"]);
 }
 
+/// O13, the told rule: where the downstream offers no lookup and no honoured key, an answer
+/// with the effect's receipt that reached a worker (which then kept running) is proof the
+/// executor holds. Before, such an operation could end `unknown` and handed over although the
+/// executor had been told its receipt (M30, S27: a late answer to a worker whose claim was
+/// taken over and the record left `unknown`).
+#[test]
+fn o13_an_answer_the_executor_was_told_settles_the_operation() {
+    let told = |crashed_after: bool, final_status: OutcomeStatus| {
+        let mut world = World::default();
+        world
+            .attempt("first", Handling::Commit("ticket_1", json!({"ticket_id": "ticket_1"})))
+            .answer("first", OutcomeStatus::Unknown, None)
+            .hand_over(OP);
+        if crashed_after {
+            world.push(EventKind::Crashed {
+                worker: "worker-1".into(),
+                paused_at: None,
+                after_commit: false,
+            });
+        }
+        let mut last =
+            world.outcome_naming(final_status, Some("ticket_1").filter(|_| final_status.claims_success()));
+        if final_status == OutcomeStatus::Unknown {
+            last.next_action = NextAction::Reconcile;
+        }
+        world.settled_with(OP, last);
+        world
+    };
+    let mut blind = ContractSet::builtin();
+    blind.set_capabilities("tickets", false, false);
+    assert_eq!(told(false, OutcomeStatus::Unknown).fired_with(&blind), ["O13"]);
+    assert_eq!(told(false, OutcomeStatus::Replayed).fired_with(&blind), none());
+    // A worker killed after the answer may have lost it before writing it down.
+    assert_eq!(told(true, OutcomeStatus::Unknown).fired_with(&blind), none());
+}
+
 /// O7, for `reconcile_first` (payments.charge): a call after retention answered `expired` is
 /// answered after the executor asked the downstream while serving it. Before, the contract's
 /// late-arrival policy was never checked: only the absence of a new effect was.
