@@ -438,7 +438,7 @@ impl Machine {
             RecordStatus::Pending if record.owner_token.is_none() => {
                 in_flight(key, QUEUE_POLL_AFTER_SECONDS, "queued; a consumer will carry it out; poll")
             }
-            RecordStatus::Pending if record.lease_is_live(self.now_ms()) => in_flight(
+            RecordStatus::Pending if (self.strategies.owner_at_work)(record, self.now_ms()) => in_flight(
                 key,
                 seconds_until(self.now_ms(), record.lease_until_ms),
                 "another worker owns the operation; poll",

@@ -1,20 +1,20 @@
-//! The mutant zoo: thirty executors, each the reference with exactly one defect (M01..M18
+//! The mutant zoo: thirty-one executors, each the reference with exactly one defect (M01..M18
 //! are MATRIX.md's classic ones, M19..M22 the project's own, each caught only by the scenario
 //! that was added for it, M23, which only the liveness oracle O13 sees, M24 and M25, which only O8's
-//! rules for refusals and results see, M26, which only O10's count of completion notices sees, M27, which only S24's cross-version replay sees, M28, which only O13's hand-over rule sees, M29, which only S26's crash between a job's settlement and its notice sees, and M30, which only S27's late answer sees), plugged in through the same public [`protocol::ExecutorFactory`]
+//! rules for refusals and results see, M26, which only O10's count of completion notices sees, M27, which only S24's cross-version replay sees, M28, which only O13's hand-over rule sees, M29, which only S26's crash between a job's settlement and its notice sees, M30, which only S27's late answer sees, and M31, which only S28's polls of abandoned claims see), plugged in through the same public [`protocol::ExecutorFactory`]
 //! interface as any user's executor.
 //!
 //! Every defect is code doing the wrong thing (a read then an insert with a store call in
 //! between, a claim table in the worker's private memory, a resend after a timeout without a
 //! key, ...), never a flag that tells the harness to fail: a mutant is killed only when a
 //! scenario makes its defect produce a wrong outcome or a second effect on the downstream's
-//! ledger. Twenty-nine of them replace one decision of [`Strategies`] (two fields for
+//! ledger. Thirty of them replace one decision of [`Strategies`] (two fields for
 //! `blind_retry`, whose single defect needs both; see there); `in_memory_claims` keeps every
 //! decision and moves the claim store into the worker's private memory.
 //!
 //! ```
 //! let zoo = executor::mutants::all();
-//! assert_eq!(zoo.len(), 30);
+//! assert_eq!(zoo.len(), 31);
 //! let blind_retry = executor::mutants::find("blind_retry").expect("in the zoo");
 //! assert_eq!((blind_retry.id, blind_retry.caught_by), ("M05", &["S02"][..]));
 //! // The harness makes one factory per run (scenario and seed).
@@ -302,6 +302,15 @@ pub fn all() -> Vec<Mutant> {
             caught_by: &["S27"],
             strategies: LATE_RECEIPT_DROPPED,
             factory: || boxed(late_receipt_dropped()),
+        },
+        Mutant {
+            id: "M31",
+            name: "abandoned_claim_in_flight",
+            defect: "answers a status poll of a claim whose owner's lease ran out in_flight, as if the owner were \
+                     still at work: the agent waits for a worker that is gone",
+            caught_by: &["S28"],
+            strategies: ABANDONED_CLAIM_IN_FLIGHT,
+            factory: || boxed(abandoned_claim_in_flight()),
         },
     ]
 }
@@ -822,7 +831,29 @@ pub fn late_receipt_dropped() -> Result<ReferenceFactory, StoreError> {
     on_shared_store(LATE_RECEIPT_DROPPED)
 }
 
+const ABANDONED_CLAIM_IN_FLIGHT: Strategies =
+    Strategies { owner_at_work: any_owner_at_work, ..Strategies::reference() };
+
+/// M31 abandoned_claim_in_flight — the project's own (an `in_flight` names a live owner: O6);
+/// caught by S28.
+///
+/// Difference from the reference: `owner_at_work: any_owner_at_work` (a `pending` record with
+/// an owner is described as in progress, whatever its lease).
+///
+/// Plausible because `pending` with an owner reads as "somebody has it", and checking the
+/// lease looks like the retry's business, not a status answer's. But the owner may have died
+/// holding the claim: the poll tells the agent to wait for a worker that will never finish,
+/// where it should be told to reconcile.
+pub fn abandoned_claim_in_flight() -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(ABANDONED_CLAIM_IN_FLIGHT)
+}
+
 // ------------------------------------------------------------------ the defective decisions
+
+/// M31: any owner is taken to be at work.
+pub fn any_owner_at_work(record: &OperationRecord, _now_ms: u64) -> bool {
+    record.owner_token.is_some()
+}
 
 /// M30: a late receipt is not adopted.
 pub fn drop_late_receipt() -> bool {
@@ -1066,7 +1097,7 @@ mod tests {
 
     /// MATRIX.md's zoo table (M01..M18), then the project's own (M19 onwards, each with the
     /// one scenario added for it): id, name, the scenarios that must catch it.
-    const MATRIX_ZOO: [(&str, &str, &[&str]); 30] = [
+    const MATRIX_ZOO: [(&str, &str, &[&str]); 31] = [
         ("M01", "args_hash_as_key", &["S07"]),
         ("M02", "in_memory_claims", &["S03", "S04", "S05"]),
         ("M03", "read_then_insert", &["S05"]),
@@ -1097,6 +1128,7 @@ mod tests {
         ("M28", "unknown_kept_quiet", &["S25"]),
         ("M29", "notice_not_owed", &["S26"]),
         ("M30", "late_receipt_dropped", &["S27"]),
+        ("M31", "abandoned_claim_in_flight", &["S28"]),
     ];
 
     #[test]

@@ -192,6 +192,9 @@ pub type FileFindingsFn = fn() -> bool;
 /// Whether a receipt that reaches a worker after its claim was taken over and the record left
 /// `unknown` settles the record (by taking the claim over again), or is dropped.
 pub type LateReceiptFn = fn() -> bool;
+/// Whether a `pending` record with an owner is described as that owner's work in progress
+/// (`in_flight`) at `now_ms`, or as abandoned (`unknown`: reconcile).
+pub type OwnerAtWorkFn = fn(&OperationRecord, u64) -> bool;
 /// How finished jobs are settled (webhook deduplication and the settling transition).
 pub type JobSettlementFn = fn() -> JobSettlementPlan;
 /// Whether the queue consumer claims the operation before it acts on a delivery.
@@ -244,6 +247,8 @@ pub struct Strategies {
     pub file_findings: FileFindingsFn,
     /// Whether a late receipt settles a record left `unknown` meanwhile.
     pub late_receipt: LateReceiptFn,
+    /// Whether a status answer reads an owned `pending` record as work in progress.
+    pub owner_at_work: OwnerAtWorkFn,
 }
 
 impl Strategies {
@@ -270,6 +275,7 @@ impl Strategies {
             refusal: reference_refusal,
             file_findings: reference_file_findings,
             late_receipt: reference_late_receipt,
+            owner_at_work: reference_owner_at_work,
         }
     }
 }
@@ -370,6 +376,13 @@ pub fn reference_file_findings() -> bool {
 /// offers no receipt lookup and no honoured key, it is the only evidence there will ever be.
 pub fn reference_late_receipt() -> bool {
     true
+}
+
+/// An owner is at work only while its lease is live: "a pending record owned by another live
+/// worker returns in_flight"; once the lease ran out, nobody is, and the answer says
+/// `unknown` (reconcile) until someone takes the claim over.
+pub fn reference_owner_at_work(record: &OperationRecord, now_ms: u64) -> bool {
+    record.lease_is_live(now_ms)
 }
 
 /// Cross-version replay: only the same request, read by the contract that made the record.

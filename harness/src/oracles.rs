@@ -706,6 +706,7 @@ fn authorization(facts: &Facts<'_>, judgement: &mut Judgement) {
 /// state-changing request and not while serving that final poll); `unknown` without a lookup
 /// is accepted only where the downstream offers none (no receipt lookup, keys ignored).
 fn no_orphan_pending(facts: &Facts<'_>, judgement: &mut Judgement) {
+    in_flight_names_a_live_owner(facts, judgement);
     if !facts.settled {
         // The run stopped at a limit before the world could settle: that is its verdict.
         return;
@@ -746,6 +747,76 @@ fn no_orphan_pending(facts: &Facts<'_>, judgement: &mut Judgement) {
                 format!("after faults healed and the world settled, the operation is {problem}"),
             );
         }
+    }
+}
+
+/// O6, answer by answer: `in_flight` says someone is carrying the operation out ("a pending
+/// record owned by another live worker returns in_flight"; an expired lease enters recovery).
+/// For a tool the executor carries out itself (not queued, not a delayed job), an `in_flight`
+/// answer is an orphan presented as progress when, at the answer, no claim on the operation
+/// could still be live (nothing was done for it, by any other agent request or by work no
+/// agent request waited for, within its contract's lease) and no downstream request for it
+/// was still open (sent, and neither answered nor failed).
+fn in_flight_names_a_live_owner(facts: &Facts<'_>, judgement: &mut Judgement) {
+    let history = facts.evidence.history;
+    for answer in facts.answers.iter().filter(|a| a.outcome.status == OutcomeStatus::InFlight) {
+        if answer.label.starts_with(FINAL_POLL_PREFIX) {
+            continue;
+        }
+        let Some((operation, _)) = facts.request_of(&answer.label) else { continue };
+        let Some(first) = facts.first_call_of(operation) else { continue };
+        let Some(contract) = facts.evidence.contracts.get(&first.tool, &first.tool_version) else { continue };
+        if contract.execution != protocol::Execution::Direct {
+            continue;
+        }
+        judgement.exercise(6);
+        let since_ms = answer.at_ms.saturating_sub(contract.lease.as_millis() as u64);
+        let before = &history[..history.iter().position(|e| e.seq == answer.seq).unwrap_or(history.len())];
+        let ours = |label: &str| facts.request_of(label).is_some_and(|(other, _)| other == operation);
+        let theirs = |label: &Option<String>| match label {
+            Some(label) => label != &answer.label && ours(label),
+            // Work no agent request waits for (a sweep, a queue delivery) may be on it.
+            None => true,
+        };
+        let mut open: BTreeSet<&str> = BTreeSet::new();
+        let mut live = false;
+        for event in before {
+            match &event.kind {
+                EventKind::DownstreamSent { request_id, origin, serving, .. } => {
+                    let whose = facts.attribution.request(request_id).and_then(|a| a.operation.clone());
+                    let mine = whose.or_else(|| origin.clone()).is_none_or(|whose| whose == *operation);
+                    if mine {
+                        open.insert(request_id);
+                        live |= event.at_ms >= since_ms && theirs(serving);
+                    }
+                }
+                EventKind::DownstreamAnswered { request_id, .. }
+                | EventKind::DownstreamFailed { request_id, .. } => {
+                    open.remove(request_id.as_str());
+                }
+                EventKind::CallReceived { label, .. } if label != &answer.label && ours(label) => {
+                    live |= event.at_ms >= since_ms;
+                }
+                EventKind::StoreCommitted { serving, .. } => {
+                    live |= event.at_ms >= since_ms && theirs(serving)
+                }
+                _ => {}
+            }
+        }
+        if live || !open.is_empty() {
+            continue;
+        }
+        judgement.violate(
+            6,
+            Some(operation),
+            vec![answer.seq],
+            format!(
+                "{:?} was answered in_flight, but nobody could be carrying the operation out: nothing was done \
+                 for it by anyone else within its {} ms lease, and no downstream request for it was open",
+                answer.label,
+                contract.lease.as_millis()
+            ),
+        );
     }
 }
 

@@ -6,6 +6,8 @@
 //! tag of the task that sent it, what the downstream did with it), the effects as committed,
 //! and the answers.
 
+use std::time::Duration;
+
 use fake_downstream::{content_digest, Disposition, Effect, EffectKind, Service, VersionChange};
 use harness::history::{Event, EventKind, RequestKind};
 use harness::oracles::{self, Evidence, FINAL_POLL_PREFIX};
@@ -1221,6 +1223,41 @@ fn o13_an_answer_the_executor_was_told_settles_the_operation() {
     assert_eq!(told(false, OutcomeStatus::Replayed).fired_with(&blind), none());
     // A worker killed after the answer may have lost it before writing it down.
     assert_eq!(told(true, OutcomeStatus::Unknown).fired_with(&blind), none());
+}
+
+/// O6, answer by answer: an `in_flight` answer names an owner at work. A poll answered
+/// `in_flight` after the only owner claimed the operation and died, once its lease ran out and
+/// with no downstream request of it open, tells the agent to wait for nobody (M31, S28).
+/// Before, only the final poll's `in_flight` was judged.
+#[test]
+fn o6_an_in_flight_answer_needs_an_owner_who_may_still_be_at_work() {
+    let polled_after = |ms: u64| {
+        let mut world = World::default();
+        world.call("first");
+        world.push(EventKind::CallReceived { label: "first".into(), worker: "worker-1".into() });
+        world.push(EventKind::StoreCommitted {
+            worker: "worker-1".into(),
+            call: "claim".into(),
+            serving: Some("first".into()),
+        });
+        world.push(EventKind::Crashed { worker: "worker-1".into(), paused_at: None, after_commit: false });
+        world.advance(ms);
+        world.push(EventKind::OperationQuery {
+            label: "status".into(),
+            kind: RequestKind::Poll,
+            worker: "worker-2".into(),
+            operation: OP.into(),
+            tenant: "acme".into(),
+            actor: "agent".into(),
+        });
+        world.answer("status", OutcomeStatus::InFlight, None);
+        world
+    };
+    let mut contracts = ContractSet::builtin();
+    contracts.set_timing(Duration::from_secs(3), Duration::from_secs(60));
+    // Within the dead owner's lease, nobody can tell it is dead: in_flight is right.
+    assert_eq!(polled_after(1_000).fired_with(&contracts), none());
+    assert_eq!(polled_after(5_000).fired_with(&contracts), ["O6"]);
 }
 
 /// O7, for `reconcile_first` (payments.charge): a call after retention answered `expired` is

@@ -156,9 +156,10 @@ fn a_qualified_pause_point_skips_requests_that_are_not_the_moment() {
     assert!(lookup_before < pause, "the lookup went by without pausing");
 }
 
-/// Answers every call at once, without touching anything: two calls to it never overlap.
+/// Answers every call at once, without touching anything: two calls to it never overlap. (It
+/// refuses them: an `in_flight` from an executor that claimed nothing would be an orphan, O6.)
 fn instant(_env: WorkerEnv, _call: ToolCall) -> LocalBoxFuture<'static, Outcome> {
-    Box::pin(async { Outcome::new(OutcomeStatus::InFlight) })
+    Box::pin(async { Outcome::new(OutcomeStatus::Rejected) })
 }
 
 #[test]
