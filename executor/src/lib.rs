@@ -83,8 +83,9 @@ pub use strategy::{
     reference_late_receipt, reference_mismatch, reference_operation_key, reference_owner_at_work,
     reference_recovery, reference_retention, reference_tenant_scope, reference_version_precondition,
     AmbiguityFn, AmbiguityVerdict, AuthPoint, AuthorizeAtFn, ClaimFn, CompletionFn, ConsumerClaimFn,
-    CrossVersionFn, CrossVersionReplay, DownstreamKeyFn, FileFindingsFn, FingerprintFn, JobPatienceFn,
-    JobRetry, JobRetryFn, JobSettlementFn, JobSettlementPlan, KeyInput, LateReceiptFn, MismatchFn,
-    MismatchVerdict, OperationKeyFn, OwnerAtWorkFn, RecoveryFn, RecoveryPlan, RetentionFn, RetentionVerdict,
-    StoredCompletion, Strategies, TenantScopeFn, VersionPreconditionFn, MAX_DOWNSTREAM_KEY_CHARS,
+    CrossVersionFn, CrossVersionReplay, DownstreamKeyFn, FileFindingsFn, FindingAbout, FingerprintFn,
+    JobPatienceFn, JobRetry, JobRetryFn, JobSettlementFn, JobSettlementPlan, KeyInput, LateReceiptFn,
+    MismatchFn, MismatchVerdict, OperationKeyFn, OwnerAtWorkFn, RecoveryFn, RecoveryPlan, RetentionFn,
+    RetentionVerdict, StoredCompletion, Strategies, TenantScopeFn, VersionPreconditionFn,
+    MAX_DOWNSTREAM_KEY_CHARS,
 };

@@ -23,8 +23,8 @@ use crate::store::{
     StoreLocation, TakeOver,
 };
 use crate::strategy::{
-    AmbiguityVerdict, AuthPoint, CrossVersionReplay, JobRetry, KeyInput, MismatchVerdict, RetentionVerdict,
-    Strategies,
+    AmbiguityVerdict, AuthPoint, CrossVersionReplay, FindingAbout, JobRetry, KeyInput, MismatchVerdict,
+    RetentionVerdict, Strategies,
 };
 use crate::warm::{Idle, WarmDatabase, WorkerStore};
 
@@ -483,8 +483,8 @@ impl Machine {
 
     /// Hands an operation the executor cannot settle on its own to people: files `finding`
     /// (already kept in the store's table) to the operators' queue.
-    async fn hand_over(&self, tenant: &str, operation_key: &str, finding: &str) {
-        if (self.strategies.file_findings)() {
+    async fn hand_over(&self, tenant: &str, operation_key: &str, about: FindingAbout, finding: &str) {
+        if (self.strategies.file_findings)(about) {
             let entry = ReconciliationEntry {
                 tenant: tenant.to_owned(),
                 operation_key: operation_key.to_owned(),
@@ -946,7 +946,7 @@ impl Machine {
         match self.gated().call("mark_unknown", |store| store.mark_unknown(owned, finding, now)).await {
             Ok(true) => {
                 if hand_over {
-                    self.hand_over(&owned.tenant, key, finding).await;
+                    self.hand_over(&owned.tenant, key, FindingAbout::Operation, finding).await;
                 }
                 self.reconcile_in_background();
                 unknown(key, format!("the effect may have happened ({finding}); reconcile"))
@@ -1117,7 +1117,13 @@ impl Machine {
                         tried.insert(id, (attempts + 1, not_before));
                         let finding = format!("{RECONCILE_ATTEMPTS} reconciliation attempts settled nothing");
                         self.note(&record.tenant, &record.operation_key, &finding).await;
-                        self.hand_over(&record.tenant, &record.operation_key, &finding).await;
+                        self.hand_over(
+                            &record.tenant,
+                            &record.operation_key,
+                            FindingAbout::Operation,
+                            &finding,
+                        )
+                        .await;
                     }
                     continue;
                 }
@@ -1334,7 +1340,7 @@ impl Machine {
         if !matches!(answer, Answer::Receipt { .. }) {
             let finding = format!("the completion notice for {job_id} was not confirmed: {answer:?}");
             self.note(tenant, key, &finding).await;
-            self.hand_over(tenant, key, &finding).await;
+            self.hand_over(tenant, key, FindingAbout::CompletionNotice, &finding).await;
         }
         self.notice_done(tenant, key).await;
     }
@@ -1393,7 +1399,7 @@ impl Machine {
              (the message service does not honour keys, and no receipt of it was found or can be looked up)"
         );
         self.note(tenant, key, &finding).await;
-        self.hand_over(tenant, key, &finding).await;
+        self.hand_over(tenant, key, FindingAbout::CompletionNotice, &finding).await;
         self.notice_done(tenant, key).await;
     }
 

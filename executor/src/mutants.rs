@@ -1,20 +1,20 @@
-//! The mutant zoo: thirty-one executors, each the reference with exactly one defect (M01..M18
+//! The mutant zoo: thirty-two executors, each the reference with exactly one defect (M01..M18
 //! are MATRIX.md's classic ones, M19..M22 the project's own, each caught only by the scenario
 //! that was added for it, M23, which only the liveness oracle O13 sees, M24 and M25, which only O8's
-//! rules for refusals and results see, M26, which only O10's count of completion notices sees, M27, which only S24's cross-version replay sees, M28, which only O13's hand-over rule sees, M29, which only S26's crash between a job's settlement and its notice sees, M30, which only S27's late answer sees, and M31, which only S28's polls of abandoned claims see), plugged in through the same public [`protocol::ExecutorFactory`]
+//! rules for refusals and results see, M26, which only O10's count of completion notices sees, M27, which only S24's cross-version replay sees, M28, which only O13's hand-over rule sees, M29, which only S26's crash between a job's settlement and its notice sees, M30, which only S27's late answer sees, M31, which only S28's polls of abandoned claims see, and M32, which only S29's unconfirmed notice sees), plugged in through the same public [`protocol::ExecutorFactory`]
 //! interface as any user's executor.
 //!
 //! Every defect is code doing the wrong thing (a read then an insert with a store call in
 //! between, a claim table in the worker's private memory, a resend after a timeout without a
 //! key, ...), never a flag that tells the harness to fail: a mutant is killed only when a
 //! scenario makes its defect produce a wrong outcome or a second effect on the downstream's
-//! ledger. Thirty of them replace one decision of [`Strategies`] (two fields for
+//! ledger. Thirty-one of them replace one decision of [`Strategies`] (two fields for
 //! `blind_retry`, whose single defect needs both; see there); `in_memory_claims` keeps every
 //! decision and moves the claim store into the worker's private memory.
 //!
 //! ```
 //! let zoo = executor::mutants::all();
-//! assert_eq!(zoo.len(), 31);
+//! assert_eq!(zoo.len(), 32);
 //! let blind_retry = executor::mutants::find("blind_retry").expect("in the zoo");
 //! assert_eq!((blind_retry.id, blind_retry.caught_by), ("M05", &["S02"][..]));
 //! // The harness makes one factory per run (scenario and seed).
@@ -30,8 +30,9 @@ use sha2::{Digest, Sha256};
 use crate::machine::{ReferenceConfig, ReferenceFactory};
 use crate::store::{Claimed, GatedStore, NewClaim, OperationRecord, StoreError, StoreLocation};
 use crate::strategy::{
-    reference_operation_key, AmbiguityVerdict, AuthPoint, CrossVersionReplay, JobRetry, JobSettlementPlan,
-    KeyInput, MismatchVerdict, RecoveryPlan, RetentionVerdict, StoredCompletion, Strategies,
+    reference_operation_key, AmbiguityVerdict, AuthPoint, CrossVersionReplay, FindingAbout, JobRetry,
+    JobSettlementPlan, KeyInput, MismatchVerdict, RecoveryPlan, RetentionVerdict, StoredCompletion,
+    Strategies,
 };
 
 /// Makes the executor factory of one run (its store comes empty from the thread's warm pool).
@@ -311,6 +312,15 @@ pub fn all() -> Vec<Mutant> {
             caught_by: &["S28"],
             strategies: ABANDONED_CLAIM_IN_FLIGHT,
             factory: || boxed(abandoned_claim_in_flight()),
+        },
+        Mutant {
+            id: "M32",
+            name: "unconfirmed_notice_forgotten",
+            defect: "keeps a completion notice the message service did not confirm in its own table: nobody \
+                     sends it, nobody is told",
+            caught_by: &["S29"],
+            strategies: UNCONFIRMED_NOTICE_FORGOTTEN,
+            factory: || boxed(unconfirmed_notice_forgotten()),
         },
     ]
 }
@@ -785,8 +795,8 @@ const UNKNOWN_KEPT_QUIET: Strategies = Strategies { file_findings: keep_findings
 /// M28 unknown_kept_quiet — the project's own (an `unknown` is handed over to people where
 /// nothing else can settle it: O13); caught by S25.
 ///
-/// Difference from the reference: `file_findings: keep_findings` (findings go to the store's
-/// own reconciliation table only, never to the operators' queue).
+/// Difference from the reference: `file_findings: keep_findings` (findings about operations go
+/// to the store's own reconciliation table only, never to the operators' queue).
 ///
 /// Plausible because the record says `unknown`, the table says why, and `unknown` is the
 /// honest answer. But where the downstream offers no key and no receipt, nothing the executor
@@ -848,7 +858,30 @@ pub fn abandoned_claim_in_flight() -> Result<ReferenceFactory, StoreError> {
     on_shared_store(ABANDONED_CLAIM_IN_FLIGHT)
 }
 
+const UNCONFIRMED_NOTICE_FORGOTTEN: Strategies =
+    Strategies { file_findings: keep_notice_findings, ..Strategies::reference() };
+
+/// M32 unconfirmed_notice_forgotten — the project's own (a notice is in the ledger or handed
+/// over: O10); caught by S29.
+///
+/// Difference from the reference: `file_findings: keep_notice_findings` (a finding about a
+/// completion notice that may not have gone out stays in the executor's own table; findings
+/// about operations are filed as the reference files them).
+///
+/// Plausible because a notification is "best effort" in most code, sent and forgotten, and
+/// resending it blind could send it twice. But the job's contract names the notice as part of
+/// the effect: a customer who is never told their report is ready is a lost effect, and only
+/// people can settle it where the message service does not dedupe.
+pub fn unconfirmed_notice_forgotten() -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(UNCONFIRMED_NOTICE_FORGOTTEN)
+}
+
 // ------------------------------------------------------------------ the defective decisions
+
+/// M32: findings about notices stay in the executor's own table.
+pub fn keep_notice_findings(about: FindingAbout) -> bool {
+    about != FindingAbout::CompletionNotice
+}
 
 /// M31: any owner is taken to be at work.
 pub fn any_owner_at_work(record: &OperationRecord, _now_ms: u64) -> bool {
@@ -866,8 +899,8 @@ pub fn notice_unrecorded() -> JobSettlementPlan {
 }
 
 /// M28: findings stay in the executor's own table.
-pub fn keep_findings() -> bool {
-    false
+pub fn keep_findings(about: FindingAbout) -> bool {
+    about != FindingAbout::Operation
 }
 
 /// M27: any request under the key replays an older version's record.
@@ -1097,7 +1130,7 @@ mod tests {
 
     /// MATRIX.md's zoo table (M01..M18), then the project's own (M19 onwards, each with the
     /// one scenario added for it): id, name, the scenarios that must catch it.
-    const MATRIX_ZOO: [(&str, &str, &[&str]); 31] = [
+    const MATRIX_ZOO: [(&str, &str, &[&str]); 32] = [
         ("M01", "args_hash_as_key", &["S07"]),
         ("M02", "in_memory_claims", &["S03", "S04", "S05"]),
         ("M03", "read_then_insert", &["S05"]),
@@ -1129,6 +1162,7 @@ mod tests {
         ("M29", "notice_not_owed", &["S26"]),
         ("M30", "late_receipt_dropped", &["S27"]),
         ("M31", "abandoned_claim_in_flight", &["S28"]),
+        ("M32", "unconfirmed_notice_forgotten", &["S29"]),
     ];
 
     #[test]

@@ -186,9 +186,18 @@ pub type TenantScopeFn = for<'a> fn(&'a str) -> &'a str;
 pub type VersionPreconditionFn = fn(&ToolContract) -> bool;
 /// Which newer-version calls may replay an older version's record (given the record's contract).
 pub type CrossVersionFn = fn(&ToolContract) -> CrossVersionReplay;
-/// Whether findings (above all, an operation left `unknown` that the executor cannot settle on
-/// its own) are filed to the operators' queue as well as kept in the executor's own table.
-pub type FileFindingsFn = fn() -> bool;
+/// What a finding the executor cannot settle on its own is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FindingAbout {
+    /// An operation left `unknown`.
+    Operation,
+    /// A settled job's completion notice that may not have gone out.
+    CompletionNotice,
+}
+
+/// Whether findings about `FindingAbout` are filed to the operators' queue as well as kept in
+/// the executor's own table.
+pub type FileFindingsFn = fn(FindingAbout) -> bool;
 /// Whether a receipt that reaches a worker after its claim was taken over and the record left
 /// `unknown` settles the record (by taking the claim over again), or is dropped.
 pub type LateReceiptFn = fn() -> bool;
@@ -367,7 +376,7 @@ pub fn reference_job_retry(_contract: &ToolContract) -> JobRetry {
 
 /// Findings are filed to the operators' queue (and kept in the store's table): an `unknown`
 /// nobody is told about is never settled.
-pub fn reference_file_findings() -> bool {
+pub fn reference_file_findings(_about: FindingAbout) -> bool {
     true
 }
 
