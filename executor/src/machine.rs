@@ -1120,7 +1120,7 @@ impl Machine {
                         self.hand_over(
                             &record.tenant,
                             &record.operation_key,
-                            FindingAbout::Operation,
+                            FindingAbout::Unreconciled,
                             &finding,
                         )
                         .await;

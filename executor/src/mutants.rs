@@ -1,20 +1,20 @@
-//! The mutant zoo: thirty-two executors, each the reference with exactly one defect (M01..M18
+//! The mutant zoo: thirty-three executors, each the reference with exactly one defect (M01..M18
 //! are MATRIX.md's classic ones, M19..M22 the project's own, each caught only by the scenario
 //! that was added for it, M23, which only the liveness oracle O13 sees, M24 and M25, which only O8's
-//! rules for refusals and results see, M26, which only O10's count of completion notices sees, M27, which only S24's cross-version replay sees, M28, which only O13's hand-over rule sees, M29, which only S26's crash between a job's settlement and its notice sees, M30, which only S27's late answer sees, M31, which only S28's polls of abandoned claims see, and M32, which only S29's unconfirmed notice sees), plugged in through the same public [`protocol::ExecutorFactory`]
+//! rules for refusals and results see, M26, which only O10's count of completion notices sees, M27, which only S24's cross-version replay sees, M28, which only O13's hand-over rule sees, M29, which only S26's crash between a job's settlement and its notice sees, M30, which only S27's late answer sees, M31, which only S28's polls of abandoned claims see, M32, which only S29's unconfirmed notice sees, and M33, which only S30's failing lookups see), plugged in through the same public [`protocol::ExecutorFactory`]
 //! interface as any user's executor.
 //!
 //! Every defect is code doing the wrong thing (a read then an insert with a store call in
 //! between, a claim table in the worker's private memory, a resend after a timeout without a
 //! key, ...), never a flag that tells the harness to fail: a mutant is killed only when a
 //! scenario makes its defect produce a wrong outcome or a second effect on the downstream's
-//! ledger. Thirty-one of them replace one decision of [`Strategies`] (two fields for
+//! ledger. Thirty-two of them replace one decision of [`Strategies`] (two fields for
 //! `blind_retry`, whose single defect needs both; see there); `in_memory_claims` keeps every
 //! decision and moves the claim store into the worker's private memory.
 //!
 //! ```
 //! let zoo = executor::mutants::all();
-//! assert_eq!(zoo.len(), 32);
+//! assert_eq!(zoo.len(), 33);
 //! let blind_retry = executor::mutants::find("blind_retry").expect("in the zoo");
 //! assert_eq!((blind_retry.id, blind_retry.caught_by), ("M05", &["S02"][..]));
 //! // The harness makes one factory per run (scenario and seed).
@@ -321,6 +321,15 @@ pub fn all() -> Vec<Mutant> {
             caught_by: &["S29"],
             strategies: UNCONFIRMED_NOTICE_FORGOTTEN,
             factory: || boxed(unconfirmed_notice_forgotten()),
+        },
+        Mutant {
+            id: "M33",
+            name: "reconcile_gives_up_quietly",
+            defect: "when every one of its own reconciliation tries failed, leaves the operation unknown in its \
+                     own table and tells no one",
+            caught_by: &["S30"],
+            strategies: RECONCILE_GIVES_UP_QUIETLY,
+            factory: || boxed(reconcile_gives_up_quietly()),
         },
     ]
 }
@@ -876,7 +885,29 @@ pub fn unconfirmed_notice_forgotten() -> Result<ReferenceFactory, StoreError> {
     on_shared_store(UNCONFIRMED_NOTICE_FORGOTTEN)
 }
 
+const RECONCILE_GIVES_UP_QUIETLY: Strategies =
+    Strategies { file_findings: keep_unreconciled_findings, ..Strategies::reference() };
+
+/// M33 reconcile_gives_up_quietly — the project's own (an `unknown` nothing will settle is
+/// handed over: O13); caught by S30.
+///
+/// Difference from the reference: `file_findings: keep_unreconciled_findings` (the finding
+/// that every reconciliation try was inconclusive stays in the executor's own table).
+///
+/// Plausible because a bounded retry loop that stops after N failures is good practice, and
+/// the failure is logged. But once it stops, nothing looks at the operation again: where the
+/// lookup cannot prove a swallowed request will never commit and the provider ignores keys,
+/// only people can settle it, and nobody told them.
+pub fn reconcile_gives_up_quietly() -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(RECONCILE_GIVES_UP_QUIETLY)
+}
+
 // ------------------------------------------------------------------ the defective decisions
+
+/// M33: findings of exhausted reconciliation stay in the executor's own table.
+pub fn keep_unreconciled_findings(about: FindingAbout) -> bool {
+    about != FindingAbout::Unreconciled
+}
 
 /// M32: findings about notices stay in the executor's own table.
 pub fn keep_notice_findings(about: FindingAbout) -> bool {
@@ -1130,7 +1161,7 @@ mod tests {
 
     /// MATRIX.md's zoo table (M01..M18), then the project's own (M19 onwards, each with the
     /// one scenario added for it): id, name, the scenarios that must catch it.
-    const MATRIX_ZOO: [(&str, &str, &[&str]); 32] = [
+    const MATRIX_ZOO: [(&str, &str, &[&str]); 33] = [
         ("M01", "args_hash_as_key", &["S07"]),
         ("M02", "in_memory_claims", &["S03", "S04", "S05"]),
         ("M03", "read_then_insert", &["S05"]),
@@ -1163,6 +1194,7 @@ mod tests {
         ("M30", "late_receipt_dropped", &["S27"]),
         ("M31", "abandoned_claim_in_flight", &["S28"]),
         ("M32", "unconfirmed_notice_forgotten", &["S29"]),
+        ("M33", "reconcile_gives_up_quietly", &["S30"]),
     ];
 
     #[test]

@@ -189,8 +189,11 @@ pub type CrossVersionFn = fn(&ToolContract) -> CrossVersionReplay;
 /// What a finding the executor cannot settle on its own is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FindingAbout {
-    /// An operation left `unknown`.
+    /// An operation left `unknown` that nothing the executor can do will settle.
     Operation,
+    /// An operation every reconciliation try of a worker left `unknown` (the lookups
+    /// failed): the executor's own recovery has given up on it.
+    Unreconciled,
     /// A settled job's completion notice that may not have gone out.
     CompletionNotice,
 }
