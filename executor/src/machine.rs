@@ -630,7 +630,7 @@ impl Machine {
                 JobRetry::Poll => self.describe(&record),
                 JobRetry::Resubmit => self.resubmit_job(&record, contract, request).await,
             },
-            RecordStatus::Pending if record.owner_token.is_none() => self.describe(&record),
+            RecordStatus::Pending if (self.strategies.queued)(&record) => self.describe(&record),
             RecordStatus::Pending if record.lease_is_live(self.now_ms()) => self.describe(&record),
             // Handed over to people when it was marked: nothing a retry does can settle it.
             RecordStatus::Unknown if !self.can_find_out(contract) => self.describe(&record),
@@ -1212,7 +1212,9 @@ impl Machine {
         };
         match record.status {
             RecordStatus::Pending if record.job_id.is_some() => self.check_job(&record, contract).await,
-            RecordStatus::Pending if record.owner_token.is_none() || record.lease_is_live(self.now_ms()) => {
+            RecordStatus::Pending
+                if (self.strategies.queued)(&record) || record.lease_is_live(self.now_ms()) =>
+            {
                 self.describe(&record)
             }
             RecordStatus::Pending | RecordStatus::Unknown => match lookup {

@@ -1,20 +1,20 @@
-//! The mutant zoo: thirty-three executors, each the reference with exactly one defect (M01..M18
+//! The mutant zoo: thirty-four executors, each the reference with exactly one defect (M01..M18
 //! are MATRIX.md's classic ones, M19..M22 the project's own, each caught only by the scenario
 //! that was added for it, M23, which only the liveness oracle O13 sees, M24 and M25, which only O8's
-//! rules for refusals and results see, M26, which only O10's count of completion notices sees, M27, which only S24's cross-version replay sees, M28, which only O13's hand-over rule sees, M29, which only S26's crash between a job's settlement and its notice sees, M30, which only S27's late answer sees, M31, which only S28's polls of abandoned claims see, M32, which only S29's unconfirmed notice sees, and M33, which only S30's failing lookups see), plugged in through the same public [`protocol::ExecutorFactory`]
+//! rules for refusals and results see, M26, which only O10's count of completion notices sees, M27, which only S24's cross-version replay sees, M28, which only O13's hand-over rule sees, M29, which only S26's crash between a job's settlement and its notice sees, M30, which only S27's late answer sees, M31, which only S28's polls of abandoned claims see, M32, which only S29's unconfirmed notice sees, M33, which only S30's failing lookups see, and M34, which only S31's retry before the consumer sees), plugged in through the same public [`protocol::ExecutorFactory`]
 //! interface as any user's executor.
 //!
 //! Every defect is code doing the wrong thing (a read then an insert with a store call in
 //! between, a claim table in the worker's private memory, a resend after a timeout without a
 //! key, ...), never a flag that tells the harness to fail: a mutant is killed only when a
 //! scenario makes its defect produce a wrong outcome or a second effect on the downstream's
-//! ledger. Thirty-two of them replace one decision of [`Strategies`] (two fields for
+//! ledger. Thirty-three of them replace one decision of [`Strategies`] (two fields for
 //! `blind_retry`, whose single defect needs both; see there); `in_memory_claims` keeps every
 //! decision and moves the claim store into the worker's private memory.
 //!
 //! ```
 //! let zoo = executor::mutants::all();
-//! assert_eq!(zoo.len(), 33);
+//! assert_eq!(zoo.len(), 34);
 //! let blind_retry = executor::mutants::find("blind_retry").expect("in the zoo");
 //! assert_eq!((blind_retry.id, blind_retry.caught_by), ("M05", &["S02"][..]));
 //! // The harness makes one factory per run (scenario and seed).
@@ -330,6 +330,15 @@ pub fn all() -> Vec<Mutant> {
             caught_by: &["S30"],
             strategies: RECONCILE_GIVES_UP_QUIETLY,
             factory: || boxed(reconcile_gives_up_quietly()),
+        },
+        Mutant {
+            id: "M34",
+            name: "queued_taken_over",
+            defect: "takes a queued operation that no consumer has picked up yet for an abandoned claim: a retry or \
+                     a reconcile takes it over, and where it cannot resend, it is never sent",
+            caught_by: &["S31"],
+            strategies: QUEUED_TAKEN_OVER,
+            factory: || boxed(queued_taken_over()),
         },
     ]
 }
@@ -902,7 +911,28 @@ pub fn reconcile_gives_up_quietly() -> Result<ReferenceFactory, StoreError> {
     on_shared_store(RECONCILE_GIVES_UP_QUIETLY)
 }
 
+const QUEUED_TAKEN_OVER: Strategies = Strategies { queued: nothing_queued, ..Strategies::reference() };
+
+/// M34 queued_taken_over — the project's own (waiting for the queue is not abandonment);
+/// caught by S31.
+///
+/// Difference from the reference: `queued: nothing_queued` (a `pending` record with no owner
+/// is read like one whose owner's lease ran out).
+///
+/// Plausible because "pending, and nobody holds a live lease" is exactly the test for an
+/// abandoned claim, and a queued record passes it. But the consumer has not run yet: the retry
+/// takes the operation from the queue, and where the provider ignores keys it cannot resend,
+/// so it marks it `unknown`, and the consumer, finding it settled, never sends it.
+pub fn queued_taken_over() -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(QUEUED_TAKEN_OVER)
+}
+
 // ------------------------------------------------------------------ the defective decisions
+
+/// M34: no record is waiting for the queue.
+pub fn nothing_queued(_record: &OperationRecord) -> bool {
+    false
+}
 
 /// M33: findings of exhausted reconciliation stay in the executor's own table.
 pub fn keep_unreconciled_findings(about: FindingAbout) -> bool {
@@ -1161,7 +1191,7 @@ mod tests {
 
     /// MATRIX.md's zoo table (M01..M18), then the project's own (M19 onwards, each with the
     /// one scenario added for it): id, name, the scenarios that must catch it.
-    const MATRIX_ZOO: [(&str, &str, &[&str]); 33] = [
+    const MATRIX_ZOO: [(&str, &str, &[&str]); 34] = [
         ("M01", "args_hash_as_key", &["S07"]),
         ("M02", "in_memory_claims", &["S03", "S04", "S05"]),
         ("M03", "read_then_insert", &["S05"]),
@@ -1195,6 +1225,7 @@ mod tests {
         ("M31", "abandoned_claim_in_flight", &["S28"]),
         ("M32", "unconfirmed_notice_forgotten", &["S29"]),
         ("M33", "reconcile_gives_up_quietly", &["S30"]),
+        ("M34", "queued_taken_over", &["S31"]),
     ];
 
     #[test]

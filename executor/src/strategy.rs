@@ -207,6 +207,9 @@ pub type LateReceiptFn = fn() -> bool;
 /// Whether a `pending` record with an owner is described as that owner's work in progress
 /// (`in_flight`) at `now_ms`, or as abandoned (`unknown`: reconcile).
 pub type OwnerAtWorkFn = fn(&OperationRecord, u64) -> bool;
+/// Whether a `pending` record is waiting for the queue's consumer (so that a retry, a poll or
+/// a reconcile leaves it alone), or abandoned.
+pub type QueuedFn = fn(&OperationRecord) -> bool;
 /// How finished jobs are settled (webhook deduplication and the settling transition).
 pub type JobSettlementFn = fn() -> JobSettlementPlan;
 /// Whether the queue consumer claims the operation before it acts on a delivery.
@@ -261,6 +264,8 @@ pub struct Strategies {
     pub late_receipt: LateReceiptFn,
     /// Whether a status answer reads an owned `pending` record as work in progress.
     pub owner_at_work: OwnerAtWorkFn,
+    /// Whether a `pending` record is waiting for the queue's consumer.
+    pub queued: QueuedFn,
 }
 
 impl Strategies {
@@ -288,6 +293,7 @@ impl Strategies {
             file_findings: reference_file_findings,
             late_receipt: reference_late_receipt,
             owner_at_work: reference_owner_at_work,
+            queued: reference_queued,
         }
     }
 }
@@ -395,6 +401,12 @@ pub fn reference_late_receipt() -> bool {
 /// `unknown` (reconcile) until someone takes the claim over.
 pub fn reference_owner_at_work(record: &OperationRecord, now_ms: u64) -> bool {
     record.lease_is_live(now_ms)
+}
+
+/// A `pending` record with no owner (and no job) was handed to the queue: it waits for the
+/// consumer, which claims it by compare-and-set. Nobody else takes it over.
+pub fn reference_queued(record: &OperationRecord) -> bool {
+    record.owner_token.is_none()
 }
 
 /// Cross-version replay: only the same request, read by the contract that made the record.

@@ -971,7 +971,7 @@ impl Case {
                 job_duration: Some(Duration::from_secs(if self.long_jobs { 6 } else { 2 })),
                 webhook: self.webhooks.then_some(WebhookSpec { repeat_same_event: 1, extra_event_ids: 1 }),
             },
-            queue: QueueSpec { duplicate_deliveries: self.duplicate_deliveries },
+            queue: QueueSpec { duplicate_deliveries: self.duplicate_deliveries, delivery_delay: None },
             timing: TimingSpec { lease: Some(CASE_LEASE), retention: Some(CASE_RETENTION) },
             settle: Duration::from_secs(10),
             seed: Some(self.seed),

@@ -483,8 +483,8 @@ impl Outbox for SimOutbox {
                 origin: origin.clone(),
                 deliveries: self.shared.queue_copies,
             });
-            let now = self.shared.now_ms();
-            self.shared.queue.borrow_mut().push(envelope, origin, self.shared.queue_copies, now);
+            let visible_at = self.shared.now_ms().saturating_add(self.shared.queue_delay_ms);
+            self.shared.queue.borrow_mut().push(envelope, origin, self.shared.queue_copies, visible_at);
             Ok(())
         })
     }

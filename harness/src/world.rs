@@ -215,8 +215,9 @@ pub const VISIBILITY_TIMEOUT: Duration = Duration::from_secs(3);
 const RETRY_DELAY: Duration = Duration::from_secs(1);
 
 impl Queue {
-    /// Adds an envelope, `copies` times (2 when the scenario duplicates deliveries).
-    pub fn push(&mut self, envelope: Envelope, origin: Option<String>, copies: u32, now_ms: u64) {
+    /// Adds an envelope, `copies` times (2 when the scenario duplicates deliveries), to be
+    /// delivered from `visible_at_ms` on.
+    pub fn push(&mut self, envelope: Envelope, origin: Option<String>, copies: u32, visible_at_ms: u64) {
         for _ in 0..copies {
             self.next_delivery += 1;
             self.entries.push(QueueEntry {
@@ -224,7 +225,7 @@ impl Queue {
                 envelope: envelope.clone(),
                 origin: origin.clone(),
                 attempt: 0,
-                visible_at_ms: now_ms,
+                visible_at_ms,
                 in_flight_until_ms: None,
             });
         }
@@ -335,6 +336,8 @@ pub struct Shared {
     pub queue: RefCell<Queue>,
     /// Deliveries per envelope (2 when the scenario duplicates).
     pub queue_copies: u32,
+    /// How long an envelope waits before a consumer can take it.
+    pub queue_delay_ms: u64,
     /// Store-call latency and other harness randomness.
     pub rng: RefCell<ChaCha8Rng>,
     /// The agent.
@@ -470,6 +473,7 @@ pub fn build(scenario: &Scenario, seed: u64, factory: Rc<dyn ExecutorFactory>) -
         permissions: RefCell::new(Permissions::default()),
         queue: RefCell::new(Queue::default()),
         queue_copies: if scenario.queue.duplicate_deliveries { 2 } else { 1 },
+        queue_delay_ms: scenario.queue.delivery_delay.map_or(0, |delay| delay.as_millis() as u64),
         rng: RefCell::new(ChaCha8Rng::seed_from_u64(seed)),
         agent: AgentState::default(),
         factory,

@@ -10,7 +10,7 @@ const REPLAYLAB: &str = env!("CARGO_BIN_EXE_replaylab");
 /// (mutant, scenario that kills it, oracle that must fire there). `expect` is a scenario
 /// expectation (for M13 the defect is a refusal of an equivalent request: no effect-safety
 /// oracle can see it, the scenario's expectation does).
-const KILLS: [(&str, &str, &str); 33] = [
+const KILLS: [(&str, &str, &str); 34] = [
     ("args_hash_as_key", "S07", "O2"),
     ("in_memory_claims", "S03", "O1"),
     ("read_then_insert", "S05", "O1"),
@@ -44,11 +44,12 @@ const KILLS: [(&str, &str, &str); 33] = [
     ("abandoned_claim_in_flight", "S28", "O6"),
     ("unconfirmed_notice_forgotten", "S29", "O10"),
     ("reconcile_gives_up_quietly", "S30", "O13"),
+    ("queued_taken_over", "S31", "expect"),
 ];
 
 /// The project's own scenarios (S20 onwards) and the mutant each was added for: the mutant
 /// fails that scenario and no other, or the scenario would not be worth its runtime.
-const OWN: [(&str, &str); 11] = [
+const OWN: [(&str, &str); 12] = [
     ("S20", "optional_fields_unfingerprinted"),
     ("S21", "replay_before_auth"),
     ("S22", "fresh_key_resend"),
@@ -60,6 +61,7 @@ const OWN: [(&str, &str); 11] = [
     ("S28", "abandoned_claim_in_flight"),
     ("S29", "unconfirmed_notice_forgotten"),
     ("S30", "reconcile_gives_up_quietly"),
+    ("S31", "queued_taken_over"),
 ];
 
 #[test]

@@ -6,7 +6,7 @@
 //! human edits, polls and expectations. Expectations add to the oracles the harness always
 //! checks; they never replace them.
 //!
-//! The 30 scenarios of the matrix (S01..S19 from the source document, S20..S30 the project's own) ship with the crate ([`builtin`]); users add their own files
+//! The 31 scenarios of the matrix (S01..S19 from the source document, S20..S31 the project's own) ship with the crate ([`builtin`]); users add their own files
 //! ([`Scenario::from_file`]). Errors name the file, the line and the field.
 //! This crate knows nothing of the simulator.
 #![deny(missing_docs)]
@@ -25,7 +25,7 @@ pub use parse::ScenarioError;
 /// The `source` of every built-in scenario starts with this.
 pub const BUILTIN_SOURCE_PREFIX: &str = "scenarios/matrix/";
 
-/// The scenarios of the matrix (S01..S30), in order.
+/// The scenarios of the matrix (S01..S31), in order.
 pub fn builtin() -> Vec<Scenario> {
     BUILTIN
         .iter()
@@ -73,4 +73,5 @@ builtin_files!(
     "S28_poll_abandoned_claims.toml",
     "S29_notice_not_confirmed.toml",
     "S30_lookups_down.toml",
+    "S31_retry_before_consumer.toml",
 );

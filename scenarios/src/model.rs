@@ -104,6 +104,9 @@ pub struct DownstreamSpec {
 pub struct QueueSpec {
     /// Every envelope is delivered twice.
     pub duplicate_deliveries: bool,
+    /// How long an envelope waits in the queue before a consumer can take it (queues have
+    /// latency; `None`: at once).
+    pub delivery_delay: Option<Duration>,
 }
 
 /// Contract timing overrides.

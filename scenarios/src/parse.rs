@@ -121,6 +121,8 @@ struct WebhookForm {
 struct QueueForm {
     #[serde(default)]
     duplicate_deliveries: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    delivery_delay: Option<String>,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -376,7 +378,15 @@ impl Validator<'_> {
             workers: form.workers,
             operations,
             downstream,
-            queue: QueueSpec { duplicate_deliveries: form.queue.duplicate_deliveries },
+            queue: QueueSpec {
+                duplicate_deliveries: form.queue.duplicate_deliveries,
+                delivery_delay: form
+                    .queue
+                    .delivery_delay
+                    .as_deref()
+                    .map(|t| self.duration("delivery_delay", t))
+                    .transpose()?,
+            },
             timing,
             settle,
             seed: form.seed,
@@ -1038,7 +1048,10 @@ impl Scenario {
                     extra_event_ids: w.extra_event_ids,
                 }),
             },
-            queue: QueueForm { duplicate_deliveries: self.queue.duplicate_deliveries },
+            queue: QueueForm {
+                duplicate_deliveries: self.queue.duplicate_deliveries,
+                delivery_delay: self.queue.delivery_delay.map(duration),
+            },
             timing: TimingForm {
                 lease: self.timing.lease.map(duration),
                 retention: self.timing.retention.map(duration),
