@@ -308,3 +308,30 @@ async fn a_poll_is_no_authorization_bypass() {
     assert_eq!(retried.reason, Some(ReasonCode::Unauthorized));
     assert_eq!(world.ledger().len(), 1);
 }
+
+/// A tool whose contract requires a human approval refuses a call without an `approval_id`
+/// before anything is claimed or sent, and carries out one with it.
+#[tokio::test(flavor = "current_thread")]
+async fn a_tool_that_needs_approval_refuses_a_call_without_one() {
+    let mut contracts = ContractSet::builtin();
+    let mut create = contracts.get("tickets.create", "2026-08-18").unwrap().clone();
+    create.approval_required = true;
+    create.arguments.insert("approval_id".into(), protocol::ArgumentType::String);
+    contracts.insert(create);
+    let world = World::builder().contracts(contracts).build().await;
+    let worker = world.worker("worker-1");
+
+    let refused = worker.call(world.call("tickets.create", "unapproved", TICKET)).await;
+    assert_eq!(
+        (refused.status, refused.reason),
+        (OutcomeStatus::Rejected, Some(ReasonCode::ApprovalRequired)),
+        "{refused:?}"
+    );
+    assert!(world.records().is_empty(), "nothing is claimed");
+    assert!(world.ledger().is_empty());
+
+    let approved = TICKET.replace('{', r#"{"approval_id":"apr_1","#);
+    let outcome = worker.call(world.call("tickets.create", "approved", &approved)).await;
+    assert_eq!(outcome.status, OutcomeStatus::Applied, "{outcome:?}");
+    assert_eq!(world.ledger().len(), 1);
+}

@@ -138,3 +138,16 @@ async fn a_slow_owner_loses_its_claim_but_not_the_single_effect() {
     );
     assert_eq!(world.ledger().len(), 1);
 }
+
+/// The downstream timeout the executor was configured with is the one that counts: an answer
+/// that comes later is `unknown`, even one the default timeout would have waited for.
+#[tokio::test(flavor = "current_thread")]
+async fn the_configured_downstream_timeout_decides_when_an_answer_is_too_late() {
+    let world = World::builder().timeout(Duration::from_millis(200)).build().await;
+    let late = FaultAction::CommitThenDelay(Duration::from_secs(1));
+    world.downstream.install_fault(FaultRule::once(on("POST", "/v1/tickets"), late));
+    let worker = world.worker("worker-1");
+    let first = worker.call(world.call("tickets.create", "s", TICKET)).await;
+    assert_eq!(first.status, OutcomeStatus::Unknown, "{first:?}");
+    assert_eq!(world.ledger().len(), 1, "it committed; the answer was late");
+}

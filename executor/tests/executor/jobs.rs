@@ -159,9 +159,19 @@ async fn notice_lost_with_its_worker(keys_honoured: bool) -> (World, String) {
     other.poll(world.operation("report")).await;
     assert!(notices(&world).is_empty(), "too early: its sender may still be sending it");
     assert!(world.operators.entries().is_empty());
-    world.advance_ms(5_000);
+    // Its sender's time is its downstream timeout (2 s here) and a second more: until then the
+    // notice is left alone, and from that moment on it is finished.
+    world.advance_ms(2_999);
+    other.poll(world.operation("report")).await;
+    assert!(notices(&world).is_empty() && world.operators.entries().is_empty(), "still its sender's");
+    assert!(world.downstream.requests().iter().all(|r| !r.path.contains("notice")), "not even looked up");
+    world.advance_ms(1);
     let polled = other.poll(world.operation("report")).await;
     assert_eq!(polled.status, OutcomeStatus::Replayed, "{polled:?}");
+    assert!(
+        !notices(&world).is_empty() || !world.operators.entries().is_empty(),
+        "finished at its sender's deadline"
+    );
     // Finished once: later polls find nothing owed.
     world.advance_ms(5_000);
     other.poll(world.operation("report")).await;

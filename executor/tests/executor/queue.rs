@@ -8,7 +8,7 @@ use fake_downstream::{EffectKind, FaultAction, FaultRule, RuleMatch};
 use protocol::{Consumed, Envelope, NextAction, OutcomeStatus};
 use serde_json::json;
 
-use crate::support::{PausingGate, World, LEASE_MS, MESSAGE};
+use crate::support::{PausingGate, World, JOB, LEASE_MS, MESSAGE};
 
 fn messages(world: &World) -> usize {
     world.effects_of(EffectKind::MessageSent).len()
@@ -120,4 +120,46 @@ async fn envelopes_that_do_not_match_their_operation_are_dropped_without_an_effe
     assert_eq!(world.record("notify").status, RecordStatus::Pending);
     assert_eq!(consumer.consume(envelope).await, Consumed::Ack);
     assert_eq!(messages(&world), 1);
+}
+
+/// An envelope the outbox refused was never queued, and nothing will deliver it; but the
+/// executor cannot tell that the queue kept nothing, so the operation is `unknown`. Where the
+/// message service offers receipts, the executor's own reconciliation can find out; where
+/// nothing can, it is handed over to people at once.
+#[tokio::test(flavor = "current_thread")]
+async fn an_envelope_the_outbox_refused_leaves_the_operation_unknown() {
+    for receipts in [true, false] {
+        let mut contracts = protocol::ContractSet::builtin();
+        contracts.set_capabilities("messages", false, receipts);
+        let world = World::builder().contracts(contracts).build().await;
+        world.outbox.refuse_next();
+        let outcome = world.worker("worker-1").call(world.call("messages.send", "notify", MESSAGE)).await;
+        assert_eq!(outcome.status, OutcomeStatus::Unknown, "receipts {receipts}: {outcome:?}");
+        assert!(world.outbox.envelopes().is_empty());
+        assert_eq!(world.record("notify").status, RecordStatus::Unknown);
+        let filed = world.operators.entries();
+        assert_eq!(filed.len(), usize::from(!receipts), "receipts {receipts}: {filed:?}");
+        assert_eq!(messages(&world), 0);
+    }
+}
+
+/// A delivery naming a delayed job's operation (misrouted, or forged: jobs are never queued)
+/// is acknowledged without an effect: the job the caller submitted is the only one.
+#[tokio::test(flavor = "current_thread")]
+async fn an_envelope_naming_a_running_job_is_dropped_without_a_second_job() {
+    let world = World::new().await;
+    let submitted = world.worker("worker-1").call(world.call("jobs.submit", "report", JOB)).await;
+    assert_eq!(submitted.status, OutcomeStatus::InFlight, "{submitted:?}");
+    let call = world.call("jobs.submit", "report", JOB);
+    let envelope = Envelope {
+        envelope_id: "envelope-forged".into(),
+        tenant: "acme".into(),
+        operation_key: World::key("report"),
+        tool: "jobs.submit".into(),
+        payload: json!({ "call": serde_json::to_value(&call).unwrap() }),
+    };
+    assert_eq!(world.worker("worker-2").consume(envelope).await, Consumed::Ack);
+    assert_eq!(world.requests_to("POST", "/v1/jobs").len(), 1, "one job");
+    let record = world.record("report");
+    assert_eq!((record.status, record.job_id.as_deref()), (RecordStatus::Pending, Some("job_1")));
 }

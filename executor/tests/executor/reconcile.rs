@@ -5,7 +5,7 @@
 use std::rc::Rc;
 
 use executor::RecordStatus;
-use fake_downstream::{FaultAction, FaultRule, IdempotencyMode, RuleMatch, Service, ServiceConfig};
+use fake_downstream::{FaultAction, FaultRule, IdempotencyMode, RuleMatch, Service, ServiceConfig, Times};
 use protocol::{ContractSet, OutcomeStatus};
 
 use crate::support::{PausingGate, World, LEASE_MS, TICKET};
@@ -138,4 +138,81 @@ async fn an_operation_without_any_lookup_is_left_to_the_agent() {
 
     assert_eq!(world.downstream.requests().len(), 1, "nothing to ask: no request after the first");
     assert_eq!(world.record("s").status, RecordStatus::Unknown);
+}
+
+/// Lookups that keep failing (the receipt service is down) settle nothing: each operation is
+/// tried three times and then handed over to people, once. Two operations half a
+/// try apart keep the sweep running after the first one was handed over, so a sweep that
+/// counts its tries wrongly tries again or files again.
+#[tokio::test(flavor = "current_thread")]
+async fn each_operation_the_lookups_cannot_settle_is_tried_three_times_and_handed_over_once() {
+    let mut config = World::builder_downstream_config();
+    config.set_service(
+        Service::Tickets,
+        ServiceConfig { idempotency: IdempotencyMode::Ignored, receipts: true },
+    );
+    let mut contracts = ContractSet::builtin();
+    contracts.set_capabilities("tickets", false, true);
+    let world = World::builder()
+        .downstream(config)
+        .contracts(contracts)
+        .timeout(std::time::Duration::from_millis(200))
+        .build()
+        .await;
+    let swallowed = FaultRule {
+        times: Times::Count(2),
+        ..FaultRule::once(on("POST", "/v1/tickets"), FaultAction::DropBeforeCommit)
+    };
+    world.downstream.install_fault(swallowed);
+    world.downstream.install_fault(FaultRule {
+        times: Times::Always,
+        ..FaultRule::once(on("GET", "/v1/receipts/*"), FaultAction::CommitThenError(503))
+    });
+    let worker = world.worker("worker-1");
+    assert_eq!(worker.call(world.call("tickets.create", "a", TICKET)).await.status, OutcomeStatus::Unknown);
+    world.advance_ms(500);
+    assert_eq!(worker.call(world.call("tickets.create", "b", TICKET)).await.status, OutcomeStatus::Unknown);
+
+    world.run_background().await;
+
+    let filed = world.operators.entries();
+    for step in ["a", "b"] {
+        let key = World::key(step);
+        let lookups = world.requests_to("GET", &format!("/v1/receipts/{}*", key.replace(':', "%3A")));
+        assert_eq!(lookups.len(), 3, "step {step}: three tries, no more");
+        let handed_over = filed.iter().filter(|entry| entry.operation_key == key).count();
+        assert_eq!(handed_over, 1, "step {step} is handed over once: {filed:?}");
+        assert_eq!(world.record(step).status, RecordStatus::Unknown);
+    }
+    assert_eq!(world.requests_to("POST", "/v1/tickets").len(), 2, "an ignored key is never resent");
+}
+
+/// Where the downstream offers no way to find out, the operation is handed over when it is
+/// marked `unknown`, and that hand-over stands: the agent's retry and the worker's own sweep
+/// answer `unknown` again without filing it a second time (or taking it over to try).
+#[tokio::test(flavor = "current_thread")]
+async fn with_no_way_to_find_out_a_retry_does_not_hand_the_operation_over_again() {
+    let mut config = World::builder_downstream_config();
+    config.set_service(
+        Service::Tickets,
+        ServiceConfig { idempotency: IdempotencyMode::Ignored, receipts: false },
+    );
+    let mut contracts = ContractSet::builtin();
+    contracts.set_capabilities("tickets", false, false);
+    let world = World::builder().downstream(config).contracts(contracts).build().await;
+    world.downstream.install_fault(FaultRule::once(on("POST", "/v1/tickets"), FaultAction::CommitThenDrop));
+    let worker = world.worker("worker-1");
+    let first = worker.call(world.call("tickets.create", "s", TICKET)).await;
+    assert_eq!(first.status, OutcomeStatus::Unknown, "{first:?}");
+    assert_eq!(world.operators.entries().len(), 1, "handed over when it was marked");
+    let marked_at = world.record("s").updated_at_ms;
+
+    world.advance_ms(LEASE_MS);
+    let retry = world.worker("worker-2").call(world.call("tickets.create", "s", TICKET)).await;
+    assert_eq!(retry.status, OutcomeStatus::Unknown, "{retry:?}");
+    world.run_background().await;
+
+    assert_eq!(world.operators.entries().len(), 1, "{:?}", world.operators.entries());
+    assert_eq!(world.record("s").updated_at_ms, marked_at, "nobody took it over to try again");
+    assert_eq!(world.downstream.requests().len(), 1);
 }

@@ -117,15 +117,21 @@ impl Authorizer for Revocable {
     }
 }
 
-/// Keeps envelopes in a list.
+/// Keeps envelopes in a list; can be told to refuse the next one.
 #[derive(Default)]
 pub struct Queue {
     envelopes: RefCell<Vec<Envelope>>,
+    refuse_next: Cell<bool>,
 }
 
 impl Queue {
     pub fn envelopes(&self) -> Vec<Envelope> {
         self.envelopes.borrow().clone()
+    }
+
+    /// The next enqueue fails (and keeps nothing).
+    pub fn refuse_next(&self) {
+        self.refuse_next.set(true);
     }
 }
 
@@ -150,6 +156,9 @@ impl Reconciliations for Operators {
 
 impl Outbox for Queue {
     fn enqueue(&self, envelope: Envelope) -> LocalBoxFuture<'_, Result<(), OutboxError>> {
+        if self.refuse_next.replace(false) {
+            return Box::pin(std::future::ready(Err(OutboxError("the queue is unavailable".into()))));
+        }
         self.envelopes.borrow_mut().push(envelope);
         Box::pin(std::future::ready(Ok(())))
     }
