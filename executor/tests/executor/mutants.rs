@@ -509,3 +509,53 @@ async fn m18_consumer_no_claim_sends_on_every_delivery() {
     assert_eq!(delivered_twice(Strategies::reference()).await, (vec![Consumed::Ack; 2], 1));
     assert_eq!(delivered_twice(zoo("consumer_no_claim")).await, (vec![Consumed::Ack; 2], 2));
 }
+
+// ----------------------------------------------------------------------------- M30
+
+/// The charge service ignores keys and offers no receipts. Worker-1's charge commits, but its
+/// answer is slow; its lease runs out, and worker-2's retry, with no way to find out, marks the
+/// charge `unknown` (and hands it over). Then worker-1's answer arrives: the only proof there
+/// will ever be. Returns the record's status and reference once worker-1 is done.
+async fn late_answer_after_the_hand_over(strategies: Strategies) -> (RecordStatus, Option<String>) {
+    let mut contracts = ContractSet::builtin();
+    contracts.set_capabilities(Service::Charges.as_str(), false, false);
+    let mut config = World::builder_downstream_config();
+    config.set_service(
+        Service::Charges,
+        ServiceConfig { idempotency: IdempotencyMode::Ignored, receipts: false },
+    );
+    // Real time: the answer is late against the (manual-clock) lease, not against its timeout.
+    let world = World::builder()
+        .contracts(contracts)
+        .downstream(config)
+        .strategies(strategies)
+        .timeout(std::time::Duration::from_secs(30))
+        .build()
+        .await;
+    let slow = FaultAction::CommitThenDelay(std::time::Duration::from_millis(300));
+    world.downstream.install_fault(FaultRule::once(on("POST", "/v1/charges"), slow));
+    let first_worker = world.worker("worker-1");
+    let first = first_worker.call(world.call("payments.charge", "charge", CHARGE));
+    tokio::pin!(first);
+    tokio::select! {
+        _ = &mut first => panic!("the answer was expected to be late"),
+        () = crate::support::eventually("the charge committed", || world.ledger().len() == 1) => {}
+    }
+    world.advance_ms(LEASE_MS);
+    let retry = world.worker("worker-2").call(world.call("payments.charge", "charge", CHARGE)).await;
+    assert_eq!(retry.status, OutcomeStatus::Unknown, "{retry:?}");
+    assert_eq!(world.operators.entries().len(), 1, "handed over: nothing can find out");
+    first.await;
+    assert_eq!(world.ledger().len(), 1);
+    let record = world.record("charge");
+    (record.status, record.effect_reference)
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn m30_late_receipt_dropped_leaves_an_answered_charge_unknown() {
+    let (status, reference) = late_answer_after_the_hand_over(Strategies::reference()).await;
+    assert_eq!((status, reference.as_deref()), (RecordStatus::Applied, Some("charge_1")), "adopted");
+
+    let (status, reference) = late_answer_after_the_hand_over(zoo("late_receipt_dropped")).await;
+    assert_eq!((status, reference), (RecordStatus::Unknown, None), "the proof was dropped");
+}

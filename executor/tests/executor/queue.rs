@@ -163,3 +163,51 @@ async fn an_envelope_naming_a_running_job_is_dropped_without_a_second_job() {
     let record = world.record("report");
     assert_eq!((record.status, record.job_id.as_deref()), (RecordStatus::Pending, Some("job_1")));
 }
+
+/// A consumer's send is held at the downstream (before it commits) until the consumer's lease
+/// runs out. The redelivery's recovery finds no receipt yet and resends under the same key,
+/// which the downstream answers "still in progress": the delivery is not acknowledged but
+/// retried. Once the first send commits, the next delivery finds its receipt. One message.
+#[tokio::test(flavor = "current_thread")]
+async fn a_delivery_whose_send_is_still_in_progress_is_retried_not_acknowledged() {
+    let mut contracts = protocol::ContractSet::builtin();
+    contracts.set_capabilities("messages", true, true);
+    let mut config = World::builder_downstream_config();
+    config.messages.idempotency = fake_downstream::IdempotencyMode::Honoured;
+    // Real time: the held send must outlast the (manual-clock) lease, not its own timeout.
+    let world = World::builder()
+        .contracts(contracts)
+        .downstream(config)
+        .timeout(std::time::Duration::from_secs(30))
+        .build()
+        .await;
+    world.worker("worker-1").call(world.call("messages.send", "notify", MESSAGE)).await;
+    let envelope = world.outbox.envelopes().remove(0);
+    let on_messages =
+        RuleMatch { method: Some("POST".into()), path: Some("/v1/messages".into()), ..RuleMatch::default() };
+    let hold = world.downstream.install_fault(FaultRule::once(on_messages, FaultAction::Hold));
+
+    let slow = world.worker("worker-2");
+    let first = slow.consume(envelope.clone());
+    tokio::pin!(first);
+    tokio::select! {
+        _ = &mut first => panic!("the send was expected to be held"),
+        () = crate::support::eventually("the send is held", || world.downstream.held(hold) == 1) => {}
+    }
+    world.advance_ms(LEASE_MS);
+
+    let consumer = world.worker("worker-3");
+    assert_eq!(
+        consumer.consume(envelope.clone()).await,
+        Consumed::Retry,
+        "the first send is still in progress"
+    );
+    assert_eq!(messages(&world), 0);
+    world.downstream.release(hold).unwrap();
+    first.await;
+    assert_eq!(messages(&world), 1);
+    world.advance_ms(LEASE_MS);
+    assert_eq!(consumer.consume(envelope).await, Consumed::Ack);
+    assert_eq!(messages(&world), 1);
+    assert_eq!(world.record("notify").status, RecordStatus::Applied);
+}

@@ -34,6 +34,9 @@ async fn an_unknown_operation_is_settled_from_the_receipt_without_the_agent() {
     assert_eq!(record.effect_reference.as_deref(), Some("ticket_1"));
     assert_eq!(receipt_lookups(&world), 1);
     assert_eq!(world.requests_to("POST", "/v1/tickets").len(), 1, "found, not resent");
+    // It slept until the record was due, instead of reading the store again and again.
+    let reads = world.gate.boundaries().iter().filter(|b| *b == "enter unsettled").count();
+    assert!(reads <= 4, "the sweep read the store {reads} times to wait a second");
     let polled = worker.poll(world.operation("s")).await;
     assert_eq!(polled.status, OutcomeStatus::Replayed, "{polled:?}");
 }
@@ -173,7 +176,11 @@ async fn each_operation_the_lookups_cannot_settle_is_tried_three_times_and_hande
     world.advance_ms(500);
     assert_eq!(worker.call(world.call("tickets.create", "b", TICKET)).await.status, OutcomeStatus::Unknown);
 
-    world.run_background().await;
+    // A sweep that never stops trying is caught here rather than hanging the test.
+    let bound = std::time::Duration::from_secs(30);
+    tokio::time::timeout(bound, world.run_background())
+        .await
+        .expect("the sweep ends once it has handed both over");
 
     let filed = world.operators.entries();
     for step in ["a", "b"] {
@@ -215,4 +222,31 @@ async fn with_no_way_to_find_out_a_retry_does_not_hand_the_operation_over_again(
     assert_eq!(world.operators.entries().len(), 1, "{:?}", world.operators.entries());
     assert_eq!(world.record("s").updated_at_ms, marked_at, "nobody took it over to try again");
     assert_eq!(world.downstream.requests().len(), 1);
+}
+
+/// The request a record kept is resent only while it is still the request the record was made
+/// for. Here the tool's contract changed under the record (a redeployment under the same
+/// version that fingerprints the call differently): the kept call still derives the record's
+/// key, but no longer its fingerprint, so the sweep looks the receipt up and does not resend.
+#[tokio::test(flavor = "current_thread")]
+async fn a_kept_request_that_no_longer_matches_its_record_is_not_resent() {
+    let mut world = World::builder().timeout(std::time::Duration::from_millis(200)).build().await;
+    world.downstream.install_fault(FaultRule::once(on("POST", "/v1/tickets"), FaultAction::DropBeforeCommit));
+    let first = world.worker("worker-1").call(world.call("tickets.create", "s", TICKET)).await;
+    assert_eq!(first.status, OutcomeStatus::Unknown, "{first:?}");
+    // Worker-1 is gone with its background work; the next worker runs under changed contracts.
+    world.drop_background();
+    let mut contracts = ContractSet::builtin();
+    let mut create = contracts.get("tickets.create", "2026-08-18").unwrap().clone();
+    create.material.retain(|field| field != "body");
+    contracts.insert(create);
+    world.contracts = std::sync::Arc::new(contracts);
+
+    let _restarted = world.worker("worker-2");
+    world.run_background().await;
+
+    assert!(receipt_lookups(&world) >= 1, "it looked the receipt up");
+    assert_eq!(world.requests_to("POST", "/v1/tickets").len(), 1, "the kept request was not resent");
+    assert!(world.ledger().is_empty());
+    assert_eq!(world.record("s").status, RecordStatus::Unknown);
 }
