@@ -389,6 +389,31 @@ mod tests {
     }
 
     #[test]
+    fn a_receipt_lookup_finds_only_a_receipt_that_names_its_effect() {
+        let found = read_receipt(response(
+            200,
+            r#"{"effect_reference":"ticket_1","answer":{"status":"open"}}"#,
+            false,
+        ));
+        assert_eq!(
+            found,
+            ReceiptLookup::Found("ticket_1".into(), json!({"status": "open"}).as_object().unwrap().clone())
+        );
+        assert_eq!(read_receipt(response(404, "{}", false)), ReceiptLookup::NotFound);
+        for unproven in [
+            response(200, r#"{"effect_reference":""}"#, false),
+            response(200, r#"{"answer":{}}"#, false),
+            response(200, "not json", false),
+            response(501, "{}", false),
+            response(503, "{}", false),
+            Sent::TimedOut,
+        ] {
+            let shown = format!("{unproven:?}");
+            assert!(matches!(read_receipt(unproven), ReceiptLookup::Failed(_)), "{shown}");
+        }
+    }
+
+    #[test]
     fn every_builtin_tool_maps_to_its_endpoint_without_leaking_transport_fields() {
         let contracts = ContractSet::builtin();
         let check = |tool: &str, arguments: Value, method: &str, path: &str, body: Value| {
