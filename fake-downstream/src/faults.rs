@@ -209,11 +209,14 @@ enum ActionName {
     DelayBeforeCommit,
 }
 
+/// `times` as written: any number (checked in [`FaultRule::try_from`], so that `-1` gets a
+/// plain message rather than the deserializer's), a word, or anything else (refused there too).
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(untagged)]
 enum TimesSpec {
-    Count(u32),
+    Count(i64),
     Word(String),
+    Other(serde_json::Value),
 }
 
 fn times_once() -> TimesSpec {
@@ -252,12 +255,17 @@ impl TryFrom<RuleSpec> for FaultRule {
             ActionName::DelayBeforeCommit => FaultAction::DelayBeforeCommit(delay()?),
         };
         let times = match spec.times {
-            TimesSpec::Count(0) => return Err("`times` must be at least 1".into()),
-            TimesSpec::Count(n) => Times::Count(n),
+            TimesSpec::Count(n) if n < 1 => return Err(format!("`times` must be at least 1, not {n}")),
+            TimesSpec::Count(n) => Times::Count(
+                u32::try_from(n).map_err(|_| format!("`times` must be at most {}, not {n}", u32::MAX))?,
+            ),
             TimesSpec::Word(word) if word == "always" => Times::Always,
             TimesSpec::Word(word) if word == "once" => Times::Count(1),
             TimesSpec::Word(word) => {
                 return Err(format!("`times` is a number, \"once\" or \"always\", not {word:?}"))
+            }
+            TimesSpec::Other(value) => {
+                return Err(format!("`times` is a number, \"once\" or \"always\", not {value}"))
             }
         };
         if spec.matches.nth == Some(0) {
@@ -291,7 +299,7 @@ impl From<&FaultRule> for RuleSpec {
             delay: delay.map(|d| humantime::format_duration(d).to_string()),
             status,
             times: match rule.times {
-                Times::Count(n) => TimesSpec::Count(n),
+                Times::Count(n) => TimesSpec::Count(i64::from(n)),
                 Times::Always => TimesSpec::Word("always".into()),
             },
         }
@@ -344,6 +352,10 @@ mod tests {
         check(r#"{"action":"explode"}"#, "unknown variant");
         check(r#"{"action":"hold","times":0}"#, "at least 1");
         check(r#"{"action":"hold","times":"often"}"#, "always");
+        check(r#"{"action":"hold","times":-1}"#, "`times` must be at least 1, not -1");
+        check(r#"{"action":"hold","times":4294967296}"#, "at most 4294967295");
+        check(r#"{"action":"hold","times":1.5}"#, "`times` is a number, \"once\" or \"always\", not 1.5");
+        check(r#"{"action":"hold","times":[1]}"#, "not [1]");
         check(r#"{"action":"hold","match":{"colour":"red"}}"#, "unknown field");
         check(r#"{"action":"hold","match":{"nth":0}}"#, "from 1");
     }

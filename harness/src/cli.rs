@@ -18,6 +18,10 @@ use crate::runner;
 use crate::verdict::{MatrixResult, RunResult, Verdict};
 use scenarios::Scenario;
 
+/// The most operations `bench store` measures: ten million rows of each kind already take
+/// minutes and a few GB.
+const MAX_BENCH_OPERATIONS: u64 = 10_000_000;
+
 /// replaylab: prove that an agent tool executor turns duplicate delivery into one effect.
 ///
 /// Exit codes: 0 success, 1 a check or row failed, 2 bad usage or input.
@@ -54,7 +58,7 @@ enum Command {
         /// Run each seed twice and fail on any history difference.
         #[arg(long)]
         check_determinism: bool,
-        /// Threads (default: the machine's cores).
+        /// Threads (default and most: the machine's cores; no more than there are runs).
         #[arg(long)]
         jobs: Option<usize>,
     },
@@ -97,7 +101,7 @@ enum Command {
         /// The executor under test.
         #[arg(long, default_value = "reference")]
         executor: String,
-        /// Threads (default: the machine's cores).
+        /// Threads (default and most: the machine's cores; no more than there are runs).
         #[arg(long)]
         jobs: Option<usize>,
         /// Saved failing cases: replayed first, new ones appended.
@@ -122,7 +126,7 @@ enum Command {
         /// Where to write mutants.json and mutants.md.
         #[arg(long, default_value = "replaylab-report")]
         out: PathBuf,
-        /// Threads (default: the machine's cores).
+        /// Threads (default and most: the machine's cores; no more than there are runs).
         #[arg(long)]
         jobs: Option<usize>,
     },
@@ -163,7 +167,7 @@ enum BenchCommand {
         /// Runs of each.
         #[arg(long, default_value_t = 2000)]
         runs: u64,
-        /// Threads (default: the machine's cores).
+        /// Threads (default and most: the machine's cores; no more than there are runs).
         #[arg(long)]
         jobs: Option<usize>,
         /// The scenario run (a typical case).
@@ -239,12 +243,13 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             let formats = reports::Format::parse_list(&format).map_err(|error| bad_input(error.into()))?;
             let render_options =
                 reports::RenderOptions::from_env().map_err(|error| bad_input(error.into()))?;
-            if seeds == 0 {
-                return Err(bad_input(anyhow::anyhow!("--seeds must be at least 1")));
-            }
+            check_matrix_seeds(seeds)?;
+            last_seed(first_seed, seeds, "--first-seed and --seeds")?;
             let scenarios = load_scenarios(&scenario_files)?;
-            let jobs =
-                jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from)).max(1);
+            let runs = (scenarios.len() as u64).saturating_mul(seeds);
+            let jobs = jobs_for(jobs, runs)?;
+            check_report_dir(&out)?;
+            check_step_summary()?;
             let commit = source_commit();
             let config =
                 MatrixConfig { executor, scenarios, seeds, first_seed, check_determinism, jobs, commit };
@@ -331,9 +336,9 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             check_determinism,
         } => {
             let executor = find_executor(&executor)?;
+            last_seed(start, seeds.max(1), "--start and --seeds")?;
             let shard = shard.as_deref().map(parse_shard).transpose()?;
-            let jobs =
-                jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from)).max(1);
+            let jobs = jobs_for(jobs, seeds)?;
             let config = crate::explore_cli::ExploreConfig {
                 executor,
                 seeds,
@@ -348,11 +353,9 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             crate::explore_cli::run(&config).map_err(|error| Failure { code: exit::BAD_INPUT, error })
         }
         Command::Mutants { seeds, out, jobs } => {
-            if seeds == 0 {
-                return Err(bad_input(anyhow::anyhow!("--seeds must be at least 1")));
-            }
-            let jobs =
-                jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from)).max(1);
+            check_matrix_seeds(seeds)?;
+            let jobs = jobs_for(jobs, u64::MAX)?;
+            check_report_dir(&out)?;
             let base = MatrixConfig {
                 executor: find_executor("reference")?,
                 scenarios: load_scenarios(&[])?,
@@ -404,8 +407,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
                 .iter()
                 .find(|s| s.id == scenario || s.name == scenario || s.full_name() == scenario)
                 .ok_or_else(|| bad_input(anyhow::anyhow!("no scenario {scenario:?}")))?;
-            let jobs =
-                jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from)).max(1);
+            let jobs = jobs_for(jobs, runs)?;
             let result = crate::bench::sim(chosen, &executor, runs, jobs);
             println!(
                 "scenario {} with {}: {} HTTP exchanges, {} ms simulated per run ({} ms stepped, the rest idle and skipped); {runs} runs of each on {jobs} thread(s)",
@@ -439,6 +441,11 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             if operations == 0 {
                 return Err(bad_input(anyhow::anyhow!("--operations must be at least 1")));
             }
+            if operations > MAX_BENCH_OPERATIONS {
+                return Err(bad_input(anyhow::anyhow!(
+                    "--operations must be at most {MAX_BENCH_OPERATIONS} (each keeps a row in memory)"
+                )));
+            }
             let result = executor::bench::store_bench(operations)
                 .map_err(|error| Failure { code: exit::CHECK_FAILED, error: error.into() })?;
             println!(
@@ -454,6 +461,79 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             Ok(exit::SUCCESS)
         }
     }
+}
+
+/// The threads a command uses: `--jobs` (default: the machine's cores), at least 1, and no more
+/// than can help: the cores, and the `work` items there are to share.
+fn jobs_for(requested: Option<usize>, work: u64) -> Result<usize, Failure> {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    if requested == Some(0) {
+        return Err(bad_input(anyhow::anyhow!("--jobs must be at least 1")));
+    }
+    let work = usize::try_from(work).unwrap_or(usize::MAX).max(1);
+    Ok(requested.unwrap_or(cores).min(cores).min(work))
+}
+
+/// The most seeds per scenario a matrix runs: with the built-in scenarios that is three million
+/// runs, most of a day on a laptop; a longer campaign is split with `--first-seed`.
+const MAX_MATRIX_SEEDS: u64 = 100_000;
+
+/// Checks a matrix's `--seeds`: at least 1, at most [`MAX_MATRIX_SEEDS`].
+fn check_matrix_seeds(seeds: u64) -> Result<(), Failure> {
+    if seeds == 0 {
+        return Err(bad_input(anyhow::anyhow!("--seeds must be at least 1")));
+    }
+    if seeds > MAX_MATRIX_SEEDS {
+        return Err(bad_input(anyhow::anyhow!(
+            "--seeds must be at most {MAX_MATRIX_SEEDS} per scenario; split a longer campaign with --first-seed"
+        )));
+    }
+    Ok(())
+}
+
+/// The last of `count` seeds from `first`, or an error naming `flags` when the range would run
+/// past the largest seed.
+fn last_seed(first: u64, count: u64, flags: &str) -> Result<u64, Failure> {
+    first.checked_add(count - 1).ok_or_else(|| {
+        bad_input(anyhow::anyhow!(
+            "{flags}: {count} seeds from {first} run past the largest seed ({})",
+            u64::MAX
+        ))
+    })
+}
+
+/// Checks, before any work, that the reports can be written to `out`: it is a directory (or
+/// can be made one) that accepts a file. The run's hours are not spent for a report that
+/// cannot be kept.
+fn check_report_dir(out: &std::path::Path) -> Result<(), Failure> {
+    if out.exists() && !out.is_dir() {
+        return Err(bad_input(anyhow::anyhow!("--out {}: is a file, not a directory", out.display())));
+    }
+    std::fs::create_dir_all(out)
+        .with_context(|| format!("--out {}: cannot create the directory", out.display()))
+        .map_err(bad_input)?;
+    let probe = out.join(".replaylab-write-check");
+    std::fs::write(&probe, b"")
+        .with_context(|| format!("--out {}: cannot write into the directory", out.display()))
+        .map_err(bad_input)?;
+    let _ = std::fs::remove_file(probe);
+    Ok(())
+}
+
+/// Checks, before any work, that `GITHUB_STEP_SUMMARY` (when set) names a file the summary can
+/// be appended to.
+fn check_step_summary() -> Result<(), Failure> {
+    let Some(path) = std::env::var_os("GITHUB_STEP_SUMMARY").filter(|value| !value.is_empty()) else {
+        return Ok(());
+    };
+    let path = PathBuf::from(path);
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .with_context(|| format!("GITHUB_STEP_SUMMARY={}: cannot append to it", path.display()))
+        .map_err(bad_input)?;
+    Ok(())
 }
 
 /// Parses `I/N` (1-based shard I of N).

@@ -212,12 +212,52 @@ fn write_case(out: &Path, finding: &Finding) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
+/// The seeds an exploration covers: `seeds` from `start` (none past the largest seed), of
+/// those only shard I of N's (`seed % N == I - 1`); computed when asked, not listed, so that
+/// a long range costs no memory.
+struct SeedRange {
+    first: u64,
+    step: u64,
+    len: u64,
+}
+
+impl SeedRange {
+    fn new(start: u64, seeds: u64, shard: Option<(u64, u64)>) -> Self {
+        let (index, count) = shard.unwrap_or((1, 1));
+        if seeds == 0 {
+            return Self { first: start, step: count, len: 0 };
+        }
+        let last = u128::from(start) + u128::from(seeds) - 1;
+        let last = last.min(u128::from(u64::MAX));
+        // The first seed at or after `start` that is in the shard.
+        let skip =
+            (u128::from(index - 1) + u128::from(count) - u128::from(start % count)) % u128::from(count);
+        let first = u128::from(start) + skip;
+        let len = if first > last { 0 } else { (last - first) / u128::from(count) + 1 };
+        Self {
+            first: u64::try_from(first).unwrap_or(u64::MAX),
+            step: count,
+            len: u64::try_from(len).unwrap_or(u64::MAX),
+        }
+    }
+
+    fn get(&self, position: u64) -> Option<u64> {
+        (position < self.len).then(|| self.first + position * self.step)
+    }
+}
+
 /// Runs the exploration and returns the exit code.
 pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
     let executor = &config.executor;
     let mut failed = false;
 
     let regressions = read_regressions(&config.regressions)?;
+    if config.seeds == 0 && regressions.is_empty() {
+        anyhow::bail!(
+            "--seeds 0 replays only the saved cases, and {} holds none: nothing would be checked",
+            config.regressions.display()
+        );
+    }
     if !regressions.is_empty() {
         println!("replaying {} saved case(s) from {}", regressions.len(), config.regressions.display());
     }
@@ -240,13 +280,9 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
         }
     }
 
-    let seeds: Vec<u64> = (config.start..config.start.saturating_add(config.seeds))
-        .filter(|seed| config.shard.is_none_or(|(index, count)| seed % count == index - 1))
-        .collect();
-    let progress = indicatif::ProgressBar::with_draw_target(
-        Some(seeds.len() as u64),
-        indicatif::ProgressDrawTarget::stderr(),
-    );
+    let seeds = SeedRange::new(config.start, config.seeds, config.shard);
+    let progress =
+        indicatif::ProgressBar::with_draw_target(Some(seeds.len), indicatif::ProgressDrawTarget::stderr());
     let next = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
     let findings: Mutex<Vec<Finding>> = Mutex::new(Vec::new());
@@ -261,8 +297,8 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
                 if stop.load(Ordering::Relaxed) {
                     break;
                 }
-                let position = next.fetch_add(1, Ordering::Relaxed) as usize;
-                let Some(&seed) = seeds.get(position) else { break };
+                let position = next.fetch_add(1, Ordering::Relaxed);
+                let Some(seed) = seeds.get(position) else { break };
                 let case = explore::case_for_seed(seed);
                 let result = explore::check_case(&case, executor);
                 if config.check_determinism
@@ -368,6 +404,19 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn seed_ranges_follow_their_shard_and_stop_at_the_largest_seed() {
+        let all = |range: SeedRange| (0..).map_while(|position| range.get(position)).collect::<Vec<_>>();
+        assert_eq!(all(SeedRange::new(5, 4, None)), [5, 6, 7, 8]);
+        assert_eq!(all(SeedRange::new(0, 0, None)), Vec::<u64>::new());
+        assert_eq!(all(SeedRange::new(0, 10, Some((2, 4)))), [1, 5, 9]);
+        assert_eq!(all(SeedRange::new(6, 10, Some((1, 4)))), [8, 12]);
+        assert_eq!(all(SeedRange::new(u64::MAX, 1, None)), [u64::MAX]);
+        assert_eq!(all(SeedRange::new(u64::MAX - 1, 1, Some((2, 2)))), Vec::<u64>::new());
+        let long = SeedRange::new(0, u64::MAX, Some((3, 3)));
+        assert_eq!((long.len, long.get(0), long.get(1)), (u64::MAX / 3, Some(2), Some(5)));
+    }
 
     fn run(
         faults_installed: u32,

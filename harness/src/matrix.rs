@@ -19,7 +19,7 @@ pub struct MatrixConfig {
     pub executor: ExecutorSpec,
     /// The scenarios.
     pub scenarios: Vec<Scenario>,
-    /// Seeds `first_seed .. first_seed + seeds`.
+    /// Seeds `first_seed .. first_seed + seeds` (none past the largest seed).
     pub seeds: u64,
     /// The first seed.
     pub first_seed: u64,
@@ -35,7 +35,7 @@ pub struct MatrixConfig {
 pub fn run(config: &MatrixConfig) -> MatrixResult {
     let work: Vec<(usize, u64)> = (0..config.scenarios.len())
         .flat_map(|index| {
-            (config.first_seed..config.first_seed + config.seeds).map(move |seed| (index, seed))
+            (0..config.seeds).map_while(move |offset| Some((index, config.first_seed.checked_add(offset)?)))
         })
         .collect();
     let next = AtomicUsize::new(0);

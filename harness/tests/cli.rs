@@ -122,3 +122,120 @@ fn explore_ends_with_its_coverage_and_fails_when_it_is_thin() {
     assert!(stdout.contains("coverage too thin: no case gave"), "{stdout}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Runs `replaylab` with `args` and extra environment; exit code, stdout, stderr.
+fn replaylab_with(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let output = Command::new(REPLAYLAB).args(args).envs(env.iter().copied()).output().unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// A scratch directory of this test process.
+fn scratch(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("replaylab-cli-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Bad numbers and outputs that cannot be written are refused with exit 2 and a plain message,
+/// before any run (stdout stays empty): no panic, no hang, no verdict followed by a failure.
+#[test]
+fn bad_numbers_and_unwritable_outputs_exit_2_before_any_work() {
+    let dir = scratch("bad-numbers");
+    let file = dir.join("a-file");
+    std::fs::write(&file, "not a directory").unwrap();
+    let file = file.to_str().unwrap();
+    let max = u64::MAX.to_string();
+    let near_max = (u64::MAX - 15).to_string();
+    let no_dir = dir.join("missing").join("summary.md");
+    let check = |args: &[&str], env: &[(&str, &str)], expected: &str| {
+        let (code, stdout, stderr) = replaylab_with(args, env);
+        assert_eq!(code, 2, "{args:?}: {stdout}{stderr}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+        assert!(stdout.is_empty(), "{args:?} did work first: {stdout}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    };
+    check(&["matrix", "--seeds", "1", "--out", file], &[], "is a file, not a directory");
+    check(&["mutants", "--seeds", "1", "--out", file], &[], "is a file, not a directory");
+    let summary = no_dir.to_str().unwrap();
+    let out = dir.join("reports");
+    let out = out.to_str().unwrap();
+    check(
+        &["matrix", "--seeds", "1", "--out", out],
+        &[("GITHUB_STEP_SUMMARY", summary)],
+        "GITHUB_STEP_SUMMARY",
+    );
+    check(&["matrix", "--seeds", "2", "--first-seed", &max, "--out", out], &[], "run past the largest seed");
+    check(&["matrix", "--seeds", "100001", "--out", out], &[], "at most 100000");
+    check(&["matrix", "--seeds", "1", "--jobs", "0", "--out", out], &[], "--jobs must be at least 1");
+    let none = dir.join("no-regressions.jsonl");
+    check(
+        &["explore", "--seeds", "0", "--regressions", none.to_str().unwrap()],
+        &[],
+        "nothing would be checked",
+    );
+    check(&["explore", "--seeds", "100", "--start", &near_max], &[], "run past the largest seed");
+    check(&["explore", "--seeds", "1", "--jobs", "0"], &[], "--jobs must be at least 1");
+    check(&["bench", "store", "--operations", &max], &[], "at most 10000000");
+    check(&["bench", "store", "--operations", "4000000000"], &[], "at most 10000000");
+    check(&["bench", "sim", "--runs", "1", "--jobs", "0"], &[], "--jobs must be at least 1");
+}
+
+/// The last seed there is can be run (the range does not wrap), and a `--jobs` far beyond the
+/// work is capped to what helps instead of starting a thread per job.
+#[test]
+fn the_largest_seed_runs_and_huge_jobs_are_capped() {
+    let dir = scratch("largest-seed");
+    let out = dir.join("reports");
+    let max = u64::MAX.to_string();
+    let (code, stdout, stderr) = replaylab_with(
+        &["matrix", "--seeds", "1", "--first-seed", &max, "--jobs", &max, "--out", out.to_str().unwrap()],
+        &[("GITHUB_STEP_SUMMARY", "")],
+    );
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stdout.contains("verdict: pass"), "{stdout}");
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("matrix.json")).unwrap()).unwrap();
+    assert_eq!(report["first_seed"], json!(u64::MAX), "{}", report["first_seed"]);
+    let (code, stdout, stderr) = replaylab_with(
+        &["explore", "--seeds", "2", "--start", &(u64::MAX - 1).to_string(), "--jobs", &max],
+        &[],
+    );
+    // Two cases cannot reach the coverage floor, which is the only thing allowed to fail here.
+    assert!(code == 0 || code == 1, "{stdout}{stderr}");
+    assert!(stdout.contains("explored 2 seeds"), "{stdout}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+/// A scenario file with a duration no run can use, or a fault rule firing `-1` times, is
+/// refused with its line and a plain message (no type names of the implementation).
+#[test]
+fn scenario_files_with_impossible_numbers_are_refused_in_plain_words() {
+    let dir = scratch("scenario-numbers");
+    let write = |name: &str, step: &str| {
+        let path = dir.join(name);
+        let text = format!(
+            "id = \"X01\"\nname = \"x\"\nrows = [\"prose\"]\nsummary = \"s\"\nexpected = \"e\"\n\n\
+             [operations.a]\ntenant = \"acme\"\nworkflow = \"w\"\nstep = \"s\"\n\n{step}"
+        );
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let huge = write("huge.toml", "[[step]]\naction = \"advance\"\nby = \"18446744073709551615s\"\n");
+    let (code, stdout, stderr) =
+        replaylab_with(&["run", "X01", "--seed", "1", "--scenario-file", huge.to_str().unwrap()], &[]);
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    assert!(stderr.contains("huge.toml:12:1") && stderr.contains("at most 24h"), "{stderr}");
+    let negative = write(
+        "negative.toml",
+        "[[step]]\naction = \"fault\"\nrule = { match = { path = \"/v1/tickets\" }, action = \"hold\", times = -1 }\n",
+    );
+    let (code, stdout, stderr) =
+        replaylab_with(&["run", "X01", "--seed", "1", "--scenario-file", negative.to_str().unwrap()], &[]);
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    assert!(stderr.contains("`times` must be at least 1, not -1"), "{stderr}");
+    assert!(!stderr.contains("untagged") && !stderr.contains("TimesSpec"), "{stderr}");
+}

@@ -17,6 +17,19 @@ use crate::model::{
 
 /// The most workers a scenario may ask for (each is a simulated host).
 const MAX_WORKERS: u32 = 8;
+/// The longest duration a scenario may name (an advance, a settle time, a lease, ...): a day of
+/// simulated time is more than any case needs, and keeps every clock sum far from overflow.
+const MAX_DURATION: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// Parses a scenario duration (`"5s"`, `"1500ms"`), at most [`MAX_DURATION`].
+fn parse_duration(key: &str, text: &str) -> Result<Duration, String> {
+    let duration = humantime::parse_duration(text)
+        .map_err(|error| format!("`{key}` = {text:?} is not a duration like \"5s\": {error}"))?;
+    if duration > MAX_DURATION {
+        return Err(format!("`{key}` = {text:?} is longer than a scenario may run (at most 24h)"));
+    }
+    Ok(duration)
+}
 
 /// Why a scenario file was refused: the file, the line and column, and what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -275,8 +288,9 @@ impl Scenario {
 
     /// Parses and validates a scenario from TOML text; `source_name` names it in errors.
     pub fn from_toml(text: &str, source_name: &str) -> Result<Scenario, ScenarioError> {
+        let lines = Lines::new(text);
         let at = |offset: usize, message: String| {
-            let (line, column) = line_and_column(text, offset);
+            let (line, column) = lines.line_and_column(offset);
             ScenarioError { source_name: source_name.to_owned(), line, column, message }
         };
         let form: FileForm = toml::from_str(text).map_err(|error| {
@@ -284,12 +298,12 @@ impl Scenario {
             at(offset, error.message().trim().to_owned())
         })?;
         let key = |name: &str| offset_of_key(text, name);
-        Validator { text, source_name, at: &at, key: &key }.scenario(form)
+        Validator { lines: &lines, source_name, at: &at, key: &key }.scenario(form)
     }
 }
 
 struct Validator<'a> {
-    text: &'a str,
+    lines: &'a Lines<'a>,
     source_name: &'a str,
     at: &'a dyn Fn(usize, String) -> ScenarioError,
     key: &'a dyn Fn(&str) -> usize,
@@ -360,7 +374,7 @@ impl Validator<'_> {
         let mut steps = Vec::new();
         for spanned in form.steps {
             let offset = spanned.span().start;
-            let line = line_and_column(self.text, offset).0;
+            let line = self.lines.line_and_column(offset).0;
             let kind = self
                 .step(spanned.into_inner(), &operations, &workers, &mut context)
                 .map_err(|message| (self.at)(offset, message))?;
@@ -396,9 +410,7 @@ impl Validator<'_> {
     }
 
     fn duration(&self, key: &str, text: &str) -> Result<Duration, ScenarioError> {
-        humantime::parse_duration(text).map_err(|error| {
-            (self.at)((self.key)(key), format!("`{key}` = {text:?} is not a duration like \"5s\": {error}"))
-        })
+        parse_duration(key, text).map_err(|message| (self.at)((self.key)(key), message))
     }
 
     fn downstream(&self, form: DownstreamForm) -> Result<DownstreamSpec, ScenarioError> {
@@ -530,10 +542,7 @@ impl Validator<'_> {
             StepForm::Restart { worker: w, paused } => {
                 StepKind::Restart { worker: worker_ref(w, paused, &worker, context)? }
             }
-            StepForm::Advance { by } => StepKind::Advance {
-                by: humantime::parse_duration(&by)
-                    .map_err(|error| format!("`by` = {by:?} is not a duration like \"5s\": {error}"))?,
-            },
+            StepForm::Advance { by } => StepKind::Advance { by: parse_duration("by", &by)? },
             StepForm::Revoke { actor, tool } => StepKind::Revoke { actor, tool },
             StepForm::HumanEdit { ticket_of } => StepKind::HumanEdit { ticket_of: operation(&ticket_of)? },
             StepForm::Expect { call, status, reason, same_reference_as } => {
@@ -701,12 +710,29 @@ fn is_scenario_id(id: &str) -> bool {
         && id[1..].chars().all(|c| c.is_ascii_digit())
 }
 
-fn line_and_column(text: &str, offset: usize) -> (usize, usize) {
-    let offset = offset.min(text.len());
-    let before = &text[..offset];
-    let line = before.matches('\n').count() + 1;
-    let column = before.rsplit('\n').next().map_or(0, |tail| tail.chars().count()) + 1;
-    (line, column)
+/// A text's line starts, found once, so that every step's line is a binary search rather
+/// than a scan from the top (loading stays linear in the file's size).
+struct Lines<'a> {
+    text: &'a str,
+    starts: Vec<usize>,
+}
+
+impl<'a> Lines<'a> {
+    fn new(text: &'a str) -> Self {
+        let starts = std::iter::once(0).chain(text.match_indices('\n').map(|(at, _)| at + 1)).collect();
+        Self { text, starts }
+    }
+
+    /// The 1-based line and column (in characters) of byte `offset`.
+    fn line_and_column(&self, offset: usize) -> (usize, usize) {
+        let mut offset = offset.min(self.text.len());
+        while !self.text.is_char_boundary(offset) {
+            offset -= 1;
+        }
+        let line = self.starts.partition_point(|&start| start <= offset);
+        let column = self.text[self.starts[line - 1]..offset].chars().count() + 1;
+        (line, column)
+    }
 }
 
 /// Where `key` is first written at the start of a line (for errors about top-level fields).
