@@ -224,7 +224,11 @@ impl WorldBuilder {
         let location = self.location.unwrap_or_else(unique_memory);
         let config = ReferenceConfig::default().with_downstream_timeout(self.timeout);
         let factory = ReferenceFactory::with_strategies(location, config, self.strategies).unwrap();
-        let background = Rc::new(QueuedBackground { tasks: RefCell::default(), clock: clock.clone() });
+        let background = Rc::new(QueuedBackground {
+            tasks: RefCell::default(),
+            clock: clock.clone(),
+            slept_ms: Cell::new(0),
+        });
         World {
             downstream,
             port,
@@ -435,7 +439,12 @@ pub async fn eventually(what: &str, condition: impl Fn() -> bool) {
 pub struct QueuedBackground {
     tasks: RefCell<Vec<LocalBoxFuture<'static, ()>>>,
     clock: Arc<AtomicU64>,
+    slept_ms: Cell<u64>,
 }
+
+/// More manual-clock sleep than any test's background work needs: beyond it, the work would
+/// never end (a loop that does not see time pass), and the test fails instead of hanging.
+const BACKGROUND_SLEEP_LIMIT_MS: u64 = 24 * 60 * 60 * 1_000;
 
 impl protocol::Background for QueuedBackground {
     fn spawn(&self, task: LocalBoxFuture<'static, ()>) {
@@ -443,6 +452,9 @@ impl protocol::Background for QueuedBackground {
     }
 
     fn sleep(&self, duration: Duration) -> LocalBoxFuture<'static, ()> {
+        let slept = self.slept_ms.get().saturating_add(duration.as_millis() as u64);
+        self.slept_ms.set(slept);
+        assert!(slept <= BACKGROUND_SLEEP_LIMIT_MS, "background work slept {slept} ms and has not ended");
         let clock = self.clock.clone();
         Box::pin(async move {
             clock.fetch_add(duration.as_millis() as u64, Ordering::SeqCst);
