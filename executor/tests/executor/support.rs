@@ -51,9 +51,11 @@ impl PausingGate {
         *self.pause_at.borrow_mut() = Some(boundary.to_owned());
     }
 
-    /// Waits until a worker is paused.
+    /// Waits until a worker is paused; fails the test when none is within 5 s (real time): a
+    /// worker that never reaches the boundary would otherwise hang it.
     pub async fn paused(&self) {
-        self.paused.notified().await;
+        let waited = tokio::time::timeout(Duration::from_secs(5), self.paused.notified()).await;
+        assert!(waited.is_ok(), "no worker reached the pause point within 5 s: {:?}", self.boundaries());
     }
 
     /// Lets the paused worker go on.
