@@ -72,7 +72,8 @@ impl Default for ServiceConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WebhookConfig {
-    /// `http://host:port/path` to POST completion events to.
+    /// `http://host:port/path` to POST completion events to (plain HTTP: the service has no
+    /// TLS client).
     pub url: String,
     /// Extra deliveries of the same event (same event id) after the first. 1 means twice.
     #[serde(default)]
@@ -82,9 +83,16 @@ pub struct WebhookConfig {
     pub extra_event_ids: u32,
 }
 
-/// The whole configuration of a fake downstream.
+/// The longest `job_duration` accepted (as long as a scenario may run).
+const MAX_JOB_DURATION: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The whole configuration of a fake downstream. Deserializing checks it
+/// ([`DownstreamConfig::validate`]), so a configuration file with a bad field is refused when
+/// it is loaded, naming the field.
+// `remote = "Self"` makes the derives inherent functions, called by the trait impls below
+// (deserializing then validating).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(remote = "Self", deny_unknown_fields)]
 pub struct DownstreamConfig {
     /// Ticket service settings.
     #[serde(default)]
@@ -123,7 +131,43 @@ impl Default for DownstreamConfig {
     }
 }
 
+impl Serialize for DownstreamConfig {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        DownstreamConfig::serialize(self, serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for DownstreamConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let config = DownstreamConfig::deserialize(deserializer)?;
+        config.validate().map_err(serde::de::Error::custom)?;
+        Ok(config)
+    }
+}
+
 impl DownstreamConfig {
+    /// Checks what the types cannot: the webhook URL is an `http://host[:port]/path` URL the
+    /// service can deliver to, and `job_duration` is at most 24 hours. The error names the field.
+    /// A configuration built in process is not checked by [`crate::Downstream::new`]; one with a
+    /// bad webhook URL delivers no webhooks.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.job_duration > MAX_JOB_DURATION {
+            return Err(format!(
+                "`job_duration` must be at most 24h, not {}",
+                humantime::format_duration(self.job_duration)
+            ));
+        }
+        if let Some(webhook) = &self.webhook {
+            if crate::service::split_url(&webhook.url).is_none() {
+                return Err(format!(
+                    "`webhook.url` must be a URL like http://host:port/path, not {:?}",
+                    webhook.url
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The settings of `service`.
     pub fn service(&self, service: Service) -> ServiceConfig {
         match service {
@@ -142,5 +186,52 @@ impl DownstreamConfig {
             Service::Messages => self.messages = config,
             Service::Jobs => self.jobs = config,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> Result<DownstreamConfig, String> {
+        serde_json::from_str(text).map_err(|error| error.to_string())
+    }
+
+    #[test]
+    fn a_bad_field_is_refused_when_loaded_and_named() {
+        for (text, field) in [
+            (r#"{"webhook": {"url": "not a url at all"}}"#, "`webhook.url`"),
+            (r#"{"webhook": {"url": "https://hooks.example/done"}}"#, "`webhook.url`"),
+            (r#"{"webhook": {"url": "worker-1:8081/v1/webhooks"}}"#, "`webhook.url`"),
+            (r#"{"webhook": {"url": "http:///v1/webhooks"}}"#, "`webhook.url`"),
+            (r#"{"job_duration": "25h"}"#, "`job_duration` must be at most 24h, not 1day 1h"),
+        ] {
+            let error = load(text).unwrap_err();
+            assert!(error.contains(field), "{text}: {error}");
+        }
+        let error = load(r#"{"webhook": {"url": "not a url at all"}}"#).unwrap_err();
+        assert!(error.contains("not \"not a url at all\""), "the value is quoted: {error}");
+    }
+
+    #[test]
+    fn a_good_config_loads_and_round_trips() {
+        let text = r#"{"tickets": {"idempotency": "ignored", "receipts": false}, "job_duration": "24h",
+            "webhook": {"url": "http://worker-1:8081/v1/webhooks", "repeat_same_event": 1}}"#;
+        let config = load(text).unwrap();
+        assert_eq!(config.tickets.idempotency, IdempotencyMode::Ignored);
+        assert_eq!(config.webhook.as_ref().map(|w| w.repeat_same_event), Some(1));
+        let again = load(&serde_json::to_string(&config).unwrap()).unwrap();
+        assert_eq!(config, again);
+        assert_eq!(load("{}").unwrap(), DownstreamConfig::default());
+        assert!(load(r#"{"colour": "red"}"#).unwrap_err().contains("unknown field"));
+    }
+
+    #[test]
+    fn validate_checks_a_config_built_in_process() {
+        let mut config = DownstreamConfig::default();
+        assert_eq!(config.validate(), Ok(()));
+        config.webhook =
+            Some(WebhookConfig { url: "not a url at all".into(), repeat_same_event: 0, extra_event_ids: 0 });
+        assert!(config.validate().unwrap_err().starts_with("`webhook.url`"));
     }
 }

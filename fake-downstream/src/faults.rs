@@ -57,7 +57,8 @@ pub enum Times {
     Always,
 }
 
-/// Which requests a rule looks at. Every field that is set must match.
+/// Which requests a rule looks at. Every field that is set must match; a rule parsed from its
+/// file form sets at least one (an empty `match` would disturb every request, reads included).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RuleMatch {
@@ -65,6 +66,8 @@ pub struct RuleMatch {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub method: Option<String>,
     /// Exact path, or a prefix ending in `*` (`/v1/tickets/*`). The query is not part of it.
+    /// [`FaultRule::from_json`] refuses one no business route serves (see
+    /// [`FaultRule::check_path`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
     /// Tenant named in the request.
@@ -100,9 +103,41 @@ impl FaultRule {
 
     /// Parses a rule from its JSON form, e.g.
     /// `{"match": {"path": "/v1/tickets", "idempotency_key": "k3"}, "action": "commit_then_drop", "times": 1}`.
+    /// Besides the checks of every parse (an empty `match` is refused), the path must be one
+    /// the service serves ([`FaultRule::check_path`]).
     pub fn from_json(text: &[u8]) -> Result<Self, String> {
         let spec: RuleSpec = serde_json::from_slice(text).map_err(|error| error.to_string())?;
-        spec.try_into()
+        let rule: FaultRule = spec.try_into()?;
+        rule.check_path()?;
+        Ok(rule)
+    }
+
+    /// Refuses a `path` no business route serves, exact (`/v1/tickets/ticket_1` for the route
+    /// `/v1/tickets/{id}`) or as a prefix ending in `*`: such a rule could never fire.
+    /// [`FaultRule::from_json`] (the admin API) calls it. Deserializing a rule (scenario files)
+    /// does not: there a rule that never fires makes the run `unknown` and names the rule,
+    /// which the harness's premise tests rely on.
+    pub fn check_path(&self) -> Result<(), String> {
+        let Some(path) = self.matches.path.as_deref() else { return Ok(()) };
+        if path.contains('?') {
+            return Err(format!("`path` {path:?} has a query; a rule's path is matched without it"));
+        }
+        if path.split('/').any(is_placeholder) {
+            return Err(format!(
+                "`path` {path:?} has a placeholder segment, but a rule's path is matched as it is: \
+                 name the id (e.g. /v1/tickets/ticket_1) or use a prefix (e.g. /v1/tickets/*)"
+            ));
+        }
+        if crate::routes::business_paths().any(|route| serves(route, path)) {
+            return Ok(());
+        }
+        let routes: Vec<&str> = crate::routes::business_paths().collect();
+        Err(format!(
+            "no route serves `path` {path:?}, so the rule could never fire; the routes are {} \
+             (name an id in place of `{{id}}`, e.g. /v1/tickets/ticket_1, or end a prefix with `*`, \
+             e.g. /v1/tickets/*)",
+            routes.join(", ")
+        ))
     }
 
     /// The rule's JSON form (see [`FaultRule::from_json`]).
@@ -271,8 +306,56 @@ impl TryFrom<RuleSpec> for FaultRule {
         if spec.matches.nth == Some(0) {
             return Err("`nth` counts from 1".into());
         }
+        check_match(&spec.matches)?;
         Ok(FaultRule { matches: spec.matches, action, times })
     }
+}
+
+/// Refuses a `match` that names nothing: it would disturb every request, reads included.
+fn check_match(matches: &RuleMatch) -> Result<(), String> {
+    if *matches == RuleMatch::default() {
+        return Err(
+            "a rule with an empty `match` would disturb every request; name a method or a path".into()
+        );
+    }
+    Ok(())
+}
+
+/// Whether `pattern` (a rule's path: exact, or a prefix ending in `*`) can select a request to
+/// `route` (axum syntax: a `{name}` segment stands for any one non-empty segment).
+fn serves(route: &str, pattern: &str) -> bool {
+    let route: Vec<&str> = route.split('/').collect();
+    let fits = |wanted: &str, segment: &str| {
+        if is_placeholder(segment) {
+            !wanted.is_empty()
+        } else {
+            wanted == segment
+        }
+    };
+    match pattern.strip_suffix('*') {
+        None => {
+            let wanted: Vec<&str> = pattern.split('/').collect();
+            wanted.len() == route.len()
+                && wanted.iter().zip(&route).all(|(wanted, segment)| fits(wanted, segment))
+        }
+        Some(prefix) => {
+            // Whole segments must fit; the last, partial one must begin the route's segment
+            // there (anything begins a placeholder).
+            let wanted: Vec<&str> = prefix.split('/').collect();
+            let (partial, whole) = wanted.split_last().expect("split yields at least one piece");
+            whole.len() < route.len()
+                && whole.iter().zip(&route).all(|(wanted, segment)| fits(wanted, segment))
+                && {
+                    let segment = route[whole.len()];
+                    is_placeholder(segment) || segment.starts_with(partial)
+                }
+        }
+    }
+}
+
+/// `{id}`: a route segment that stands for any one segment.
+fn is_placeholder(segment: &str) -> bool {
+    segment.len() > 2 && segment.starts_with('{') && segment.ends_with('}')
 }
 
 impl From<FaultRule> for RuleSpec {
@@ -332,7 +415,7 @@ mod tests {
         for text in [
             r#"{"match":{"method":"POST","path":"/v1/*","nth":2},"action":"commit_then_delay","delay":"3s","times":"always"}"#,
             r#"{"match":{"tenant":"acme"},"action":"commit_then_error","status":503,"times":2}"#,
-            r#"{"match":{},"action":"hold","times":1}"#,
+            r#"{"match":{"nth":3},"action":"hold","times":1}"#,
         ] {
             let rule = FaultRule::from_json(text.as_bytes()).unwrap();
             let again = FaultRule::from_json(rule.to_json_value().to_string().as_bytes()).unwrap();
@@ -358,6 +441,85 @@ mod tests {
         check(r#"{"action":"hold","times":[1]}"#, "not [1]");
         check(r#"{"action":"hold","match":{"colour":"red"}}"#, "unknown field");
         check(r#"{"action":"hold","match":{"nth":0}}"#, "from 1");
+    }
+
+    #[test]
+    fn refuses_an_empty_match() {
+        for text in [r#"{"action":"hold"}"#, r#"{"match":{},"action":"commit_then_drop","times":"always"}"#] {
+            let error = FaultRule::from_json(text.as_bytes()).unwrap_err();
+            assert_eq!(
+                error, "a rule with an empty `match` would disturb every request; name a method or a path",
+                "{text}"
+            );
+        }
+        // Any one field is enough: the rule then says what it is about.
+        for matches in [
+            r#"{"method":"POST"}"#,
+            r#"{"path":"/v1/charges"}"#,
+            r#"{"tenant":"acme"}"#,
+            r#"{"idempotency_key":"k1"}"#,
+            r#"{"nth":2}"#,
+        ] {
+            let text = format!(r#"{{"match":{matches},"action":"hold"}}"#);
+            assert!(FaultRule::from_json(text.as_bytes()).is_ok(), "{text}");
+        }
+    }
+
+    #[test]
+    fn refuses_a_path_no_route_serves() {
+        let parse = |path: &str| {
+            FaultRule::from_json(format!(r#"{{"match":{{"path":{path:?}}},"action":"hold"}}"#).as_bytes())
+        };
+        for path in [
+            "/v1/tickets",
+            "/v1/tickets/ticket_1",
+            "/v1/tickets/*",
+            "/v1/tickets*",
+            "/v1/tick*",
+            "/v1/*",
+            "/*",
+            "*",
+            "/v1/charges",
+            "/v1/messages",
+            "/v1/jobs",
+            "/v1/jobs/job_3",
+            "/v1/receipts/k1",
+            "/v1/receipts/*",
+        ] {
+            assert!(parse(path).is_ok(), "{path}: {:?}", parse(path));
+        }
+        for path in [
+            "/v1/ticket",
+            "/v1/tickets/",
+            "/v1/tickets//",
+            "/v1/tickets/ticket_1/close",
+            "/v1/tickets/ticket_1/*",
+            "/v1/charges/charge_1",
+            "/v1/messages/*",
+            "/v1/receipts",
+            "/v2/*",
+            "/__admin/ledger",
+            "/__admin/*",
+            "v1/tickets",
+            "",
+        ] {
+            let error = parse(path).unwrap_err();
+            assert!(error.starts_with(&format!("no route serves `path` {path:?}")), "{path}: {error}");
+            assert!(error.contains("/v1/tickets, /v1/tickets/{id}, /v1/charges"), "{error}");
+        }
+        let error = parse("/v1/receipts/k1?tenant=acme").unwrap_err();
+        assert!(error.contains("has a query"), "{error}");
+        let error = parse("/v1/tickets/{id}").unwrap_err();
+        assert!(error.contains("placeholder"), "{error}");
+        // A scenario file's rule is deserialized without the check (its premise says when it
+        // never fired); an empty match is refused there too.
+        let rule: FaultRule =
+            serde_json::from_str(r#"{"match":{"path":"/v1/chargez"},"action":"hold"}"#).unwrap();
+        assert!(rule.check_path().is_err());
+        assert!(serde_json::from_str::<FaultRule>(r#"{"action":"hold"}"#)
+            .unwrap_err()
+            .to_string()
+            .contains("empty"));
     }
 
     #[test]

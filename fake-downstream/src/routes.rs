@@ -1,9 +1,10 @@
 //! The HTTP face of the service: business endpoints and `/__admin`.
 
-use axum::body::Body;
+use axum::body::{Body, HttpBody};
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, Query, Request, State as AxumState};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, MethodRouter};
 use axum::Router;
 use http_body_util::BodyExt;
 use serde::de::DeserializeOwned;
@@ -16,7 +17,7 @@ use crate::content::content_digest;
 use crate::faults::FaultRule;
 use crate::ledger::{Disposition, EffectKind, RequestRecord, VersionChange};
 use crate::service::{
-    digest_of, push_effect, split_url, Answer, Downstream, Exchange, Job, NewEffect, Processed, State, Ticket,
+    digest_of, push_effect, Answer, Downstream, Exchange, Job, NewEffect, Processed, State, Ticket,
 };
 
 /// Longest tenant, key, id or short text field accepted, in characters.
@@ -49,15 +50,65 @@ impl Downstream {
     }
 }
 
+/// The business API's routes, in one place: the router serves exactly these, and a fault
+/// rule's path must select one of them (`faults.rs`, through [`business_paths`]).
+#[derive(Debug, Clone, Copy)]
+enum Route {
+    Tickets,
+    Ticket,
+    Charges,
+    Messages,
+    Jobs,
+    Job,
+    Receipt,
+}
+
+impl Route {
+    const ALL: [Route; 7] = [
+        Route::Tickets,
+        Route::Ticket,
+        Route::Charges,
+        Route::Messages,
+        Route::Jobs,
+        Route::Job,
+        Route::Receipt,
+    ];
+
+    /// The path, in axum's syntax (`{id}` is any one segment).
+    fn path(self) -> &'static str {
+        match self {
+            Route::Tickets => "/v1/tickets",
+            Route::Ticket => "/v1/tickets/{id}",
+            Route::Charges => "/v1/charges",
+            Route::Messages => "/v1/messages",
+            Route::Jobs => "/v1/jobs",
+            Route::Job => "/v1/jobs/{id}",
+            Route::Receipt => "/v1/receipts/{key}",
+        }
+    }
+
+    fn handlers(self) -> MethodRouter<Downstream> {
+        match self {
+            Route::Tickets => post(create_ticket),
+            Route::Ticket => get(get_ticket).patch(patch_ticket),
+            Route::Charges => post(create_charge),
+            Route::Messages => post(create_message),
+            Route::Jobs => post(create_job),
+            Route::Job => get(get_job),
+            Route::Receipt => get(get_receipt),
+        }
+    }
+}
+
+/// The paths the business API serves, in axum's syntax (`{id}` is any one segment).
+pub(crate) fn business_paths() -> impl Iterator<Item = &'static str> {
+    Route::ALL.into_iter().map(Route::path)
+}
+
 fn business_routes() -> Router<Downstream> {
-    Router::new()
-        .route("/v1/tickets", post(create_ticket))
-        .route("/v1/tickets/{id}", get(get_ticket).patch(patch_ticket))
-        .route("/v1/charges", post(create_charge))
-        .route("/v1/messages", post(create_message))
-        .route("/v1/jobs", post(create_job))
-        .route("/v1/jobs/{id}", get(get_job))
-        .route("/v1/receipts/{key}", get(get_receipt))
+    Route::ALL
+        .into_iter()
+        .fold(Router::new(), |router, route| router.route(route.path(), route.handlers()))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
 }
@@ -75,6 +126,10 @@ fn admin_routes() -> Router<Downstream> {
 }
 
 type Ds = AxumState<Downstream>;
+
+/// A route's `{id}` segment, or why axum could not extract it (answered as a problem by the
+/// handler: see [`path_problem`]).
+type Segment = Result<Path<String>, PathRejection>;
 
 // ------------------------------------------------------------------ request bodies
 
@@ -191,8 +246,28 @@ fn request_id(headers: &http::HeaderMap) -> Option<String> {
     sane.then(|| text.to_owned())
 }
 
+/// The one value of header `name` (shown as `shown`), if any. A header sent more than once is
+/// refused with a `kind` problem: a strict service cannot know which one the client meant.
+fn single_header<'a>(
+    headers: &'a http::HeaderMap,
+    name: &http::HeaderName,
+    shown: &str,
+    kind: &str,
+) -> Result<Option<&'a http::HeaderValue>, Problem> {
+    let mut values = headers.get_all(name).iter();
+    let first = values.next();
+    match values.count() {
+        0 => Ok(first),
+        more => {
+            Err(bad_request(kind, format!("the {shown} header is sent {} times; send it once", more + 1)))
+        }
+    }
+}
+
 fn idempotency_key(headers: &http::HeaderMap) -> Result<Option<String>, Problem> {
-    let Some(value) = headers.get("idempotency-key") else { return Ok(None) };
+    const IDEMPOTENCY_KEY: http::HeaderName = http::HeaderName::from_static("idempotency-key");
+    let value = single_header(headers, &IDEMPOTENCY_KEY, "Idempotency-Key", "invalid_idempotency_key")?;
+    let Some(value) = value else { return Ok(None) };
     let invalid = |detail: &str| bad_request("invalid_idempotency_key", detail);
     let text = value.to_str().map_err(|_| invalid("the Idempotency-Key header is not visible ASCII"))?;
     if text.is_empty() {
@@ -207,14 +282,58 @@ fn idempotency_key(headers: &http::HeaderMap) -> Result<Option<String>, Problem>
     Ok(Some(text.to_owned()))
 }
 
-async fn read_body(body: Body) -> Result<bytes::Bytes, Problem> {
+fn body_too_large(detail: String) -> Problem {
+    Problem::new(413, "body_too_large", detail)
+}
+
+/// Refuses a body announced (`Content-Length`) longer than [`MAX_BODY_BYTES`] before any of it
+/// is read. (hyper has already refused a `Content-Length` that is not a number.)
+fn check_length(headers: &http::HeaderMap) -> Result<(), Problem> {
+    let announced = headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|text| text.trim().parse::<u64>().ok());
+    match announced {
+        Some(length) if length > MAX_BODY_BYTES as u64 => Err(body_too_large(format!(
+            "the body is announced as {length} bytes (Content-Length), longer than the {MAX_BODY_BYTES} accepted"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Refuses a body whose `Content-Type` is not `application/json` (any parameters, e.g.
+/// `charset=utf-8`). A request without a body passes: parsing says what is missing.
+fn check_json_body(headers: &http::HeaderMap, body: &Body) -> Result<(), Problem> {
+    if body.is_end_stream() {
+        return Ok(());
+    }
+    let declared =
+        headers.get(http::header::CONTENT_TYPE).map(|value| String::from_utf8_lossy(value.as_bytes()));
+    let essence = declared.as_deref().map(|text| text.split(';').next().unwrap_or_default().trim());
+    if essence.is_some_and(|essence| essence.eq_ignore_ascii_case("application/json")) {
+        return Ok(());
+    }
+    let detail = match declared {
+        None => "the body has no Content-Type; send it as application/json".to_owned(),
+        Some(declared) => format!("the body is sent as {declared:?}; send it as application/json"),
+    };
+    Err(Problem::new(415, "unsupported_media_type", detail))
+}
+
+/// Reads a whole body of at most [`MAX_BODY_BYTES`] (checked first against `Content-Length`,
+/// then while reading, for a body sent without one).
+async fn read_body(headers: &http::HeaderMap, body: Body) -> Result<bytes::Bytes, Problem> {
+    check_length(headers)?;
+    read_limited(body).await
+}
+
+/// Reads a whole body, refusing it once it is longer than [`MAX_BODY_BYTES`].
+async fn read_limited(body: Body) -> Result<bytes::Bytes, Problem> {
     match http_body_util::Limited::new(body, MAX_BODY_BYTES).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
-        Err(error) if error.is::<http_body_util::LengthLimitError>() => Err(Problem::new(
-            413,
-            "body_too_large",
-            format!("the body is longer than {MAX_BODY_BYTES} bytes"),
-        )),
+        Err(error) if error.is::<http_body_util::LengthLimitError>() => {
+            Err(body_too_large(format!("the body is longer than {MAX_BODY_BYTES} bytes")))
+        }
         Err(error) => Err(bad_request("unreadable_body", format!("the body could not be read: {error}"))),
     }
 }
@@ -227,6 +346,17 @@ fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Problem> {
         };
         bad_request(kind, format!("the body is not a valid request: {error}"))
     })
+}
+
+/// The problem for a path whose `{id}` segment axum could not extract (it does not
+/// percent-decode to UTF-8 text); axum's own answer would be plain text.
+fn path_problem(path: &str, rejection: &PathRejection) -> Problem {
+    bad_request("invalid_path", format!("the path {path} does not decode: {}", rejection.body_text()))
+}
+
+/// A business request's `{id}` segment, or the refusal to journal.
+fn segment(segment: Segment, incoming: &Incoming) -> Result<String, Refusal> {
+    segment.map(|Path(id)| id).map_err(|rejection| path_problem(&incoming.path, &rejection).into())
 }
 
 fn parse_query<T: DeserializeOwned>(uri: &http::Uri) -> Result<T, Problem> {
@@ -265,16 +395,20 @@ struct ReadRequest<T> {
     fields: serde_json::Map<String, Value>,
 }
 
-/// Reads and checks a JSON body.
+/// Reads and checks a JSON body: one valid `Idempotency-Key` at most, a `Content-Length`
+/// within bounds, a JSON `Content-Type`, then the body itself.
 async fn read_request<T: DeserializeOwned + Serialize>(
     incoming: &mut Incoming,
     tenant_of: impl Fn(&T) -> &str,
 ) -> Result<ReadRequest<T>, Refusal> {
     let key = idempotency_key(&incoming.headers)?;
     let body = std::mem::take(&mut incoming.body);
-    let bytes = read_body(body)
-        .await
-        .map_err(|problem| Refusal { idempotency_key: key.clone(), ..problem.into() })?;
+    let checked = check_length(&incoming.headers).and_then(|()| check_json_body(&incoming.headers, &body));
+    let bytes = match checked {
+        Ok(()) => read_limited(body).await,
+        Err(problem) => Err(problem),
+    }
+    .map_err(|problem| Refusal { idempotency_key: key.clone(), ..problem.into() })?;
     let request: T =
         parse_json(&bytes).map_err(|problem| Refusal { idempotency_key: key.clone(), ..problem.into() })?;
     let tenant = tenant_of(&request).to_owned();
@@ -483,8 +617,12 @@ async fn create_ticket(AxumState(ds): Ds, request: Request) -> Response {
     .await
 }
 
-async fn get_ticket(AxumState(ds): Ds, Path(id): Path<String>, request: Request) -> Response {
+async fn get_ticket(AxumState(ds): Ds, id: Segment, request: Request) -> Response {
     let incoming = split(request);
+    let id = match segment(id, &incoming) {
+        Ok(id) => id,
+        Err(refusal) => return ds.refuse(&incoming, refusal),
+    };
     let query: TenantQuery = match parse_query(&incoming.uri) {
         Ok(query) => query,
         Err(problem) => return ds.refuse(&incoming, problem.into()),
@@ -503,8 +641,12 @@ fn not_found_problem(detail: &str) -> Processed {
     Processed::problem(404, Disposition::NotFound, "not_found", detail)
 }
 
-async fn patch_ticket(AxumState(ds): Ds, Path(id): Path<String>, request: Request) -> Response {
+async fn patch_ticket(AxumState(ds): Ds, id: Segment, request: Request) -> Response {
     let mut incoming = split(request);
+    let id = match segment(id, &incoming) {
+        Ok(id) => id,
+        Err(refusal) => return ds.refuse(&incoming, refusal),
+    };
     let if_match = match parse_if_match(&incoming.headers) {
         Ok(version) => version,
         Err(problem) => return ds.refuse(&incoming, problem.into()),
@@ -577,7 +719,8 @@ async fn patch_ticket(AxumState(ds): Ds, Path(id): Path<String>, request: Reques
 }
 
 fn parse_if_match(headers: &http::HeaderMap) -> Result<Option<u64>, Problem> {
-    let Some(value) = headers.get(http::header::IF_MATCH) else { return Ok(None) };
+    let value = single_header(headers, &http::header::IF_MATCH, "If-Match", "invalid_if_match")?;
+    let Some(value) = value else { return Ok(None) };
     let text = value.to_str().unwrap_or_default().trim();
     let text = text.strip_prefix('"').and_then(|t| t.strip_suffix('"')).unwrap_or(text);
     text.parse::<u64>()
@@ -710,8 +853,12 @@ async fn create_job(AxumState(ds): Ds, request: Request) -> Response {
     .await
 }
 
-async fn get_job(AxumState(ds): Ds, Path(id): Path<String>, request: Request) -> Response {
+async fn get_job(AxumState(ds): Ds, id: Segment, request: Request) -> Response {
     let incoming = split(request);
+    let id = match segment(id, &incoming) {
+        Ok(id) => id,
+        Err(refusal) => return ds.refuse(&incoming, refusal),
+    };
     let query: TenantQuery = match parse_query(&incoming.uri) {
         Ok(query) => query,
         Err(problem) => return ds.refuse(&incoming, problem.into()),
@@ -726,8 +873,12 @@ async fn get_job(AxumState(ds): Ds, Path(id): Path<String>, request: Request) ->
     .await
 }
 
-async fn get_receipt(AxumState(ds): Ds, Path(key): Path<String>, request: Request) -> Response {
+async fn get_receipt(AxumState(ds): Ds, key: Segment, request: Request) -> Response {
     let incoming = split(request);
+    let key = match segment(key, &incoming) {
+        Ok(key) => key,
+        Err(refusal) => return ds.refuse(&incoming, refusal),
+    };
     let query: ReceiptQuery = match parse_query(&incoming.uri) {
         Ok(query) => query,
         Err(problem) => return ds.refuse(&incoming, problem.into()),
@@ -800,8 +951,8 @@ fn json_response(status: u16, value: &impl Serialize) -> Response {
     (status, [(http::header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
-async fn admin_install_fault(AxumState(ds): Ds, body: Body) -> Response {
-    let bytes = match read_body(body).await {
+async fn admin_install_fault(AxumState(ds): Ds, headers: http::HeaderMap, body: Body) -> Response {
+    let bytes = match read_body(&headers, body).await {
         Ok(bytes) => bytes,
         Err(problem) => return problem.into_response(),
     };
@@ -821,7 +972,11 @@ async fn admin_clear_faults(AxumState(ds): Ds) -> Response {
     http::StatusCode::NO_CONTENT.into_response()
 }
 
-async fn admin_release(AxumState(ds): Ds, Path(id): Path<String>) -> Response {
+async fn admin_release(AxumState(ds): Ds, id: Segment, uri: http::Uri) -> Response {
+    let id = match id {
+        Ok(Path(id)) => id,
+        Err(rejection) => return path_problem(uri.path(), &rejection).into_response(),
+    };
     let Ok(id) = id.parse::<u64>() else {
         return bad_request("invalid_request", "the rule id must be a number").into_response();
     };
@@ -848,7 +1003,11 @@ async fn admin_reset(AxumState(ds): Ds) -> Response {
     http::StatusCode::NO_CONTENT.into_response()
 }
 
-async fn admin_touch(AxumState(ds): Ds, Path(id): Path<String>) -> Response {
+async fn admin_touch(AxumState(ds): Ds, id: Segment, uri: http::Uri) -> Response {
+    let id = match id {
+        Ok(Path(id)) => id,
+        Err(rejection) => return path_problem(uri.path(), &rejection).into_response(),
+    };
     match ds.touch_ticket(&id) {
         Ok(version) => json_response(200, &json!({"ticket_id": id, "version": version})),
         Err(error) => Problem::new(404, "not_found", error.to_string()).into_response(),
@@ -859,17 +1018,13 @@ async fn admin_get_config(AxumState(ds): Ds) -> Response {
     json_response(200, &ds.config())
 }
 
-async fn admin_put_config(AxumState(ds): Ds, body: Body) -> Response {
-    let config: DownstreamConfig = match read_body(body).await.and_then(|bytes| parse_json(&bytes)) {
+async fn admin_put_config(AxumState(ds): Ds, headers: http::HeaderMap, body: Body) -> Response {
+    // Deserializing validates the configuration, naming a bad field.
+    let config: DownstreamConfig = match read_body(&headers, body).await.and_then(|bytes| parse_json(&bytes))
+    {
         Ok(config) => config,
         Err(problem) => return problem.into_response(),
     };
-    if let Some(webhook) = &config.webhook {
-        if split_url(&webhook.url).is_none() {
-            return bad_request("invalid_request", "the webhook url must look like http://host:port/path")
-                .into_response();
-        }
-    }
     ds.set_config(config.clone());
     json_response(200, &config)
 }

@@ -3,3 +3,4 @@
 
 mod real_port;
 mod sim;
+mod strict;

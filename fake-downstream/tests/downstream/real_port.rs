@@ -4,7 +4,7 @@ use fake_downstream::{Downstream, DownstreamConfig, SystemClock};
 use serde_json::{json, Value};
 use wire::{HttpClient, HttpRequest, TcpAcceptor, TcpConnector, TransportError};
 
-async fn serve_on_loopback() -> (Downstream, HttpClient) {
+pub(crate) async fn serve_on_loopback() -> (Downstream, HttpClient) {
     let downstream =
         Downstream::new(DownstreamConfig::default(), Arc::new(SystemClock), Arc::new(TcpConnector));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
