@@ -559,3 +559,36 @@ async fn m30_late_receipt_dropped_leaves_an_answered_charge_unknown() {
     let (status, reference) = late_answer_after_the_hand_over(zoo("late_receipt_dropped")).await;
     assert_eq!((status, reference), (RecordStatus::Unknown, None), "the proof was dropped");
 }
+
+// ----------------------------------------------------------------------------- M21
+
+/// The ticket service honours keys but offers no receipts. The first request commits and its
+/// answer is lost; the retry's recovery resends. Returns the retry's status and the world.
+async fn lost_answer_without_receipts(strategies: Strategies) -> (World, OutcomeStatus) {
+    let mut contracts = ContractSet::builtin();
+    contracts.set_capabilities(Service::Tickets.as_str(), true, false);
+    let mut config = World::builder_downstream_config();
+    config.set_service(
+        Service::Tickets,
+        ServiceConfig { idempotency: IdempotencyMode::Honoured, receipts: false },
+    );
+    let world = World::builder().contracts(contracts).downstream(config).strategies(strategies).build().await;
+    world.downstream.install_fault(FaultRule::once(on("POST", "/v1/tickets"), FaultAction::CommitThenDrop));
+    let worker = world.worker("worker-1");
+    let first = worker.call(world.call("tickets.create", "s", TICKET)).await;
+    assert_eq!(first.status, OutcomeStatus::Unknown, "{first:?}");
+    let retry = worker.call(world.call("tickets.create", "s", TICKET)).await;
+    (world, retry.status)
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn m21_fresh_key_resend_makes_a_second_ticket_where_the_same_key_replays() {
+    let (world, retry) = lost_answer_without_receipts(Strategies::reference()).await;
+    assert_eq!((retry, world.ledger().len()), (OutcomeStatus::Replayed, 1));
+    let keys: Vec<_> =
+        world.requests_to("POST", "/v1/tickets").into_iter().map(|r| r.idempotency_key).collect();
+    assert_eq!(keys, [Some(World::key("s")), Some(World::key("s"))], "resent under the same key");
+
+    let (world, retry) = lost_answer_without_receipts(zoo("fresh_key_resend")).await;
+    assert_eq!((retry, world.ledger().len()), (OutcomeStatus::Applied, 2), "a new key, a new ticket");
+}
