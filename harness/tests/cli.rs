@@ -238,4 +238,12 @@ fn scenario_files_with_impossible_numbers_are_refused_in_plain_words() {
     assert_eq!(code, 2, "{stdout}{stderr}");
     assert!(stderr.contains("`times` must be at least 1, not -1"), "{stderr}");
     assert!(!stderr.contains("untagged") && !stderr.contains("TimesSpec"), "{stderr}");
+    let nowhere = write(
+        "nowhere.toml",
+        "[[step]]\naction = \"fault\"\nrule = { match = { path = \"/v1/chargez\" }, action = \"hold\" }\n",
+    );
+    let (code, stdout, stderr) =
+        replaylab_with(&["run", "X01", "--seed", "1", "--scenario-file", nowhere.to_str().unwrap()], &[]);
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    assert!(stderr.contains("nowhere.toml:12:1") && stderr.contains("no route serves"), "{stderr}");
 }

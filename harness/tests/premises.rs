@@ -36,24 +36,21 @@ fn builtin_text(id: &str) -> String {
 #[test]
 fn a_fault_that_never_fires_makes_the_run_unknown_and_names_it() {
     let text = builtin_text("S19")
-        .replace(r#"path = "/v1/charges""#, r#"path = "/v1/chargez""#)
+        .replace(r#"path = "/v1/charges" }"#, r#"path = "/v1/charges", tenant = "nobody" }"#)
         .replace(r#"id = "S19""#, r#"id = "S91""#);
-    assert!(text.contains("/v1/chargez"), "the rule was rewritten");
+    assert!(text.contains(r#"tenant = "nobody""#), "the rule was rewritten");
     let dir = std::env::temp_dir().join(format!("replaylab-premise-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
-    let path = dir.join("S19_chargez.toml");
+    let path = dir.join("S19_nobody.toml");
     std::fs::write(&path, &text).expect("written");
 
-    let chargez = scenarios::Scenario::from_file(&path).expect("valid");
+    let nobody = scenarios::Scenario::from_file(&path).expect("valid");
     for seed in 1..=3 {
-        let record = runner::run(&chargez, seed, &reference());
+        let record = runner::run(&nobody, seed, &reference());
         assert_eq!(record.result.verdict, Verdict::Unknown, "seed {seed}: {:?}", record.result);
         assert!(
-            record
-                .result
-                .notes
-                .iter()
-                .any(|note| note.contains("fault rule 1 (POST /v1/chargez, commit_then_delay) never fired")),
+            record.result.notes.iter().any(|note| note
+                .contains("fault rule 1 (POST /v1/charges tenant nobody, commit_then_delay) never fired")),
             "{:?}",
             record.result.notes
         );

@@ -499,6 +499,7 @@ impl Validator<'_> {
                 StepKind::Reconcile { id, operation: operation(&op)?, worker: worker(&w)? }
             }
             StepForm::Fault { name, rule } => {
+                rule.check_path()?;
                 if let Some(name) = &name {
                     if context.faults.insert(name.clone(), rule.action == FaultAction::Hold).is_some() {
                         return Err(format!("fault name {name:?} is used twice"));
