@@ -157,6 +157,23 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// Fuzz the scenario and fault-rule parsers, the fake downstream, argument fingerprints
+    /// and saved cases with inputs drawn from a seed; every panic and broken property is
+    /// printed and its input written to `--out`.
+    Fuzz {
+        /// One target (scenario, fault_rule, downstream, fingerprint, case) or all.
+        #[arg(long, default_value = "all")]
+        target: String,
+        /// Inputs per target.
+        #[arg(long, default_value_t = crate::fuzz::DEFAULT_INPUTS)]
+        inputs: u64,
+        /// The seed the inputs are drawn from.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Where findings are written (`<target>-<n>.txt`, the exact input).
+        #[arg(long, default_value = crate::fuzz::DEFAULT_OUT)]
+        out: PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -459,6 +476,16 @@ fn run(cli: Cli) -> Result<u8, Failure> {
                 println!("{:<28} {}", spec.name, spec.description);
             }
             Ok(exit::SUCCESS)
+        }
+        Command::Fuzz { target, inputs, seed, out } => {
+            let config =
+                crate::fuzz::FuzzConfig::from_flags(&target, inputs, seed, out).map_err(bad_input)?;
+            let reports = crate::fuzz::run(&config);
+            Ok(if reports.iter().all(crate::fuzz::TargetReport::passed) {
+                exit::SUCCESS
+            } else {
+                exit::CHECK_FAILED
+            })
         }
     }
 }

@@ -18,6 +18,7 @@ pub mod executors;
 pub mod exit;
 pub mod explore;
 pub mod explore_cli;
+pub mod fuzz;
 pub mod history;
 pub mod matrix;
 pub mod mutants;
