@@ -592,3 +592,27 @@ async fn m21_fresh_key_resend_makes_a_second_ticket_where_the_same_key_replays()
     let (world, retry) = lost_answer_without_receipts(zoo("fresh_key_resend")).await;
     assert_eq!((retry, world.ledger().len()), (OutcomeStatus::Applied, 2), "a new key, a new ticket");
 }
+
+// ----------------------------------------------------------------------------- M22
+
+/// A job that runs for a minute, polled one second and four seconds after it was accepted.
+async fn polls_of_a_long_job(strategies: Strategies) -> (OutcomeStatus, OutcomeStatus) {
+    let mut config = World::builder_downstream_config();
+    config.job_duration = std::time::Duration::from_secs(60);
+    let world = World::builder().downstream(config).strategies(strategies).build().await;
+    let worker = world.worker("worker-1");
+    assert_eq!(worker.call(world.call("jobs.submit", "report", JOB)).await.status, OutcomeStatus::InFlight);
+    world.advance_ms(1_000);
+    let early = worker.poll(world.operation("report")).await;
+    world.advance_ms(3_000);
+    let later = worker.poll(world.operation("report")).await;
+    (early.status, later.status)
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn m22_impatient_job_poll_fails_a_job_that_is_still_running() {
+    let polls = polls_of_a_long_job(Strategies::reference()).await;
+    assert_eq!(polls, (OutcomeStatus::InFlight, OutcomeStatus::InFlight), "a running job is polled on");
+    let polls = polls_of_a_long_job(zoo("impatient_job_poll")).await;
+    assert_eq!(polls, (OutcomeStatus::InFlight, OutcomeStatus::Rejected), "patient for three seconds only");
+}
