@@ -13,15 +13,20 @@
 //! - `downstream`: HTTP requests to the fake downstream's whole router, in process (one
 //!   in-memory connection per request, served by [`wire::serve_connection`]): every request
 //!   is answered within the timeout, every answer is well-formed, and every 4xx/5xx answer
-//!   carries a JSON problem body. (The timeout catches a request left waiting forever; a
-//!   handler that loops without yielding would stop the fuzzer itself.)
+//!   carries a JSON problem body; no request leaves a configuration under which a finishing
+//!   job builds [`MAX_WEBHOOK_FANOUT`] or more webhook deliveries at once. The downstream's
+//!   clock moves a fixed step between requests only (jobs finish, deterministically), faults a
+//!   request installs are cleared before the next, and a fresh downstream is started every
+//!   thousand requests. (The timeout catches a request left waiting forever; a handler that
+//!   loops without yielding would stop the fuzzer itself.)
 //! - `fingerprint`: argument objects for every built-in tool contract, through the
 //!   reference's fingerprint strategy and argument validation: the fingerprint ignores key
 //!   order, whitespace and string escapes (RFC 8785), ignores `ignored` arguments, and changes
 //!   when a material argument changes.
 //! - `case`: mutated exploration cases parsed as `replaylab run --case` parses them; one in
 //!   [`CASE_RUN_EVERY`] of those that parse is run against the reference executor, and its
-//!   verdict must be coherent.
+//!   verdict must be coherent (a case whose webhook fan-out is [`MAX_WEBHOOK_FANOUT`] or more
+//!   is reported instead of run).
 //!
 //! Each input runs under [`guarded`] (`catch_unwind`, with the panic hook silenced on the
 //! fuzzing thread while it runs). A panic anywhere during an input, even one some inner layer
@@ -32,11 +37,12 @@ use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use fake_downstream::{Downstream, DownstreamConfig, FaultRule, SystemClock};
+use fake_downstream::{Downstream, DownstreamConfig, FaultRule, WebhookConfig};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::rt::TokioIo;
 use protocol::{ArgumentType, ContractError, ContractSet, Fingerprint, ToolCall, ToolContract};
@@ -64,6 +70,13 @@ pub const DEFAULT_OUT: &str = "replaylab-fuzz";
 /// Property failures of the `downstream` target whose answer was an error without a JSON
 /// problem body (counted apart from hangs and malformed answers).
 pub const JSON_ERROR_PROPERTY: &str = "json_error";
+
+/// A webhook fan-out (deliveries of one finished job: the first, `repeat_same_event` repeats
+/// and `extra_event_ids` new ids) at least this large is a finding: a finishing job builds
+/// every delivery in memory at once, so `repeat_same_event = 4294967295` aborts the process.
+pub const MAX_WEBHOOK_FANOUT: u64 = 1_000_000;
+/// The downstream target's clock moves this far before each request (jobs finish on it).
+const CLOCK_STEP_MS: u64 = 250;
 
 /// At most this many distinct findings are printed per target.
 const MAX_PRINTED: usize = 25;
@@ -1911,6 +1924,8 @@ struct DownstreamFuzz {
     /// The runtime and the downstream, rebuilt every [`DOWNSTREAM_REFRESH`] requests and
     /// after a panic.
     world: Option<(tokio::runtime::Runtime, Downstream, axum::Router)>,
+    /// The downstream's clock: it moves only between requests (see [`DownstreamFuzz::check`]).
+    clock: Arc<AtomicU64>,
     since_refresh: u64,
     /// Ids and keys the downstream handed out, to aim later requests at real things.
     ids: Vec<String>,
@@ -1924,6 +1939,7 @@ impl DownstreamFuzz {
         Self {
             subject,
             world: None,
+            clock: Arc::new(AtomicU64::new(1_800_000_000_000)),
             since_refresh: 0,
             ids: Vec::new(),
             sent: 0,
@@ -1942,13 +1958,19 @@ impl DownstreamFuzz {
                 .enable_all()
                 .build()
                 .expect("a current-thread runtime starts");
+            let clock = Self::clock_of(&self.clock);
             let downstream =
-                Downstream::new(DownstreamConfig::default(), Arc::new(SystemClock), Arc::new(NoNetwork));
+                Downstream::new(DownstreamConfig::default(), Arc::new(clock), Arc::new(NoNetwork));
             let router = (self.subject.router)(&downstream);
             self.world = Some((runtime, downstream, router));
         }
         self.since_refresh += 1;
         self.world.as_ref().expect("the world was just built")
+    }
+
+    fn clock_of(clock: &Arc<AtomicU64>) -> impl Fn() -> u64 + Send + Sync + 'static {
+        let clock = clock.clone();
+        move || clock.load(Ordering::Relaxed)
     }
 
     fn segment(&self, gen: &mut Gen) -> String {
@@ -2032,6 +2054,7 @@ impl DownstreamFuzz {
                         V::obj(&[
                             ("url", V::s(url)),
                             ("repeat_same_event", V::n(gen.pick(&["0", "1", "3", "4294967295"]))),
+                            ("extra_event_ids", V::n(gen.pick(&["0", "1", "2", "4294967295", "-1"]))),
                         ]),
                     ));
                 }
@@ -2147,6 +2170,14 @@ impl DownstreamFuzz {
     }
 }
 
+/// The deliveries of one finished job under `webhook`, when they are at least
+/// [`MAX_WEBHOOK_FANOUT`].
+fn webhook_fanout(webhook: Option<&WebhookConfig>) -> Option<u64> {
+    let webhook = webhook?;
+    let fanout = 1 + u64::from(webhook.repeat_same_event) + u64::from(webhook.extra_event_ids);
+    (fanout >= MAX_WEBHOOK_FANOUT).then_some(fanout)
+}
+
 /// Webhooks go nowhere: every connection attempt fails at once.
 #[derive(Debug, Clone, Copy)]
 struct NoNetwork;
@@ -2231,18 +2262,41 @@ impl Fuzz for DownstreamFuzz {
         };
         self.sent += 1;
         let timeout = self.subject.timeout;
+        let clock = self.clock.clone();
         let (runtime, downstream, router) = self.world();
         let router = router.clone();
+        // Time passes between requests only, and the jobs it finishes finish before the next
+        // request starts: a job reads the configuration checked after the request before.
+        clock.fetch_add(CLOCK_STEP_MS, Ordering::Relaxed);
+        downstream.clock_moved();
+        runtime.block_on(async {
+            for _ in 0..4 {
+                tokio::task::yield_now().await;
+            }
+        });
         let answer =
             runtime.block_on(async move { tokio::time::timeout(timeout, exchange(router, request)).await });
-        // Faults a request installed must not hold or drop the next one.
-        downstream.clear_faults();
         // Failures group by route, with the route's own methods apart from any other.
         let template = route_of(&raw.path);
         let known = ROUTES.iter().any(|(method, path)| *method == raw.method && *path == template);
         let route =
             if known { format!("{} {template}", raw.method) } else { format!("(other method) {template}") };
         let request_line = format!("{} {}", raw.method, one_line(&raw.path, 120));
+        // Faults a request installed must not hold or drop the next one.
+        downstream.clear_faults();
+        let config = downstream.config();
+        if let Some(fanout) = webhook_fanout(config.webhook.as_ref()) {
+            // Put a sane configuration back before any job can finish under this one.
+            downstream.set_config(DownstreamConfig { webhook: None, ..config });
+            return broken(
+                "resources",
+                format!("{route} accepted a webhook fan-out of {MAX_WEBHOOK_FANOUT} or more"),
+                format!(
+                    "{request_line}: the downstream accepted a configuration under which every finishing job \
+                     builds {fanout} webhook deliveries in memory at once (the process aborts when they do not fit)"
+                ),
+            );
+        }
         let reply = match answer {
             Err(_) => {
                 self.by_class[0] += 1;
@@ -2839,6 +2893,21 @@ impl Fuzz for CaseFuzz {
         self.parsed += 1;
         if !(self.parsed - 1).is_multiple_of(self.subject.run_every.max(1)) {
             return Checked::Fine;
+        }
+        if let Some(webhook) = scenario.downstream.webhook {
+            let config = WebhookConfig {
+                url: String::new(),
+                repeat_same_event: webhook.repeat_same_event,
+                extra_event_ids: webhook.extra_event_ids,
+            };
+            if let Some(fanout) = webhook_fanout(Some(&config)) {
+                // Not run: a finishing job would build every delivery in memory at once.
+                return broken(
+                    "resources",
+                    format!("a case with a webhook fan-out of {MAX_WEBHOOK_FANOUT} or more parses"),
+                    format!("the case parses with {fanout} webhook deliveries per finished job (not run)"),
+                );
+            }
         }
         self.runs += 1;
         let started = Instant::now();

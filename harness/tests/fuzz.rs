@@ -62,7 +62,7 @@ fn every_target_runs_clean_on_a_few_hundred_inputs() {
 
 #[test]
 fn the_same_seed_finds_the_same_things() {
-    for target in [Target::Scenario, Target::FaultRule, Target::Fingerprint, Target::Case] {
+    for target in Target::ALL {
         let first = run_target(target, 200, 7, None);
         let again = run_target(target, 200, 7, None);
         let counts =
