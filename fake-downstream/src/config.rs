@@ -83,6 +83,11 @@ pub struct WebhookConfig {
     pub extra_event_ids: u32,
 }
 
+/// The most extra deliveries of one completion a webhook config may ask for (of each kind):
+/// every delivery of a finishing job is built at once, so a count in the billions would
+/// exhaust memory; a hundred redeliveries already tests deduplication to the full.
+pub const MAX_WEBHOOK_REPEATS: u32 = 100;
+
 /// The longest `job_duration` accepted (as long as a scenario may run).
 const MAX_JOB_DURATION: Duration = Duration::from_secs(24 * 60 * 60);
 
@@ -158,6 +163,16 @@ impl DownstreamConfig {
             ));
         }
         if let Some(webhook) = &self.webhook {
+            for (name, count) in [
+                ("repeat_same_event", webhook.repeat_same_event),
+                ("extra_event_ids", webhook.extra_event_ids),
+            ] {
+                if count > MAX_WEBHOOK_REPEATS {
+                    return Err(format!(
+                        "`webhook.{name}` must be at most {MAX_WEBHOOK_REPEATS}, not {count}"
+                    ));
+                }
+            }
             if crate::service::split_url(&webhook.url).is_none() {
                 return Err(format!(
                     "`webhook.url` must be a URL like http://host:port/path, not {:?}",
@@ -205,6 +220,14 @@ mod tests {
             (r#"{"webhook": {"url": "worker-1:8081/v1/webhooks"}}"#, "`webhook.url`"),
             (r#"{"webhook": {"url": "http:///v1/webhooks"}}"#, "`webhook.url`"),
             (r#"{"job_duration": "25h"}"#, "`job_duration` must be at most 24h, not 1day 1h"),
+            (
+                r#"{"webhook": {"url": "http://w:1/h", "repeat_same_event": 4294967295}}"#,
+                "`webhook.repeat_same_event` must be at most 100, not 4294967295",
+            ),
+            (
+                r#"{"webhook": {"url": "http://w:1/h", "extra_event_ids": 101}}"#,
+                "`webhook.extra_event_ids` must be at most 100, not 101",
+            ),
         ] {
             let error = load(text).unwrap_err();
             assert!(error.contains(field), "{text}: {error}");

@@ -19,7 +19,9 @@ mod ledger;
 mod routes;
 mod service;
 
-pub use config::{DownstreamConfig, IdempotencyMode, Service, ServiceConfig, WebhookConfig};
+pub use config::{
+    DownstreamConfig, IdempotencyMode, Service, ServiceConfig, WebhookConfig, MAX_WEBHOOK_REPEATS,
+};
 pub use content::{content_digest, content_fields, request_content};
 pub use faults::{FaultAction, FaultRule, FaultRuleId, InstalledRule, RuleMatch, Times};
 pub use ledger::{Disposition, Effect, EffectKind, RequestRecord, VersionChange, WebhookDelivery};

@@ -246,4 +246,13 @@ fn scenario_files_with_impossible_numbers_are_refused_in_plain_words() {
         replaylab_with(&["run", "X01", "--seed", "1", "--scenario-file", nowhere.to_str().unwrap()], &[]);
     assert_eq!(code, 2, "{stdout}{stderr}");
     assert!(stderr.contains("nowhere.toml:12:1") && stderr.contains("no route serves"), "{stderr}");
+    // A finishing job builds every webhook delivery at once: billions would exhaust memory.
+    let fan_out = write(
+        "fan_out.toml",
+        "[downstream]\nwebhook = { repeat_same_event = 4294967295 }\n\n[[step]]\naction = \"advance\"\nby = \"1s\"\n",
+    );
+    let (code, stdout, stderr) =
+        replaylab_with(&["run", "X01", "--seed", "1", "--scenario-file", fan_out.to_str().unwrap()], &[]);
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    assert!(stderr.contains("`webhook.repeat_same_event` must be at most 100, not 4294967295"), "{stderr}");
 }

@@ -435,10 +435,28 @@ impl Validator<'_> {
                 .as_deref()
                 .map(|t| self.duration("job_duration", t))
                 .transpose()?,
-            webhook: form.webhook.map(|w| WebhookSpec {
-                repeat_same_event: w.repeat_same_event,
-                extra_event_ids: w.extra_event_ids,
-            }),
+            webhook: form
+                .webhook
+                .map(|w| {
+                    for (name, count) in
+                        [("repeat_same_event", w.repeat_same_event), ("extra_event_ids", w.extra_event_ids)]
+                    {
+                        if count > fake_downstream::MAX_WEBHOOK_REPEATS {
+                            return Err((self.at)(
+                                (self.key)("webhook"),
+                                format!(
+                                    "`webhook.{name}` must be at most {}, not {count}",
+                                    fake_downstream::MAX_WEBHOOK_REPEATS
+                                ),
+                            ));
+                        }
+                    }
+                    Ok(WebhookSpec {
+                        repeat_same_event: w.repeat_same_event,
+                        extra_event_ids: w.extra_event_ids,
+                    })
+                })
+                .transpose()?,
         })
     }
 
