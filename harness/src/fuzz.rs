@@ -2831,6 +2831,9 @@ struct CaseFuzz {
     parsed: u64,
     runs: u64,
     verdicts: BTreeMap<&'static str, u64>,
+    /// Failed runs by the oracles that failed (beside scenario expectations, which mutated
+    /// cases often break): for triage, not a property.
+    oracles: BTreeMap<String, u64>,
     slowest: f64,
 }
 
@@ -2847,7 +2850,15 @@ impl CaseFuzz {
                 .into_bytes()
             })
             .collect();
-        Self { subject, corpus, parsed: 0, runs: 0, verdicts: BTreeMap::new(), slowest: 0.0 }
+        Self {
+            subject,
+            corpus,
+            parsed: 0,
+            runs: 0,
+            verdicts: BTreeMap::new(),
+            oracles: BTreeMap::new(),
+            slowest: 0.0,
+        }
     }
 }
 
@@ -2923,6 +2934,11 @@ impl Fuzz for CaseFuzz {
                 format!("the run's verdict is {name:?}"),
             );
         }
+        for violation in &record.result.violations {
+            if violation.oracle != "expect" {
+                *self.oracles.entry(violation.oracle.clone()).or_insert(0) += 1;
+            }
+        }
         if verdict == Verdict::Pass && !record.result.violations.is_empty() {
             return broken(
                 "verdict",
@@ -2940,11 +2956,14 @@ impl Fuzz for CaseFuzz {
     fn notes(&self) -> String {
         let verdicts: Vec<String> =
             self.verdicts.iter().map(|(name, count)| format!("{name} {count}")).collect();
+        let oracles: Vec<String> =
+            self.oracles.iter().map(|(oracle, count)| format!("{oracle} {count}")).collect();
         format!(
-            "{} parsed, {} run ({}; slowest run {:.2}s)",
+            "{} parsed, {} run ({}; oracle violations: {}; slowest run {:.2}s)",
             self.parsed,
             self.runs,
             if verdicts.is_empty() { "none".to_owned() } else { verdicts.join(", ") },
+            if oracles.is_empty() { "none".to_owned() } else { oracles.join(", ") },
             self.slowest
         )
     }
