@@ -123,6 +123,7 @@ fn admin_routes() -> Router<Downstream> {
         .route("/__admin/reset", post(admin_reset))
         .route("/__admin/tickets/{id}/touch", post(admin_touch))
         .route("/__admin/config", get(admin_get_config).put(admin_put_config))
+        .method_not_allowed_fallback(admin_method_not_allowed)
 }
 
 type Ds = AxumState<Downstream>;
@@ -944,6 +945,13 @@ async fn method_not_allowed(AxumState(ds): Ds, request: Request) -> Response {
 }
 
 // ------------------------------------------------------------------ admin
+
+/// A method an admin route does not serve: a problem, as on the business API, but not
+/// journaled (the journal is the business API's evidence).
+async fn admin_method_not_allowed(method: http::Method, uri: http::Uri) -> Response {
+    Problem::new(405, "method_not_allowed", format!("{method} is not allowed on {}", uri.path()))
+        .into_response()
+}
 
 fn json_response(status: u16, value: &impl Serialize) -> Response {
     let status = http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::OK);

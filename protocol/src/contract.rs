@@ -264,6 +264,12 @@ impl ToolContract {
                 ArgumentType::Integer => value.as_i64().is_some() || value.as_u64().is_some(),
                 ArgumentType::Object => value.is_object(),
             };
+            if fits && !exact_in_canonical_json(value) {
+                return invalid(format!(
+                    "argument `{name}` holds a number beyond ±{MAX_EXACT_INTEGER}: canonical JSON (RFC 8785) \
+                     writes numbers as doubles, so two such numbers could share one fingerprint"
+                ));
+            }
             if !fits {
                 return invalid(format!(
                     "argument `{name}` must be a {} (non-empty, at most {MAX_ARGUMENT_CHARS} characters for text)",
@@ -373,6 +379,24 @@ const BUILTIN: [&str; 7] = [
     include_str!("../contracts/jobs.submit@2026-08-18.toml"),
 ];
 
+/// The largest whole number a double holds exactly (2^53 - 1): canonical JSON (RFC 8785)
+/// writes every number as a double, so beyond it two different numbers can look the same.
+pub const MAX_EXACT_INTEGER: u64 = (1 << 53) - 1;
+
+/// Whether every number in `value` (at any depth) survives canonical JSON unchanged: whole
+/// numbers within ±[`MAX_EXACT_INTEGER`]; fractions are left to the canonicaliser.
+fn exact_in_canonical_json(value: &Value) -> bool {
+    match value {
+        Value::Number(number) => {
+            number.as_u64().is_none_or(|n| n <= MAX_EXACT_INTEGER)
+                && number.as_i64().is_none_or(|n| n.unsigned_abs() <= MAX_EXACT_INTEGER)
+        }
+        Value::Array(items) => items.iter().all(exact_in_canonical_json),
+        Value::Object(fields) => fields.values().all(exact_in_canonical_json),
+        Value::Null | Value::Bool(_) | Value::String(_) => true,
+    }
+}
+
 impl ContractSet {
     /// The shipped contracts: tickets.create (two versions), tickets.set_status,
     /// payments.charge (two versions, the older replayable by the newer), messages.send
@@ -445,6 +469,29 @@ mod tests {
 
     fn tickets() -> ToolContract {
         ContractSet::builtin().get("tickets.create", "2026-08-18").unwrap().clone()
+    }
+
+    /// Found by `replaylab fuzz`: 9223372036854775807 and ...806 are one double, so they had
+    /// one fingerprint, and a changed charge would have been replayed as the same request.
+    #[test]
+    fn numbers_a_double_cannot_hold_exactly_are_refused_before_any_fingerprint() {
+        let charge = ContractSet::builtin().get("payments.charge", "2026-08-18").unwrap().clone();
+        let mut charge_call = call(r#"{"customer":"c","amount_minor":9007199254740991,"currency":"EUR"}"#);
+        charge_call.tool = "payments.charge".into();
+        assert!(charge.validated_arguments(&charge_call).is_ok(), "2^53 - 1 is exact");
+        for amount in ["9007199254740992", "9223372036854775807", "-9007199254740992"] {
+            let mut beyond = charge_call.clone();
+            beyond.arguments = serde_json::value::RawValue::from_string(format!(
+                r#"{{"customer":"c","amount_minor":{amount},"currency":"EUR"}}"#
+            ))
+            .unwrap();
+            let error = charge.validated_arguments(&beyond).unwrap_err().to_string();
+            assert!(error.contains("beyond ±9007199254740991"), "{amount}: {error}");
+        }
+        let jobs = ContractSet::builtin().get("jobs.submit", "2026-08-18").unwrap().clone();
+        let mut nested = call(r#"{"job_type":"r","input":{"rows":[1,18446744073709551615]}}"#);
+        nested.tool = "jobs.submit".into();
+        assert!(jobs.validated_arguments(&nested).is_err(), "nested numbers are checked too");
     }
 
     #[test]

@@ -246,3 +246,21 @@ async fn a_body_that_is_not_declared_json_is_refused() {
     let installed = send(&client, HttpRequest::new(http::Method::POST, "/__admin/faults").body(rule)).await;
     assert_eq!(installed.status, 201);
 }
+
+/// A method an `/__admin` route does not serve is a problem+json 405 there too, as on the
+/// business API (found by `replaylab fuzz`: the admin routes answered an empty 405).
+#[tokio::test(flavor = "current_thread")]
+async fn a_method_an_admin_route_does_not_serve_is_a_problem() {
+    let (downstream, client) = serve_on_loopback().await;
+    for (method, path) in [
+        (http::Method::DELETE, "/__admin/ledger"),
+        (http::Method::PUT, "/__admin/tickets/ticket_1/touch"),
+        (http::Method::POST, "/__admin/webhooks"),
+        (http::Method::from_bytes(b"FOO").unwrap(), "/__admin/faults"),
+    ] {
+        let what = format!("{method} {path}");
+        let refused = problem(&send(&client, HttpRequest::new(method, path)).await, 405, &what);
+        assert_eq!(refused.kind, "method_not_allowed", "{what}");
+    }
+    assert!(downstream.requests().is_empty(), "admin refusals are not business evidence");
+}
