@@ -2,7 +2,12 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use hyper::body::{Body, Frame, Incoming, SizeHint};
 
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
@@ -56,14 +61,80 @@ pub async fn serve<A: Accept>(mut listener: A, router: axum::Router) -> std::io:
     }
 }
 
+/// The most of a request body a connection reads and throws away after the answer, when the
+/// handler answered without reading it (a 404, a 405, a refusal): closing while the client
+/// is still sending would make its TCP stack drop the answer it was about to read.
+const DRAIN_LIMIT: u64 = 1 << 20;
+/// How long that reading may take.
+const DRAIN_TIME: Duration = Duration::from_secs(1);
+
+/// A request body the handler reads through, while the connection keeps a handle on what is
+/// left of it (see [`drain`]).
+struct SharedBody(Arc<Mutex<Incoming>>);
+
+fn locked(body: &Mutex<Incoming>) -> std::sync::MutexGuard<'_, Incoming> {
+    body.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Body for SharedBody {
+    type Data = bytes::Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut *locked(&self.0)).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        locked(&self.0).is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        locked(&self.0).size_hint()
+    }
+}
+
+/// Reads and drops what the handler left of the request body: at most [`DRAIN_LIMIT`] bytes
+/// (none when more is announced) within [`DRAIN_TIME`].
+async fn drain(body: &Mutex<Incoming>) {
+    {
+        let body = locked(body);
+        if body.is_end_stream() || body.size_hint().lower() > DRAIN_LIMIT {
+            return;
+        }
+    }
+    let mut read: u64 = 0;
+    let reading = async {
+        while read <= DRAIN_LIMIT {
+            match std::future::poll_fn(|cx| Pin::new(&mut *locked(body)).poll_frame(cx)).await {
+                Some(Ok(frame)) => {
+                    read += frame.data_ref().map_or(0, |data| data.len() as u64);
+                }
+                Some(Err(_)) | None => return,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(DRAIN_TIME, reading).await;
+}
+
 /// Serves `router` on one connection until the peer closes it or a handler calls
 /// [`ConnectionControl::close`].
 pub async fn serve_connection<S: Io>(stream: S, router: axum::Router) {
     let control = ConnectionControl::default();
     let per_request = control.clone();
-    let service = tower::service_fn(move |mut request: http::Request<hyper::body::Incoming>| {
-        request.extensions_mut().insert(per_request.clone());
-        router.clone().oneshot(request)
+    let service = tower::service_fn(move |request: http::Request<Incoming>| {
+        let (router, per_request) = (router.clone(), per_request.clone());
+        async move {
+            let (mut parts, body) = request.into_parts();
+            parts.extensions.insert(per_request);
+            let body = Arc::new(Mutex::new(body));
+            let request = http::Request::from_parts(parts, axum::body::Body::new(SharedBody(body.clone())));
+            let response = router.oneshot(request).await;
+            drain(&body).await;
+            response
+        }
     });
     let connection = hyper::server::conn::http1::Builder::new()
         .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
