@@ -1055,47 +1055,6 @@ fn replace_token(gen: &mut Gen, data: &mut Vec<u8>) {
 
 // ----------------------------------------------------------------------- corpus
 
-macro_rules! matrix_files {
-    ($($name:literal),* $(,)?) => {
-        /// The built-in scenario files as written (comments, inline tables and all).
-        const MATRIX_FILES: &[&str] = &[$(include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../scenarios/matrix/", $name))),*];
-    };
-}
-
-matrix_files!(
-    "S01_duplicate_same_key.toml",
-    "S02_lost_response_after_commit.toml",
-    "S03_crash_after_effect_before_record.toml",
-    "S04_crash_after_claim.toml",
-    "S05_concurrent_claim.toml",
-    "S06_same_key_changed_request.toml",
-    "S07_new_key_same_arguments.toml",
-    "S08_authorization_revoked.toml",
-    "S09_key_after_retention.toml",
-    "S10_delayed_job.toml",
-    "S11_malformed_result.toml",
-    "S12_timeout_is_not_success.toml",
-    "S13_tenant_scope.toml",
-    "S14_canonical_equivalence.toml",
-    "S15_tool_version_change.toml",
-    "S16_queue_redelivery.toml",
-    "S17_webhook_redelivery.toml",
-    "S18_stale_write_precondition.toml",
-    "S19_lease_expiry_owner_alive.toml",
-    "S20_same_key_one_field_changed.toml",
-    "S21_revoked_after_applied.toml",
-    "S22_lost_answer_keys_only.toml",
-    "S23_long_job_polled.toml",
-    "S24_version_upgrade_replays.toml",
-    "S25_no_way_to_find_out.toml",
-    "S26_crash_after_job_settled.toml",
-    "S27_late_answer_settles_unknown.toml",
-    "S28_poll_abandoned_claims.toml",
-    "S29_notice_not_confirmed.toml",
-    "S30_lookups_down.toml",
-    "S31_retry_before_consumer.toml",
-);
-
 /// The fault rules the documentation and the tests of `fake-downstream` show.
 #[rustfmt::skip]
 const DOCUMENTED_RULES: &[&str] = &[
@@ -1395,7 +1354,8 @@ struct ScenarioFuzz {
 
 impl ScenarioFuzz {
     fn new(subject: ScenarioSubject) -> Self {
-        let mut corpus: Vec<Vec<u8>> = MATRIX_FILES.iter().map(|text| text.as_bytes().to_vec()).collect();
+        let mut corpus: Vec<Vec<u8>> =
+            scenarios::builtin_texts().iter().map(|(_, text)| text.as_bytes().to_vec()).collect();
         corpus.extend(scenarios::builtin().iter().map(|scenario| scenario.to_toml().into_bytes()));
         corpus.extend(
             (0..8).map(|seed| crate::explore::case_for_seed(seed).to_scenario().to_toml().into_bytes()),

@@ -25,6 +25,11 @@ pub use parse::ScenarioError;
 /// The `source` of every built-in scenario starts with this.
 pub const BUILTIN_SOURCE_PREFIX: &str = "scenarios/matrix/";
 
+/// The built-in scenario files as written (comments, inline tables and all), by file name.
+pub fn builtin_texts() -> &'static [(&'static str, &'static str)] {
+    BUILTIN
+}
+
 /// The scenarios of the matrix (S01..S31), in order.
 pub fn builtin() -> Vec<Scenario> {
     BUILTIN
