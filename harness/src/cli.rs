@@ -205,6 +205,44 @@ enum BenchCommand {
 
 /// Runs the command line of this process and returns its exit code.
 pub fn main() -> ExitCode {
+    main_with(Vec::new())
+}
+
+/// The whole `replaylab` command (every subcommand, report format, exit code and progress
+/// output) with `extra` executors beside the built-in ones, for a binary of your own:
+///
+/// ```no_run
+/// use std::rc::Rc;
+/// use harness::prelude::*;
+///
+/// # #[derive(Debug, Default)] struct MyFactory;
+/// # impl protocol::ExecutorFactory for MyFactory {
+/// #     fn start(&self, _env: protocol::WorkerEnv) -> Box<dyn protocol::Executor> { unimplemented!() }
+/// # }
+/// fn main() -> std::process::ExitCode {
+///     let mine = ExecutorSpec::new("mine", |_run: &str| Ok(Rc::new(MyFactory) as Rc<dyn ExecutorFactory>))
+///         .capabilities(ExecutorCapabilities::tools(["tickets.create"]));
+///     harness::cli::main_with(vec![mine])
+/// }
+/// ```
+///
+/// `my-binary matrix --executor mine --seeds 5 --out DIR` then runs the matrix against it.
+/// Reproduce commands name the program actually run ([`program_name`]): under `cargo run`,
+/// `cargo run [--release] -p PACKAGE --bin BINARY --`; else the binary as it was invoked. An
+/// extra executor whose name is empty, has white space, or is taken is refused (exit 2).
+pub fn main_with(extra: Vec<ExecutorSpec>) -> ExitCode {
+    let program = program_name(
+        std::env::args_os().next().map(PathBuf::from),
+        std::env::var_os("CARGO").is_some(),
+        std::env::var("CARGO_PKG_NAME").ok(),
+    );
+    let registry = match Registry::new(extra, &program) {
+        Ok(registry) => registry,
+        Err(failure) => {
+            eprintln!("replaylab: {failure:#}");
+            return ExitCode::from(failure.code);
+        }
+    };
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(error) => {
@@ -213,12 +251,81 @@ pub fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    match run(cli) {
+    match run(cli, &registry) {
         Ok(code) => ExitCode::from(code),
         Err(failure) => {
             eprintln!("replaylab: {failure:#}");
             ExitCode::from(failure.code)
         }
+    }
+}
+
+/// The program a reproduce command names, from how this process was started: `argv0` (its
+/// first argument), whether it runs under Cargo (`CARGO` is set) and `package`
+/// (`CARGO_PKG_NAME`, which `cargo run` sets).
+///
+/// - Under `cargo run`: `cargo run -p PACKAGE --bin BINARY --`, with `--release` when the
+///   binary lies in a `release` directory (`--profile NAME` for another profile's).
+/// - Found on `PATH` (invoked without a directory): its name, `replaylab`.
+/// - Else the path it was invoked by, so that the command works from the same directory.
+pub fn program_name(argv0: Option<PathBuf>, under_cargo: bool, package: Option<String>) -> String {
+    let Some(path) = argv0 else { return executors::DEFAULT_PROGRAM.into() };
+    let binary = path.file_stem().map(|stem| stem.to_string_lossy().into_owned());
+    if let (true, Some(package), Some(binary)) = (under_cargo, package, binary.as_deref()) {
+        let profile = path.parent().and_then(|dir| dir.file_name()).map(|d| d.to_string_lossy().into_owned());
+        let profile = match profile.as_deref() {
+            Some("release") => " --release".to_owned(),
+            Some("debug") | None => String::new(),
+            Some(other) => format!(" --profile {}", crate::runner::shell_quote(other)),
+        };
+        return format!(
+            "cargo run{profile} -p {} --bin {} --",
+            crate::runner::shell_quote(&package),
+            crate::runner::shell_quote(binary)
+        );
+    }
+    let text = path.to_string_lossy();
+    if text.is_empty() {
+        return executors::DEFAULT_PROGRAM.into();
+    }
+    crate::runner::shell_quote(&text)
+}
+
+/// The executors a command can name: the built-in ones and a binary's own, each reproduced
+/// with the program that was run.
+struct Registry {
+    executors: Vec<ExecutorSpec>,
+}
+
+impl Registry {
+    fn new(extra: Vec<ExecutorSpec>, program: &str) -> Result<Self, Failure> {
+        let mut executors = executors::all();
+        for spec in extra {
+            if spec.name.is_empty() || spec.name.chars().any(char::is_whitespace) {
+                return Err(bad_input(anyhow::anyhow!(
+                    "executor name {:?}: must be one word, without white space",
+                    spec.name
+                )));
+            }
+            if executors.iter().any(|known| known.name == spec.name) {
+                return Err(bad_input(anyhow::anyhow!(
+                    "executor name {:?} is taken; give yours another name",
+                    spec.name
+                )));
+            }
+            executors.push(spec);
+        }
+        for spec in &mut executors {
+            spec.program = program.to_owned();
+        }
+        Ok(Self { executors })
+    }
+
+    fn find(&self, name: &str) -> Result<ExecutorSpec, Failure> {
+        self.executors.iter().find(|spec| spec.name == name).cloned().ok_or_else(|| {
+            let known: Vec<&str> = self.executors.iter().map(|spec| spec.name.as_str()).collect();
+            bad_input(anyhow::anyhow!("unknown executor {name:?}; known: {}", known.join(", ")))
+        })
     }
 }
 
@@ -243,7 +350,7 @@ fn bad_input(error: anyhow::Error) -> Failure {
     Failure { code: exit::BAD_INPUT, error }
 }
 
-fn run(cli: Cli) -> Result<u8, Failure> {
+fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
     match cli.command {
         Command::Downstream { listen, config } => serve_downstream(&listen, config.as_deref()),
         Command::Matrix {
@@ -256,7 +363,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             check_determinism,
             jobs,
         } => {
-            let executor = find_executor(&executor)?;
+            let executor = registry.find(&executor)?;
             let formats = reports::Format::parse_list(&format).map_err(|error| bad_input(error.into()))?;
             let render_options =
                 reports::RenderOptions::from_env().map_err(|error| bad_input(error.into()))?;
@@ -274,11 +381,22 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             let result = matrix::run(&config);
             let elapsed = started.elapsed();
             print!("{}", render_matrix(&result));
-            println!(
-                "ran {} runs in {:.1}s",
-                result.scenarios.iter().map(|s| s.seeds_run).sum::<u64>(),
-                elapsed.as_secs_f64()
-            );
+            let not_run: u64 = result
+                .scenarios
+                .iter()
+                .filter(|s| s.verdict == Verdict::NotApplicable)
+                .map(|s| s.seeds_run)
+                .sum();
+            let ran = result.scenarios.iter().map(|s| s.seeds_run).sum::<u64>() - not_run;
+            let not_run = if not_run > 0 {
+                format!(" ({not_run} more not applicable, not run)")
+            } else {
+                String::new()
+            };
+            println!("ran {ran} runs{not_run} in {:.1}s", elapsed.as_secs_f64());
+            if result.verdict == Verdict::NotApplicable {
+                println!("no scenario applied to executor {}: nothing was checked", result.executor);
+            }
             let written = reports::write_reports_with(&result, &out, &formats, &render_options)
                 .map_err(|error| Failure { code: exit::CHECK_FAILED, error: error.into() })?;
             for path in &written {
@@ -293,7 +411,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             Ok(if result.verdict == Verdict::Pass { exit::SUCCESS } else { exit::CHECK_FAILED })
         }
         Command::Run { scenario, seed, case, executor, trace, scenario_files, check_determinism } => {
-            let executor = find_executor(&executor)?;
+            let executor = registry.find(&executor)?;
             let scenarios = load_scenarios(&scenario_files)?;
             let (chosen, seed) = match (case, scenario, seed) {
                 (Some(path), _, _) => {
@@ -352,7 +470,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             stop_at_first,
             check_determinism,
         } => {
-            let executor = find_executor(&executor)?;
+            let executor = registry.find(&executor)?;
             last_seed(start, seeds.max(1), "--start and --seeds")?;
             let shard = shard.as_deref().map(parse_shard).transpose()?;
             let jobs = jobs_for(jobs, seeds)?;
@@ -374,7 +492,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             let jobs = jobs_for(jobs, u64::MAX)?;
             check_report_dir(&out)?;
             let base = MatrixConfig {
-                executor: find_executor("reference")?,
+                executor: registry.find("reference")?,
                 scenarios: load_scenarios(&[])?,
                 seeds,
                 first_seed: 0,
@@ -415,7 +533,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             Ok(exit::SUCCESS)
         }
         Command::Bench { what: BenchCommand::Sim { runs, jobs, scenario, executor } } => {
-            let executor = find_executor(&executor)?;
+            let executor = registry.find(&executor)?;
             if runs == 0 {
                 return Err(bad_input(anyhow::anyhow!("--runs must be at least 1")));
             }
@@ -472,8 +590,11 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             Ok(exit::SUCCESS)
         }
         Command::Executors => {
-            for spec in executors::all() {
+            for spec in &registry.executors {
                 println!("{:<28} {}", spec.name, spec.description);
+                if spec.capabilities != protocol::ExecutorCapabilities::all() {
+                    println!("{:<28} supports: {}", "", spec.capabilities);
+                }
             }
             Ok(exit::SUCCESS)
         }
@@ -590,13 +711,6 @@ fn source_commit() -> Option<String> {
     (output.status.success() && !text.trim().is_empty()).then(|| text.trim().to_owned())
 }
 
-fn find_executor(name: &str) -> Result<ExecutorSpec, Failure> {
-    executors::find(name).ok_or_else(|| {
-        let known: Vec<String> = executors::all().into_iter().map(|spec| spec.name).collect();
-        bad_input(anyhow::anyhow!("unknown executor {name:?}; known: {}", known.join(", ")))
-    })
-}
-
 /// The built-in scenarios plus `files`, refusing duplicate ids.
 fn load_scenarios(files: &[PathBuf]) -> Result<Vec<Scenario>, Failure> {
     let mut scenarios = scenarios::builtin();
@@ -638,10 +752,10 @@ fn render_matrix(result: &MatrixResult) -> String {
         "matrix: executor {} {}, {} seeds per scenario\n\n",
         result.executor, result.executor_version, result.seeds
     );
-    text.push_str(&format!("{:<5} {:<8} {:<12} {}\n", "row", "verdict", "scenarios", "runs"));
+    text.push_str(&format!("{:<5} {:<14} {:<12} {}\n", "row", "verdict", "scenarios", "runs"));
     for row in &result.rows {
         text.push_str(&format!(
-            "{:<5} {:<8} {:<12} {}\n",
+            "{:<5} {:<14} {:<12} {}\n",
             row.row,
             row.verdict,
             row.scenarios.join(","),
@@ -650,13 +764,13 @@ fn render_matrix(result: &MatrixResult) -> String {
     }
     text.push('\n');
     text.push_str(&format!(
-        "{:<4} {:<34} {:<8} {:<8} {}\n",
+        "{:<4} {:<34} {:<8} {:<14} {}\n",
         "id", "scenario", "rows", "verdict", "runs pass/fail/unknown/crashed"
     ));
     for scenario in &result.scenarios {
         let count = |verdict| scenario.counts.get(&verdict).copied().unwrap_or(0);
         text.push_str(&format!(
-            "{:<4} {:<34} {:<8} {:<8} {}/{}/{}/{}\n",
+            "{:<4} {:<34} {:<8} {:<14} {}/{}/{}/{}\n",
             scenario.id,
             scenario.name,
             scenario.rows.join(","),
@@ -666,6 +780,15 @@ fn render_matrix(result: &MatrixResult) -> String {
             count(Verdict::Unknown),
             count(Verdict::Crashed)
         ));
+    }
+    let skipped: Vec<&reports::ScenarioSummary> =
+        result.scenarios.iter().filter(|s| s.verdict == Verdict::NotApplicable).collect();
+    if !skipped.is_empty() {
+        text.push_str(&format!("\nnot applicable to {} (not run):\n", result.executor));
+        for scenario in skipped {
+            let why = scenario.sample.notes.first().map_or("not applicable", String::as_str);
+            text.push_str(&format!("  {}_{}: {why}\n", scenario.id, scenario.name));
+        }
     }
     for scenario in &result.scenarios {
         if let Some(failure) = &scenario.first_failure {
@@ -725,4 +848,50 @@ fn serve_downstream(listen: &str, config_path: Option<&std::path::Path>) -> Resu
         }
         Ok(exit::SUCCESS)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn program(argv0: &str, under_cargo: bool, package: Option<&str>) -> String {
+        program_name(Some(PathBuf::from(argv0)), under_cargo, package.map(str::to_owned))
+    }
+
+    #[test]
+    fn reproduce_commands_name_the_program_as_it_was_run() {
+        let release = "/src/my-crate/target/release/my-replaylab";
+        assert_eq!(
+            program(release, true, Some("my-crate")),
+            "cargo run --release -p my-crate --bin my-replaylab --"
+        );
+        assert_eq!(
+            program("/src/target/debug/replaylab", true, Some("harness")),
+            "cargo run -p harness --bin replaylab --"
+        );
+        assert_eq!(
+            program("/t/bench/my-replaylab", true, Some("my-crate")),
+            "cargo run --profile bench -p my-crate --bin my-replaylab --"
+        );
+        assert_eq!(program("replaylab", false, None), "replaylab");
+        assert_eq!(program("./target/release/replaylab", false, None), "./target/release/replaylab");
+        assert_eq!(program("/opt/my tools/replaylab", false, None), "'/opt/my tools/replaylab'");
+        // Under Cargo, but without a package name (not `cargo run`): the path as invoked.
+        assert_eq!(program(release, true, None), release);
+        assert_eq!(program_name(None, false, None), "replaylab");
+    }
+
+    #[test]
+    fn a_binarys_executors_must_have_free_one_word_names() {
+        let mine = |name: &str| ExecutorSpec::new(name, |_run: &str| Err("unused".to_owned()));
+        let registry = Registry::new(vec![mine("mine")], "my-replaylab").expect("a free name is taken");
+        let found = registry.find("mine").expect("the extra executor is found");
+        assert_eq!(found.program, "my-replaylab");
+        assert_eq!(registry.find("reference").expect("built-ins stay").program, "my-replaylab");
+        for bad in ["reference", "mutant:blind_retry", "", "my executor"] {
+            let error = Registry::new(vec![mine(bad)], "x").err().expect("refused");
+            assert_eq!(error.code, exit::BAD_INPUT, "{bad:?}");
+        }
+        assert_eq!(registry.find("nobody").expect_err("unknown").code, exit::BAD_INPUT);
+    }
 }

@@ -1,11 +1,16 @@
 //! The executors the command line can name: `reference`, and the mutant zoo of MATRIX.md as
-//! `mutant:<name>` (`executor::mutants`). Each is plugged in through the public
+//! `mutant:<name>` (`executor::mutants`), plus any a user's binary adds
+//! ([`crate::cli::main_with`]). Each is plugged in through the public
 //! [`protocol::ExecutorFactory`] interface only.
 
 use std::rc::Rc;
 use std::sync::Arc;
 
-use protocol::ExecutorFactory;
+use protocol::{ExecutorCapabilities, ExecutorFactory};
+
+/// The program named in reproduce commands unless a binary says otherwise
+/// ([`crate::cli::main_with`] names the binary actually run).
+pub const DEFAULT_PROGRAM: &str = "replaylab";
 
 /// Makes the factory for one run; the argument names the run (unique per scenario and seed),
 /// e.g. for an in-memory database. An error (or a panic) makes the run `crashed`, with the
@@ -13,6 +18,21 @@ use protocol::ExecutorFactory;
 pub type MakeFactory = Arc<dyn Fn(&str) -> Result<Rc<dyn ExecutorFactory>, String> + Send + Sync>;
 
 /// A named executor the harness can run.
+///
+/// ```
+/// use std::rc::Rc;
+/// use harness::prelude::*;
+///
+/// # #[derive(Debug, Default)] struct MyFactory;
+/// # impl protocol::ExecutorFactory for MyFactory {
+/// #     fn start(&self, _env: protocol::WorkerEnv) -> Box<dyn protocol::Executor> { unimplemented!() }
+/// # }
+/// let mine = ExecutorSpec::new("mine", |_run: &str| Ok(Rc::new(MyFactory) as Rc<dyn ExecutorFactory>))
+///     .version("1.2.0")
+///     .description("my executor, over Postgres")
+///     .capabilities(ExecutorCapabilities::tools(["tickets.create"]));
+/// assert_eq!(mine.name, "mine");
+/// ```
 #[derive(Clone)]
 pub struct ExecutorSpec {
     /// The name on the command line (`reference`, `mutant:blind_retry`).
@@ -23,6 +43,54 @@ pub struct ExecutorSpec {
     pub description: String,
     /// Makes the factory for one run.
     pub factory: MakeFactory,
+    /// What it supports: a scenario that needs more is `not applicable` for it.
+    pub capabilities: ExecutorCapabilities,
+    /// The command that runs it, as reproduce commands name it (`replaylab`, `cargo run
+    /// --release -p my-crate --bin my-replaylab --`).
+    pub program: String,
+}
+
+impl ExecutorSpec {
+    /// An executor called `name`, made by `factory` for each run; version `0.0.0`, no
+    /// description, every capability, reproduced with `replaylab` (the builder methods and
+    /// [`crate::cli::main_with`] change these).
+    pub fn new<F>(name: impl Into<String>, factory: F) -> Self
+    where
+        F: Fn(&str) -> Result<Rc<dyn ExecutorFactory>, String> + Send + Sync + 'static,
+    {
+        Self {
+            name: name.into(),
+            version: "0.0.0".into(),
+            description: String::new(),
+            factory: Arc::new(factory),
+            capabilities: ExecutorCapabilities::all(),
+            program: DEFAULT_PROGRAM.into(),
+        }
+    }
+
+    /// With this version.
+    pub fn version(mut self, version: impl Into<String>) -> Self {
+        self.version = version.into();
+        self
+    }
+
+    /// With this description.
+    pub fn description(mut self, description: impl Into<String>) -> Self {
+        self.description = description.into();
+        self
+    }
+
+    /// With these capabilities.
+    pub fn capabilities(mut self, capabilities: ExecutorCapabilities) -> Self {
+        self.capabilities = capabilities;
+        self
+    }
+
+    /// Reproduced with this program.
+    pub fn program(mut self, program: impl Into<String>) -> Self {
+        self.program = program.into();
+        self
+    }
 }
 
 impl std::fmt::Debug for ExecutorSpec {
@@ -31,6 +99,8 @@ impl std::fmt::Debug for ExecutorSpec {
             .field("name", &self.name)
             .field("version", &self.version)
             .field("description", &self.description)
+            .field("capabilities", &self.capabilities)
+            .field("program", &self.program)
             .finish_non_exhaustive()
     }
 }
@@ -46,32 +116,30 @@ fn reference_factory(_run_id: &str) -> Result<Rc<dyn ExecutorFactory>, String> {
     Ok(Rc::new(factory))
 }
 
+/// The reference executor: REPLAY over a SQLite claim store, every capability.
+pub fn reference() -> ExecutorSpec {
+    ExecutorSpec::new("reference", reference_factory)
+        .version(env!("CARGO_PKG_VERSION"))
+        .description("the reference executor: REPLAY over a SQLite claim store")
+}
+
 /// The spec of one mutant of the zoo: `mutant:<name>`, described by its defect.
 fn mutant_spec(mutant: executor::mutants::Mutant) -> ExecutorSpec {
     let make = mutant.factory;
     let name = mutant.name;
-    ExecutorSpec {
-        name: format!("mutant:{name}"),
-        version: env!("CARGO_PKG_VERSION").into(),
-        description: format!("{} {name}: {}", mutant.id, mutant.defect),
-        factory: Arc::new(move |_run_id| {
-            let factory =
-                make().map_err(|error| format!("mutant {name}: its claim store did not open: {error}"))?;
-            let factory: Rc<dyn ExecutorFactory + Send + Sync> = Rc::from(factory);
-            Ok(factory as Rc<dyn ExecutorFactory>)
-        }),
-    }
+    ExecutorSpec::new(format!("mutant:{name}"), move |_run_id: &str| {
+        let factory =
+            make().map_err(|error| format!("mutant {name}: its claim store did not open: {error}"))?;
+        let factory: Rc<dyn ExecutorFactory + Send + Sync> = Rc::from(factory);
+        Ok(factory as Rc<dyn ExecutorFactory>)
+    })
+    .version(env!("CARGO_PKG_VERSION"))
+    .description(format!("{} {name}: {}", mutant.id, mutant.defect))
 }
 
 /// Every executor the harness knows, reference first, then the mutants M01..M18.
 pub fn all() -> Vec<ExecutorSpec> {
-    let reference = ExecutorSpec {
-        name: "reference".into(),
-        version: env!("CARGO_PKG_VERSION").into(),
-        description: "the reference executor: REPLAY over a SQLite claim store".into(),
-        factory: Arc::new(reference_factory),
-    };
-    std::iter::once(reference).chain(executor::mutants::all().into_iter().map(mutant_spec)).collect()
+    std::iter::once(reference()).chain(executor::mutants::all().into_iter().map(mutant_spec)).collect()
 }
 
 /// The executor called `name`.

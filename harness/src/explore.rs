@@ -1009,7 +1009,7 @@ impl CaseResult {
         match self.verdict {
             Verdict::Fail => self.violations.first().map(|v| v.oracle.clone()),
             Verdict::Crashed => Some("crashed".into()),
-            Verdict::Pass | Verdict::Unknown => None,
+            Verdict::Pass | Verdict::Unknown | Verdict::NotApplicable => None,
         }
     }
 }

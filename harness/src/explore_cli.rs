@@ -25,8 +25,10 @@ pub const MIN_FAULTS_FIRED_PERCENT: f64 = 80.0;
 /// What an exploration covered, summed over its cases.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Coverage {
-    /// Cases run.
+    /// Cases run (those `not applicable` to the executor are not run, and not counted here).
     pub cases: u64,
+    /// Cases not run: they needed something the executor does not declare.
+    pub not_applicable: u64,
     /// Of those, cases whose verdict was `unknown`.
     pub unknown: u64,
     /// Fault rules installed, and fired as often as asked.
@@ -72,6 +74,10 @@ fn percent(part: u64, whole: u64) -> f64 {
 impl Coverage {
     /// Adds one case (`notes`: why it was unknown, if it was).
     pub fn add(&mut self, verdict: Verdict, run: &RunCoverage, notes: &[String]) {
+        if verdict == Verdict::NotApplicable {
+            self.not_applicable += 1;
+            return;
+        }
         self.cases += 1;
         if verdict == Verdict::Unknown {
             self.unknown += 1;
@@ -97,10 +103,15 @@ impl Coverage {
     }
 
     /// `coverage: cases=N unknown=U% faults_fired=F% crashes_after_commit=C% stale_writes=W
-    /// oracles_exercised=K/M`
+    /// oracles_exercised=K/M`, then ` not_applicable=A` when some cases were not run.
     pub fn line(&self) -> String {
+        let not_applicable = if self.not_applicable > 0 {
+            format!(" not_applicable={}", self.not_applicable)
+        } else {
+            String::new()
+        };
         format!(
-            "coverage: cases={} unknown={:.1}% faults_fired={:.1}% crashes_after_commit={:.1}% stale_writes={} oracles_exercised={}/{}",
+            "coverage: cases={} unknown={:.1}% faults_fired={:.1}% crashes_after_commit={:.1}% stale_writes={} oracles_exercised={}/{}{not_applicable}",
             self.cases,
             percent(self.unknown, self.cases),
             percent(self.faults_fired, self.faults_installed),
@@ -114,6 +125,13 @@ impl Coverage {
     /// Why the coverage is not enough, if it is not.
     pub fn shortfalls(&self) -> Vec<String> {
         let mut shortfalls = Vec::new();
+        if self.cases == 0 && self.not_applicable > 0 {
+            shortfalls.push(format!(
+                "none of the {} cases applied to the executor (each needed something it does not declare)",
+                self.not_applicable
+            ));
+            return shortfalls;
+        }
         let unknown = percent(self.unknown, self.cases);
         if unknown > MAX_UNKNOWN_PERCENT {
             shortfalls.push(format!(
@@ -155,6 +173,33 @@ pub struct ExploreConfig {
     pub stop_at_first: bool,
     /// Run every case twice and fail on any history difference.
     pub check_determinism: bool,
+}
+
+impl ExploreConfig {
+    /// Explores `executor` with the command's defaults: seeds 0..100 on every core, the
+    /// regressions file `replaylab-regressions.jsonl`, shrunk cases into `replaylab-explore/`.
+    ///
+    /// ```no_run
+    /// use harness::prelude::*;
+    ///
+    /// let config = ExploreConfig { seeds: 500, ..ExploreConfig::new(harness::executors::reference()) };
+    /// let code = harness::explore_cli::run(&config)?; // prints like `replaylab explore`
+    /// assert_eq!(code, harness::exit::SUCCESS);
+    /// # Ok::<(), anyhow::Error>(())
+    /// ```
+    pub fn new(executor: ExecutorSpec) -> Self {
+        Self {
+            executor,
+            seeds: 100,
+            start: 0,
+            shard: None,
+            jobs: std::thread::available_parallelism().map_or(1, usize::from),
+            regressions: PathBuf::from("replaylab-regressions.jsonl"),
+            out: PathBuf::from("replaylab-explore"),
+            stop_at_first: false,
+            check_determinism: false,
+        }
+    }
 }
 
 /// One line of the regressions file.
@@ -332,16 +377,17 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
     let ran: u64 = verdicts.values().sum();
     let count = |verdict| verdicts.get(&verdict).copied().unwrap_or(0);
     println!(
-        "explored {ran} seeds against {} in {:.1}s: {} pass, {} fail, {} unknown, {} crashed",
+        "explored {ran} seeds against {} in {:.1}s: {} pass, {} fail, {} unknown, {} crashed, {} not applicable",
         executor.name,
         elapsed.as_secs_f64(),
         count(Verdict::Pass),
         count(Verdict::Fail),
         count(Verdict::Unknown),
-        count(Verdict::Crashed)
+        count(Verdict::Crashed),
+        count(Verdict::NotApplicable)
     );
     let coverage = coverage.into_inner().unwrap_or_else(|p| p.into_inner());
-    if coverage.cases > 0 {
+    if coverage.cases + coverage.not_applicable > 0 {
         println!("{}", coverage.line());
         if !coverage.unknown_because.is_empty() {
             let reasons: Vec<String> =
@@ -396,7 +442,12 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
         }
         println!("{}", finding.shrunk.to_scenario().to_toml().trim_end());
         println!("  saved: {}", path.display());
-        println!("  reproduce: replaylab run --case {} --executor {}", path.display(), executor.name);
+        println!(
+            "  reproduce: {} run --case {} --executor {}",
+            executor.program,
+            crate::runner::shell_quote(&path.display().to_string()),
+            crate::runner::shell_quote(&executor.name)
+        );
     }
     Ok(if failed { exit::CHECK_FAILED } else { exit::SUCCESS })
 }

@@ -6,8 +6,41 @@
 //! - [`runner`] plays one scenario with one seed and judges it with [`oracles`].
 //! - [`matrix`] runs every scenario for many seeds and rolls verdicts up to the rows of the
 //!   source document's two tables.
+//!
+//! # Testing your own executor
+//!
+//! Everything a user needs is in [`prelude`]: wrap your [`protocol::ExecutorFactory`] in an
+//! [`executors::ExecutorSpec`] (with the [`protocol::ExecutorCapabilities`] it supports),
+//! then either give your binary the whole command ([`cli::main_with`]), or call
+//! [`matrix::run_and_write`], [`explore_cli::run`] or, in a proptest, [`explore::check_case`].
+//!
+//! Build with `--cfg tokio_unstable` (in `.cargo/config.toml`: `[build] rustflags = ["--cfg",
+//! "tokio_unstable"]`, and the same as `rustdocflags` for doctests): turmoil seeds tokio's
+//! scheduler only then, and without it the same seed would not give the same history. The
+//! harness does not compile without it.
 #![deny(missing_docs)]
 #![warn(clippy::unwrap_used)]
+
+#[cfg(not(tokio_unstable))]
+compile_error!(
+    "replaylab's harness must be built with `--cfg tokio_unstable`, or runs are not deterministic \
+     (turmoil seeds tokio's scheduler only then). Add to `.cargo/config.toml` beside your \
+     Cargo.toml (rustdocflags for doctests):\n\n[build]\nrustflags = [\"--cfg\", \"tokio_unstable\"]\nrustdocflags = [\"--cfg\", \"tokio_unstable\"]\n"
+);
+
+/// What a user testing their own executor needs, in one `use harness::prelude::*;`.
+pub mod prelude {
+    pub use crate::cli::main_with;
+    pub use crate::executors::{ExecutorSpec, MakeFactory};
+    pub use crate::explore::{case_strategy, check_case, Case, CaseResult, CaseTool, ServiceChoice};
+    pub use crate::explore_cli::ExploreConfig;
+    pub use crate::matrix::MatrixConfig;
+    pub use crate::verdict::{MatrixResult, RunResult, Verdict, Violation};
+    pub use protocol::{
+        Consumed, Envelope, Executor, ExecutorCapabilities, ExecutorFactory, LocalBoxFuture, OperationRef,
+        Outcome, ToolCall, WebhookAck, WebhookEvent, WorkerEnv,
+    };
+}
 
 mod agent;
 pub mod attribution;

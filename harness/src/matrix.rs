@@ -31,6 +31,45 @@ pub struct MatrixConfig {
     pub commit: Option<String>,
 }
 
+impl Default for MatrixConfig {
+    /// The reference executor, every built-in scenario, seeds 0..20, no determinism check, one
+    /// thread per core, no commit. Change what you need:
+    ///
+    /// ```no_run
+    /// use harness::prelude::*;
+    ///
+    /// let config = MatrixConfig { seeds: 5, ..MatrixConfig::default() };
+    /// let (result, written) = harness::matrix::run_and_write(&config, "replaylab-report".as_ref())?;
+    /// assert_eq!(written.len(), 4, "matrix.json, matrix.md, junit.xml, matrix.html");
+    /// println!("{}", result.verdict);
+    /// # Ok::<(), reports::ReportError>(())
+    /// ```
+    fn default() -> Self {
+        Self {
+            executor: crate::executors::reference(),
+            scenarios: scenarios::builtin(),
+            seeds: 20,
+            first_seed: 0,
+            check_determinism: false,
+            jobs: std::thread::available_parallelism().map_or(1, usize::from),
+            commit: None,
+        }
+    }
+}
+
+/// Runs the matrix and writes all four reports (`matrix.json`, `matrix.md`, `junit.xml`,
+/// `matrix.html`) into `out`, with a time stamp only from `SOURCE_DATE_EPOCH`; returns the
+/// result and the files written.
+pub fn run_and_write(
+    config: &MatrixConfig,
+    out: &std::path::Path,
+) -> Result<(MatrixResult, Vec<std::path::PathBuf>), reports::ReportError> {
+    let options = reports::RenderOptions::from_env()?;
+    let result = run(config);
+    let written = reports::write_reports_with(&result, out, &reports::Format::ALL, &options)?;
+    Ok((result, written))
+}
+
 /// Runs the matrix.
 pub fn run(config: &MatrixConfig) -> MatrixResult {
     let work: Vec<(usize, u64)> = (0..config.scenarios.len())
@@ -80,7 +119,7 @@ pub fn run(config: &MatrixConfig) -> MatrixResult {
             let verdict = if covering.is_empty() {
                 Verdict::Unknown
             } else {
-                covering.iter().fold(Verdict::Pass, |worst, s| worst.worst(s.verdict))
+                covering.iter().fold(Verdict::NotApplicable, |worst, s| worst.worst(s.verdict))
             };
             let first_failure = covering.iter().find_map(|s| {
                 s.first_failure.as_ref().map(|run| RowFailure {
@@ -105,7 +144,7 @@ pub fn run(config: &MatrixConfig) -> MatrixResult {
         .iter()
         .map(|row| row.verdict)
         .chain(summaries.iter().map(|s| s.verdict))
-        .fold(Verdict::Pass, Verdict::worst);
+        .fold(Verdict::NotApplicable, Verdict::worst);
     MatrixResult {
         schema_version: reports::SCHEMA_VERSION,
         harness_version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -134,7 +173,7 @@ struct Finished {
 fn summarise(scenario: &Scenario, runs: &[&Finished]) -> ScenarioSummary {
     let mut counts = BTreeMap::new();
     let mut statuses = BTreeMap::new();
-    let mut verdict = Verdict::Pass;
+    let mut verdict = Verdict::NotApplicable;
     let mut first_failure = None;
     let mut nondeterministic_seeds = Vec::new();
     let mut timeline = None;
@@ -152,7 +191,7 @@ fn summarise(scenario: &Scenario, runs: &[&Finished]) -> ScenarioSummary {
         for (_, status) in &result.statuses {
             *statuses.entry(status.clone()).or_insert(0) += 1;
         }
-        if run_verdict != Verdict::Pass && first_failure.is_none() {
+        if !matches!(run_verdict, Verdict::Pass | Verdict::NotApplicable) && first_failure.is_none() {
             first_failure = Some(result.clone());
             timeline = finished.timeline.clone();
         }

@@ -160,6 +160,15 @@ struct Runner {
 
 /// Runs `scenario` with `seed` against `executor`.
 pub fn run(scenario: &Scenario, seed: u64, executor: &ExecutorSpec) -> RunRecord {
+    let lacks = executor.capabilities.lacks(&scenario.needs(&ContractSet::builtin()));
+    if !lacks.is_empty() {
+        let note = format!(
+            "not applicable: the scenario needs {}, which executor {} does not declare",
+            lacks.join(", "),
+            executor.name
+        );
+        return not_run(scenario, seed, executor, Verdict::NotApplicable, note);
+    }
     let run_id = format!("{}-{seed}", scenario.full_name());
     let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (executor.factory)(&run_id)));
     let factory = match started {
@@ -962,7 +971,7 @@ impl Runner {
             effect_references: business.iter().map(|e| e.effect_reference.clone()).collect(),
             statuses,
             fingerprints,
-            reproduce: reproduce_command(scenario, seed, &executor.name),
+            reproduce: reproduce_command(scenario, seed, executor),
         };
         RunRecord { result, history, ledger, stepped: self.sim.elapsed(), coverage }
     }
@@ -971,20 +980,32 @@ impl Runner {
 /// The record of a run whose executor factory failed (or panicked) before anything ran: it is
 /// `crashed`, and its note carries the factory's error.
 fn not_started(scenario: &Scenario, seed: u64, executor: &ExecutorSpec, error: String) -> RunRecord {
+    let note = format!("the executor's factory failed to start: {error}");
+    not_run(scenario, seed, executor, Verdict::Crashed, note)
+}
+
+/// The record of a run that never started, with its verdict and the note saying why.
+fn not_run(
+    scenario: &Scenario,
+    seed: u64,
+    executor: &ExecutorSpec,
+    verdict: Verdict,
+    note: String,
+) -> RunRecord {
     let result = RunResult {
         scenario: scenario.id.clone(),
         scenario_name: scenario.name.clone(),
         seed,
         executor: executor.name.clone(),
-        verdict: Verdict::Crashed,
+        verdict,
         violations: Vec::new(),
-        notes: vec![format!("the executor's factory failed to start: {error}")],
+        notes: vec![note],
         history_digest: history::digest(&[]),
         effects: 0,
         effect_references: Vec::new(),
         statuses: Vec::new(),
         fingerprints: Vec::new(),
-        reproduce: reproduce_command(scenario, seed, &executor.name),
+        reproduce: reproduce_command(scenario, seed, executor),
     };
     RunRecord {
         result,
@@ -1022,20 +1043,23 @@ fn describe_rule(rule: &FaultRule) -> String {
     format!("{}, {}", parts.join(" "), rule.action.name())
 }
 
-/// The one command that reproduces a run.
-pub fn reproduce_command(scenario: &Scenario, seed: u64, executor: &str) -> String {
+/// The one command that reproduces a run, with the program that runs `executor`
+/// ([`ExecutorSpec::program`]).
+pub fn reproduce_command(scenario: &Scenario, seed: u64, executor: &ExecutorSpec) -> String {
+    let (program, name) = (&executor.program, shell_quote(&executor.name));
     if scenario.seed.is_some() {
-        return format!("replaylab run --case {} --executor {executor}", shell_quote(&scenario.source));
+        return format!("{program} run --case {} --executor {name}", shell_quote(&scenario.source));
     }
-    let mut command = format!("replaylab run {} --seed {seed} --executor {executor}", scenario.id);
+    let mut command = format!("{program} run {} --seed {seed} --executor {name}", scenario.id);
     if !scenario.source.starts_with(scenarios::BUILTIN_SOURCE_PREFIX) {
         command.push_str(&format!(" --scenario-file {}", shell_quote(&scenario.source)));
     }
     command
 }
 
-fn shell_quote(text: &str) -> String {
-    if text.chars().all(|c| c.is_ascii_alphanumeric() || "/._-".contains(c)) {
+/// `text` as one word of a POSIX shell command line.
+pub fn shell_quote(text: &str) -> String {
+    if text.chars().all(|c| c.is_ascii_alphanumeric() || "/._-:@+=,%".contains(c)) {
         text.to_owned()
     } else {
         format!("'{}'", text.replace('\'', "'\\''"))

@@ -3,6 +3,8 @@
 
 use std::process::Command;
 
+mod installed;
+
 use harness::{executors, runner};
 
 const REPLAYLAB: &str = env!("CARGO_BIN_EXE_replaylab");
@@ -128,7 +130,7 @@ fn exploration_finds_a_mutant_and_its_reproduce_command_reproduces_it() {
     std::fs::create_dir_all(&dir).expect("temp dir");
     let regressions = dir.join("regressions.jsonl");
     let out = dir.join("cases");
-    let output = Command::new(REPLAYLAB)
+    let output = installed::installed(REPLAYLAB, false)
         .args([
             "explore",
             "--executor",
@@ -162,8 +164,7 @@ fn exploration_finds_a_mutant_and_its_reproduce_command_reproduces_it() {
     let saved = std::fs::read_to_string(&regressions).expect("the case was appended to the regressions file");
     assert_eq!(saved.lines().count(), 1);
 
-    let again =
-        Command::new("sh").arg("-c").arg(command.replacen("replaylab", REPLAYLAB, 1)).output().expect("runs");
+    let again = installed::installed(REPLAYLAB, true).arg(&command).output().expect("runs");
     let again_stdout = String::from_utf8_lossy(&again.stdout);
     assert_eq!(again.status.code(), Some(1), "{again_stdout}");
     assert!(

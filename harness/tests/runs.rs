@@ -1,10 +1,10 @@
 //! Whole runs through the library and the `replaylab` binary: determinism, reproduce
 //! commands, bad scenario files.
 
+mod installed;
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use harness::executors;
 use harness::runner;
@@ -26,7 +26,7 @@ fn temp_dir(name: &str) -> PathBuf {
 }
 
 fn replaylab(args: &[&str]) -> (i32, String, String) {
-    let output = Command::new(REPLAYLAB).args(args).output().expect("replaylab runs");
+    let output = installed::installed(REPLAYLAB, false).args(args).output().expect("replaylab runs");
     (
         output.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&output.stdout).into_owned(),
@@ -131,11 +131,8 @@ fn a_failing_run_prints_a_command_that_reproduces_it() {
         stdout.lines().find(|line| line.contains("violation:")).expect("a violation line").to_owned();
     assert!(violation.contains("expected 2"), "{violation}");
 
-    let output = Command::new("sh")
-        .arg("-c")
-        .arg(command.replacen("replaylab", REPLAYLAB, 1))
-        .output()
-        .expect("the reproduce command runs");
+    let output =
+        installed::installed(REPLAYLAB, true).arg(&command).output().expect("the reproduce command runs");
     let again = String::from_utf8_lossy(&output.stdout);
     assert_eq!(output.status.code(), Some(1), "{again}");
     assert!(again.contains(&violation), "the reproduction failed differently:\n{again}");
@@ -266,10 +263,8 @@ fn an_executor_that_cannot_start_makes_the_run_crashed() {
         }
     }
     let spec = |name: &str, factory: executors::MakeFactory| executors::ExecutorSpec {
-        name: name.into(),
-        version: "0".into(),
-        description: name.into(),
         factory,
+        ..executors::ExecutorSpec::new(name, |_run: &str| Err("replaced".to_owned()))
     };
     let refuses = spec("refuses", Arc::new(|_run: &str| Err("the store is locked".to_owned())));
     let panics = spec("panics", Arc::new(|_run: &str| panic!("factory exploded")));
@@ -312,4 +307,59 @@ fn s19_lands_the_stale_owners_write_inside_the_new_owners_window() {
     assert_eq!(stale.result.verdict, harness::verdict::Verdict::Pass, "{:?}", stale.result);
     assert!(stale.coverage.stale_writes >= 1, "{:?}", stale.coverage);
     assert_eq!(runner::run(&scenario("S01"), 0, &reference()).coverage.stale_writes, 0);
+}
+
+/// A scenario that needs what the executor does not declare is not run: `not applicable`,
+/// with the reason, in runs and in the matrix; a row none of whose scenarios applied is not
+/// applicable (never a pass), and a matrix where nothing applied is not a pass either.
+#[test]
+fn scenarios_an_executor_cannot_support_are_not_applicable_never_pass() {
+    let tickets_only = reference().capabilities(protocol::ExecutorCapabilities::tools(["tickets.create"]));
+    // S10 submits a delayed job; S16 sends a queued message; S01 creates tickets.
+    let jobs = runner::run(&scenario("S10"), 1, &tickets_only);
+    assert_eq!(jobs.result.verdict, reports::Verdict::NotApplicable);
+    assert!(jobs.history.is_empty(), "nothing ran");
+    assert_eq!(
+        jobs.result.notes,
+        ["not applicable: the scenario needs tool jobs.submit, delayed jobs, which executor reference does not declare"]
+    );
+    let queue = runner::run(&scenario("S16"), 1, &tickets_only);
+    assert!(
+        queue.result.notes[0].contains("tool messages.send, a queue consumer"),
+        "{:?}",
+        queue.result.notes
+    );
+    assert_eq!(runner::run(&scenario("S01"), 1, &tickets_only).result.verdict, reports::Verdict::Pass);
+
+    let config = harness::matrix::MatrixConfig {
+        executor: tickets_only.clone(),
+        scenarios: vec![scenario("S01"), scenario("S10")],
+        seeds: 2,
+        jobs: 1,
+        ..harness::matrix::MatrixConfig::default()
+    };
+    let result = harness::matrix::run(&config);
+    let row = |name: &str| result.rows.iter().find(|row| row.row == name).expect("the row").verdict;
+    assert_eq!(row("C1"), reports::Verdict::Pass);
+    assert_eq!(row("C9"), reports::Verdict::NotApplicable, "S10 is C9's only scenario here");
+    let s10 = result.scenarios.iter().find(|s| s.id == "S10").expect("S10");
+    assert_eq!(s10.verdict, reports::Verdict::NotApplicable);
+    assert_eq!(s10.counts.get(&reports::Verdict::NotApplicable), Some(&2));
+    assert!(s10.first_failure.is_none());
+    for covered in result.rows.iter().filter(|row| !row.scenarios.is_empty()) {
+        assert!(
+            matches!(covered.verdict, reports::Verdict::Pass | reports::Verdict::NotApplicable),
+            "{covered:?}"
+        );
+    }
+
+    // Every built-in scenario that calls a tool other than tickets.create: nothing applies.
+    let nothing =
+        harness::matrix::MatrixConfig { scenarios: vec![scenario("S10"), scenario("S16")], ..config };
+    let result = harness::matrix::run(&nothing);
+    assert_ne!(result.verdict, reports::Verdict::Pass);
+    assert!(result.scenarios.iter().all(|s| s.verdict == reports::Verdict::NotApplicable));
+    for covered in result.rows.iter().filter(|row| !row.scenarios.is_empty()) {
+        assert_eq!(covered.verdict, reports::Verdict::NotApplicable, "{covered:?}");
+    }
 }

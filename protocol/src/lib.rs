@@ -14,6 +14,7 @@
 #![warn(clippy::unwrap_used)]
 
 mod call;
+mod capabilities;
 mod contract;
 mod env;
 
@@ -21,6 +22,7 @@ pub use call::{
     Consumed, Envelope, NextAction, OperationRef, Outcome, OutcomeStatus, ReasonCode, ToolCall, WebhookAck,
     WebhookEvent, MAX_ID_CHARS,
 };
+pub use capabilities::{ExecutorCapabilities, Needs};
 pub use contract::{
     check_identifier, ArgumentType, ContractError, ContractSet, DownstreamCapabilities, EffectClass,
     Execution, Fingerprint, LateArrivalPolicy, ToolContract, CANONICALIZATION_VERSION,

@@ -49,6 +49,11 @@ pub(crate) fn seeds_text(result: &MatrixResult) -> String {
     }
 }
 
+/// The scenarios not run because the executor does not support what they need.
+pub(crate) fn not_applicable(result: &MatrixResult) -> Vec<&ScenarioSummary> {
+    result.scenarios.iter().filter(|s| s.verdict == Verdict::NotApplicable).collect()
+}
+
 /// How many rows and scenarios passed: `(rows passed, rows, scenarios passed, scenarios)`.
 pub(crate) fn pass_counts(result: &MatrixResult) -> (usize, usize, usize, usize) {
     let rows_passed = result.rows.iter().filter(|row| row.verdict == Verdict::Pass).count();
@@ -119,6 +124,10 @@ pub(crate) fn fingerprint_relation(fingerprints: &[(String, String)]) -> Option<
 /// The evidence a scenario keeps, one short item each: effects, answers, fingerprints and
 /// the sample run's ledger references.
 pub(crate) fn scenario_evidence(scenario: &ScenarioSummary) -> Vec<String> {
+    if scenario.verdict == Verdict::NotApplicable {
+        // Not run: the note says what the scenario needs that the executor does not declare.
+        return scenario.sample.notes.iter().take(1).cloned().collect();
+    }
     let mut items = vec![
         format!("effects per run: {}", effects_text(scenario)),
         format!("answers: {}", statuses_text(&scenario.statuses)),

@@ -48,6 +48,8 @@ pub fn render_junit(result: &MatrixResult, options: &RenderOptions) -> String {
                 row.verdict,
                 if row.scenarios.is_empty() {
                     "no scenario covers this row".to_owned()
+                } else if row.verdict == Verdict::NotApplicable {
+                    "not applicable: none of the row's scenarios applies to the executor".to_owned()
                 } else {
                     format!("the row's verdict is {}", row.verdict)
                 },
@@ -81,6 +83,10 @@ pub fn render_junit(result: &MatrixResult, options: &RenderOptions) -> String {
         let status = match &scenario.first_failure {
             Some(run) => failure_status(scenario.verdict, &run_failure(scenario, run)),
             None if scenario.verdict == Verdict::Pass => TestCaseStatus::success(),
+            None if scenario.verdict == Verdict::NotApplicable => {
+                let why = scenario.sample.notes.first().cloned().unwrap_or_else(|| "not applicable".into());
+                no_run_status(scenario.verdict, why)
+            }
             None => no_run_status(scenario.verdict, format!("runs: {}", counts_text(&scenario.counts))),
         };
         let mut case = TestCase::new(scenario_title(scenario), status);
@@ -134,8 +140,15 @@ fn failure_status(verdict: Verdict, failure: &RowFailure) -> TestCaseStatus {
     status
 }
 
-/// A verdict other than pass without a failing run behind it (an uncovered row).
+/// A verdict other than pass without a failing run behind it (an uncovered row, a scenario
+/// not applicable to the executor: skipped, neither passed nor failed).
 fn no_run_status(verdict: Verdict, message: String) -> TestCaseStatus {
+    if verdict == Verdict::NotApplicable {
+        let mut status = TestCaseStatus::skipped();
+        status.set_type(verdict.as_str());
+        status.set_message(message);
+        return status;
+    }
     let kind = if verdict == Verdict::Fail { NonSuccessKind::Failure } else { NonSuccessKind::Error };
     let mut status = TestCaseStatus::non_success(kind);
     status.set_type(verdict.as_str());

@@ -124,14 +124,33 @@ fn write_markdown(out: &mut String, result: &MatrixResult, options: &RenderOptio
 
     writeln!(out, "## Failures")?;
     writeln!(out)?;
-    let failing: Vec<_> = result.scenarios.iter().filter(|s| s.verdict != Verdict::Pass).collect();
+    let failing: Vec<_> = result
+        .scenarios
+        .iter()
+        .filter(|s| !matches!(s.verdict, Verdict::Pass | Verdict::NotApplicable))
+        .collect();
     let uncovered: Vec<&str> =
         result.rows.iter().filter(|row| row.scenarios.is_empty()).map(|row| row.row.as_str()).collect();
     if failing.is_empty() && uncovered.is_empty() {
-        writeln!(out, "None: every row and every scenario passed.")?;
+        if crate::evidence::not_applicable(result).is_empty() {
+            writeln!(out, "None: every row and every scenario passed.")?;
+        } else {
+            writeln!(out, "None: every scenario that applied passed.")?;
+        }
+        writeln!(out)?;
     }
     if !uncovered.is_empty() {
         writeln!(out, "No scenario covers {}, so their verdict is unknown.", uncovered.join(", "))?;
+        writeln!(out)?;
+    }
+    let skipped = crate::evidence::not_applicable(result);
+    if !skipped.is_empty() {
+        writeln!(out, "Not applicable to `{}` (not run, not passed):", code(&result.executor))?;
+        writeln!(out)?;
+        for scenario in skipped {
+            let why = scenario.sample.notes.first().map(String::as_str).unwrap_or("not applicable");
+            writeln!(out, "- {}: {}", text(&scenario_title(scenario)), text(why))?;
+        }
         writeln!(out)?;
     }
     for scenario in failing {
@@ -188,11 +207,12 @@ fn failure_cell(failure: &RowFailure) -> String {
     )
 }
 
-/// A verdict, loud when it is not a pass.
+/// A verdict, loud when it is not a pass; `not applicable` (nothing was run) in italics.
 fn verdict_cell(verdict: crate::model::Verdict) -> String {
     match verdict {
         Verdict::Pass => "pass".to_owned(),
-        other => format!("**{}**", other.as_str().to_uppercase()),
+        Verdict::NotApplicable => "_not applicable_".to_owned(),
+        other => format!("**{}**", other.label().to_uppercase()),
     }
 }
 

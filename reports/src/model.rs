@@ -6,10 +6,14 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// The four-valued verdict.
+/// A run's, scenario's or row's verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
+    /// Not run: the scenario needs something the executor does not declare it supports (a
+    /// tool, a queue consumer, webhooks, ...). Never a pass; a row none of whose scenarios
+    /// applied is not applicable too.
+    NotApplicable,
     /// Every oracle and expectation held.
     Pass,
     /// The run could not decide (a pause point was never reached, a step could not apply).
@@ -21,9 +25,10 @@ pub enum Verdict {
 }
 
 impl Verdict {
-    /// `pass`, `fail`, `unknown`, `crashed`.
+    /// `pass`, `fail`, `unknown`, `crashed`, `not_applicable` (as in `matrix.json`).
     pub fn as_str(self) -> &'static str {
         match self {
+            Verdict::NotApplicable => "not_applicable",
             Verdict::Pass => "pass",
             Verdict::Unknown => "unknown",
             Verdict::Crashed => "crashed",
@@ -31,15 +36,35 @@ impl Verdict {
         }
     }
 
-    /// The worse of two verdicts (fail > crashed > unknown > pass).
+    /// For people: `not applicable`, else as [`Verdict::as_str`].
+    pub fn label(self) -> &'static str {
+        match self {
+            Verdict::NotApplicable => "not applicable",
+            other => other.as_str(),
+        }
+    }
+
+    /// The worse of two verdicts (fail > crashed > unknown > pass); `not applicable` counts
+    /// for nothing: combined with another verdict it gives that verdict, so a roll-up started
+    /// from `NotApplicable` stays so only when nothing in it applied.
     pub fn worst(self, other: Verdict) -> Verdict {
-        self.max(other)
+        match (self, other) {
+            (Verdict::NotApplicable, verdict) | (verdict, Verdict::NotApplicable) => verdict,
+            _ => self.max(other),
+        }
+    }
+
+    /// Whether the verdict is undecided: `unknown` or `not applicable` (neither a pass nor a
+    /// failure of the executor).
+    pub fn is_undecided(self) -> bool {
+        matches!(self, Verdict::Unknown | Verdict::NotApplicable)
     }
 }
 
 impl std::fmt::Display for Verdict {
+    /// [`Verdict::label`], padded to the formatter's width.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.pad(self.as_str())
+        f.pad(self.label())
     }
 }
 
@@ -170,8 +195,9 @@ pub struct RowFailure {
     pub reproduce: String,
 }
 
-/// The version of the `matrix.json` format; bump it on any incompatible change.
-pub const SCHEMA_VERSION: u32 = 1;
+/// The version of the `matrix.json` format; bump it on any incompatible change. 2: the
+/// verdict `not_applicable` (a scenario needing what the executor does not declare).
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// The result of a matrix run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -241,3 +241,38 @@ fn step_summary_is_appended_only_when_the_variable_is_set() {
     assert_eq!(appended.unwrap(), Some(path.clone()));
     assert_eq!(std::fs::read_to_string(&path).unwrap(), format!("before\n{text}"));
 }
+
+/// A scenario the executor does not support is shown as not applicable in every format:
+/// skipped in JUnit, listed with its reason in Markdown, a grey badge in HTML; never a pass,
+/// never a failure.
+#[test]
+fn a_scenario_not_applicable_is_shown_as_such_in_every_report() {
+    let mut result = fixture::matrix();
+    let why = "not applicable: the scenario needs tool payments.charge, which executor tiny does not declare";
+    let scenario =
+        result.scenarios.iter_mut().find(|s| s.first_failure.is_none()).expect("a passing scenario");
+    scenario.verdict = reports::Verdict::NotApplicable;
+    scenario.counts = [(reports::Verdict::NotApplicable, scenario.seeds_run)].into();
+    scenario.sample.verdict = reports::Verdict::NotApplicable;
+    scenario.sample.notes = vec![why.to_owned()];
+    let title = format!("{} {}", scenario.id, scenario.name);
+
+    let junit = render_junit(&result, &RenderOptions::new());
+    let document = roxmltree::Document::parse(&junit).expect("JUnit parses");
+    let case = document
+        .descendants()
+        .find(|node| node.has_tag_name("testcase") && node.attribute("name") == Some(title.as_str()))
+        .expect("the scenario's test case");
+    let skipped = case.children().find(|node| node.has_tag_name("skipped")).expect("it is skipped");
+    assert_eq!(skipped.attribute("message"), Some(why));
+    assert!(!case.children().any(|node| node.has_tag_name("failure") || node.has_tag_name("error")));
+
+    let markdown = render_markdown(&result, &RenderOptions::new());
+    assert!(markdown.contains("_not applicable_"), "{markdown}");
+    assert!(markdown.contains(&format!("- {title}: {why}")), "{markdown}");
+    assert!(!markdown.contains("NOT APPLICABLE"), "not applicable is not shouted as a failure");
+
+    let html = render_html(&result, &RenderOptions::new());
+    assert!(html.contains("<span class=\"badge v-not_applicable\">not applicable</span>"));
+    assert!(html.contains(why));
+}

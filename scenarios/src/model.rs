@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use fake_downstream::{FaultRule, IdempotencyMode};
-use protocol::{OutcomeStatus, ReasonCode};
+use protocol::{ContractSet, Execution, Needs, OutcomeStatus, ReasonCode};
 
 /// The tool version a call uses when its step names none.
 pub const DEFAULT_TOOL_VERSION: &str = "2026-08-18";
@@ -481,6 +481,34 @@ impl Scenario {
     /// The names of the workers, `worker-1`..`worker-N`.
     pub fn worker_names(&self) -> Vec<String> {
         (1..=self.workers).map(|n| format!("worker-{n}")).collect()
+    }
+
+    /// What the scenario needs of the executor under test: the tools it calls, a queue
+    /// consumer for a queued tool and delayed jobs for a delayed-job tool (as `contracts` say),
+    /// a webhook receiver when the downstream sends webhooks for its jobs, and `reconcile` when the agent
+    /// reconciles. An executor that lacks one of them cannot take part: the run is `not
+    /// applicable`.
+    pub fn needs(&self, contracts: &ContractSet) -> Needs {
+        let mut needs = Needs {
+            reconcile: self.steps.iter().any(|step| matches!(step.kind, StepKind::Reconcile { .. })),
+            ..Needs::default()
+        };
+        let calls = self.steps.iter().flat_map(|step| match &step.kind {
+            StepKind::Call(call) => std::slice::from_ref(call),
+            StepKind::Concurrent(calls) => calls.as_slice(),
+            _ => &[],
+        });
+        for call in calls {
+            needs.tools.insert(call.tool.clone());
+            match contracts.get(&call.tool, &call.version).map(|contract| contract.execution) {
+                Some(Execution::Queued) => needs.queue_consumer = true,
+                Some(Execution::DelayedJob) => needs.delayed_jobs = true,
+                Some(Execution::Direct) | None => {}
+            }
+        }
+        // The downstream's webhooks announce finished jobs: without a job there are none.
+        needs.webhooks = self.downstream.webhook.is_some() && needs.delayed_jobs;
+        needs
     }
 
     /// The line of the step that names `call` as a call, poll or reconcile id.

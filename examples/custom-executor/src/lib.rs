@@ -1,22 +1,23 @@
-//! A small custom executor, to show how to plug your own into replaylab and property-test it.
+//! A small custom executor, to show how to plug your own into replaylab and test it with the
+//! whole `replaylab` command (`src/bin/custom-replaylab.rs`) and with proptest.
 //!
-//! `TinyExecutor` handles one tool, `tickets.create`, for a downstream that honours
-//! idempotency keys. Its claims live in a map owned by the factory: the factory outlives
-//! worker crashes and is shared by every worker of a run, like an external database would be.
-//! Within one simulation everything runs on one thread and the map is checked and written
-//! without an `.await` in between, so a claim is atomic.
+//! `TinyExecutor` handles one tool, `tickets.create`. Its claims live in a map owned by the
+//! factory: the factory outlives worker crashes and is shared by every worker of a run, like
+//! an external database would be. Within one simulation everything runs on one thread and the
+//! map is checked and written without an `.await` in between, so a claim is atomic.
 //!
 //! What it does, in order: look up the contract, validate and fingerprint the arguments,
 //! derive the operation key from the workflow context, ask the authorizer, claim or load,
 //! compare fingerprints, then call the downstream with the key as `Idempotency-Key`. An
 //! ambiguous answer (timeout, closed connection, 5xx, unreadable body) is `unknown`; the
 //! executor does not wait for the agent to find out: it keeps the arguments of that one
-//! operation and resends them with the same key in the background (`env.background`), which the
-//! downstream deduplicates, until it gets an answer or has tried three times. A later call
-//! resends too.
+//! operation and, in the background (`env.background`), recovers it: it looks the receipt up
+//! where the downstream offers that, else resends with the same key where the downstream
+//! honours keys, else leaves it `unknown` (a blind resend could make a second ticket). A later
+//! call, poll or reconcile of an abandoned operation recovers it the same way.
 //!
-//! It is deliberately narrow: every other tool is rejected, and it trusts the downstream to
-//! honour keys (see `tests/property.rs`, which tests it only on such worlds).
+//! It is deliberately narrow, and says so in its [`executors`]' capabilities: one tool, called
+//! directly; no queue consumer, delayed jobs or webhooks.
 #![deny(missing_docs)]
 
 use std::cell::RefCell;
@@ -24,11 +25,39 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::time::Duration;
 
+use harness::prelude::{ExecutorCapabilities, ExecutorSpec};
 use protocol::{
     AuthRequest, Consumed, Envelope, Executor, ExecutorFactory, LocalBoxFuture, NextAction, OperationRef,
-    Outcome, OutcomeStatus, ReasonCode, ToolCall, ToolContract, WebhookAck, WebhookEvent, WorkerEnv,
+    Outcome, OutcomeStatus, ReasonCode, ReconciliationEntry, ToolCall, ToolContract, WebhookAck,
+    WebhookEvent, WorkerEnv,
 };
 use wire::HttpRequest;
+
+/// The executors this crate adds to replaylab's command (`src/bin/custom-replaylab.rs`):
+///
+/// - `custom`, the [`TinyFactory`] executor;
+/// - `custom-keyless`, its deliberately broken variant ([`TinyFactory::keyless`]).
+///
+/// Both declare what they support: `tickets.create`, called directly, and `reconcile`; no
+/// queue consumer, no delayed jobs, no webhooks. Scenarios that need more are `not
+/// applicable` to them.
+pub fn executors() -> Vec<ExecutorSpec> {
+    let supports = ExecutorCapabilities::tools([TOOL]).with_reconcile(true);
+    vec![
+        ExecutorSpec::new("custom", |_run: &str| {
+            Ok(Rc::new(TinyFactory::default()) as Rc<dyn ExecutorFactory>)
+        })
+        .version(env!("CARGO_PKG_VERSION"))
+        .description("the custom-executor example: tickets.create over an in-memory claim map")
+        .capabilities(supports.clone()),
+        ExecutorSpec::new("custom-keyless", |_run: &str| {
+            Ok(Rc::new(TinyFactory::keyless()) as Rc<dyn ExecutorFactory>)
+        })
+        .version(env!("CARGO_PKG_VERSION"))
+        .description("the example, broken on purpose: it sends no Idempotency-Key")
+        .capabilities(supports),
+    ]
+}
 
 /// The one tool this executor knows.
 pub const TOOL: &str = "tickets.create";
@@ -60,6 +89,8 @@ struct Record {
     arguments: Option<Arguments>,
     /// Who asked: a resend is authorized again, like any effect.
     actor: String,
+    /// Filed with the operators: nothing this executor can do will settle it.
+    handed_over: bool,
 }
 
 type Arguments = serde_json::Map<String, serde_json::Value>;
@@ -67,9 +98,27 @@ type Arguments = serde_json::Map<String, serde_json::Value>;
 type Claims = Rc<RefCell<BTreeMap<(String, String), Record>>>;
 
 /// Starts [`TinyExecutor`]s that share one claim map.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct TinyFactory {
     claims: Claims,
+    /// Whether the operation key goes downstream as `Idempotency-Key` (always, but in
+    /// [`TinyFactory::keyless`]).
+    send_key: bool,
+}
+
+impl Default for TinyFactory {
+    fn default() -> Self {
+        Self { claims: Claims::default(), send_key: true }
+    }
+}
+
+impl TinyFactory {
+    /// A deliberately broken variant: it sends no `Idempotency-Key`, so its resend after an
+    /// ambiguous answer makes a second ticket when the first request had committed. The
+    /// matrix catches it (see the README).
+    pub fn keyless() -> Self {
+        Self { send_key: false, ..Self::default() }
+    }
 }
 
 impl ExecutorFactory for TinyFactory {
@@ -88,10 +137,12 @@ impl ExecutorFactory for TinyFactory {
             .collect();
         for scope in abandoned {
             let (task_env, claims, task_owner) = (env.clone(), self.claims.clone(), owner.clone());
-            env.background
-                .spawn(Box::pin(async move { resend_later(task_env, claims, task_owner, scope).await }));
+            let send_key = self.send_key;
+            env.background.spawn(Box::pin(async move {
+                resend_later(task_env, claims, task_owner, scope, send_key).await
+            }));
         }
-        Box::new(TinyExecutor { env, owner, claims: self.claims.clone() })
+        Box::new(TinyExecutor { env, owner, claims: self.claims.clone(), send_key: self.send_key })
     }
 }
 
@@ -100,6 +151,7 @@ pub struct TinyExecutor {
     env: WorkerEnv,
     owner: String,
     claims: Claims,
+    send_key: bool,
 }
 
 impl std::fmt::Debug for TinyExecutor {
@@ -152,7 +204,7 @@ impl TinyExecutor {
 
     /// Sends the ticket with the operation key and records what came back.
     async fn effect(&self, tenant: &str, key: &str, arguments: &Arguments) -> Outcome {
-        send_ticket(&self.env, &self.claims, &self.owner, tenant, key, arguments).await
+        send_ticket(&self.env, &self.claims, &self.owner, (tenant, key), arguments, self.send_key).await
     }
 
     /// Takes a record over when it is unknown or its owner's lease ran out; says whether
@@ -178,20 +230,128 @@ impl TinyExecutor {
         if !self.take_over(&scope) {
             return self.answer(&record, &key);
         }
-        // The request body is not kept (privacy); without it the key alone cannot be resent,
-        // so an abandoned operation stays unknown until the agent calls again.
-        let mut unknown = outcome(OutcomeStatus::Unknown, &key);
-        if let Some(record) = self.claims.borrow_mut().get_mut(&scope) {
-            record.state = State::Unknown;
-        }
-        unknown.next_action = NextAction::Reconcile;
-        unknown
+        recover(&self.env, &self.claims, &self.owner, &scope, self.send_key).await
     }
 }
 
 /// The contract version this example was written against.
 fn protocol_version() -> &'static str {
     "2026-08-18"
+}
+
+/// Recovers an operation this worker has just taken over (its answer was ambiguous, or its
+/// owner's lease ran out): the create may have been committed, or not.
+///
+/// 1. Where the downstream offers receipt lookup (the contract says so), ask it by key: a
+///    receipt settles the operation as `replayed`.
+/// 2. Where the downstream honours idempotency keys, send the create again with the same key:
+///    it answers from the first request if that one committed.
+/// 3. Else nothing can tell: the operation stays `unknown` (a blind resend could make a second
+///    ticket).
+async fn recover(
+    env: &WorkerEnv,
+    claims: &Claims,
+    owner: &str,
+    scope: &(String, String),
+    send_key: bool,
+) -> Outcome {
+    let (tenant, key) = (scope.0.as_str(), scope.1.as_str());
+    let kept =
+        claims.borrow().get(scope).map(|record| (record.tool_version.clone(), record.arguments.clone()));
+    let Some((tool_version, arguments)) = kept else { return outcome(OutcomeStatus::Unknown, key) };
+    let service = env.contracts.get(TOOL, &tool_version).map(|contract| contract.downstream.clone());
+    let (receipts, honoured) = service.map_or((false, false), |s| (s.receipt_lookup, s.honours_key));
+    let mut not_found = false;
+    if receipts {
+        match look_up_ticket(env, tenant, key).await {
+            Lookup::Found(ticket_id, result) => {
+                if let Some(record) = claims.borrow_mut().get_mut(scope) {
+                    record.state = State::Applied { ticket_id: ticket_id.clone(), result: result.clone() };
+                    record.arguments = None;
+                }
+                let mut replayed = outcome(OutcomeStatus::Replayed, key);
+                replayed.effect_reference = Some(ticket_id);
+                replayed.result = Some(result);
+                return replayed;
+            }
+            Lookup::NotFound => not_found = true,
+            Lookup::Failed => {}
+        }
+    }
+    if let (true, Some(arguments)) = (honoured, arguments) {
+        return send_ticket(env, claims, owner, (tenant, key), &arguments, send_key).await;
+    }
+    if let Some(record) = claims.borrow_mut().get_mut(scope) {
+        record.state = State::Unknown;
+    }
+    if not_found || !receipts {
+        // No receipt (yet) and no key the downstream honours: a resend could make a second
+        // ticket if the first request is still on its way, and nothing else can tell.
+        hand_over(env, claims, scope, "no receipt was found and the ticket service ignores keys").await;
+    }
+    let mut unknown = outcome(OutcomeStatus::Unknown, key);
+    unknown.next_action = NextAction::Reconcile;
+    unknown
+}
+
+/// Files the operation with the operators, once: an `unknown` nobody is told about is never
+/// settled.
+async fn hand_over(env: &WorkerEnv, claims: &Claims, scope: &(String, String), why: &str) {
+    let first = match claims.borrow_mut().get_mut(scope) {
+        Some(record) if !record.handed_over => {
+            record.handed_over = true;
+            true
+        }
+        _ => false,
+    };
+    if first {
+        let finding =
+            format!("tickets.create may or may not have made its ticket: {why}; a person must look");
+        let entry = ReconciliationEntry { tenant: scope.0.clone(), operation_key: scope.1.clone(), finding };
+        env.reconciliations.file(entry).await;
+    }
+}
+
+/// What a receipt lookup found.
+enum Lookup {
+    /// The ticket made with the key: its id and safe result.
+    Found(String, serde_json::Value),
+    /// No ticket was made with the key (so far).
+    NotFound,
+    /// The lookup did not answer clearly.
+    Failed,
+}
+
+/// Asks the downstream for the ticket made with `key` (`GET /v1/receipts/{key}`).
+async fn look_up_ticket(env: &WorkerEnv, tenant: &str, key: &str) -> Lookup {
+    let path = format!("/v1/receipts/{}?tenant={}&service=tickets", encode(key), encode(tenant));
+    let answer = tokio::time::timeout(DOWNSTREAM_TIMEOUT, env.downstream.send(HttpRequest::get(path))).await;
+    let Ok(Ok(response)) = answer else { return Lookup::Failed };
+    if response.status == 404 {
+        return Lookup::NotFound;
+    }
+    let body: Option<serde_json::Value> = (response.status == 200).then(|| response.json().ok()).flatten();
+    let Some(body) = body else { return Lookup::Failed };
+    let Some(ticket_id) = body["effect_reference"].as_str().filter(|id| !id.is_empty()) else {
+        return Lookup::Failed;
+    };
+    let answer = &body["answer"];
+    let result = serde_json::json!({
+        "ticket_id": ticket_id,
+        "version": answer["version"],
+        "status": answer["status"],
+    });
+    Lookup::Found(ticket_id.to_owned(), result)
+}
+
+/// `text` percent-encoded for a URL path or query (everything but unreserved characters).
+fn encode(text: &str) -> String {
+    text.bytes()
+        .map(|byte| match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (byte as char).to_string(),
+            _ => format!("%{byte:02X}"),
+        })
+        .collect()
 }
 
 /// Takes a record over when it is unknown or its owner's lease ran out; says whether `owner`
@@ -218,9 +378,9 @@ async fn send_ticket(
     env: &WorkerEnv,
     claims: &Claims,
     owner: &str,
-    tenant: &str,
-    key: &str,
+    (tenant, key): (&str, &str),
     arguments: &Arguments,
+    send_key: bool,
 ) -> Outcome {
     let body = serde_json::json!({
         "tenant": tenant,
@@ -228,7 +388,10 @@ async fn send_ticket(
         "subject": arguments.get("subject"),
         "body": arguments.get("body"),
     });
-    let request = HttpRequest::json(http::Method::POST, "/v1/tickets", &body).header("Idempotency-Key", key);
+    let mut request = HttpRequest::json(http::Method::POST, "/v1/tickets", &body);
+    if send_key {
+        request = request.header("Idempotency-Key", key);
+    }
     let answer = tokio::time::timeout(DOWNSTREAM_TIMEOUT, env.downstream.send(request)).await;
     let ticket = match &answer {
         Ok(Ok(response)) if (200..300).contains(&response.status) => response
@@ -251,7 +414,11 @@ async fn send_ticket(
             });
             record.state = State::Applied { ticket_id: ticket_id.clone(), result: result.clone() };
             record.arguments = None;
-            let mut applied = outcome(OutcomeStatus::Applied, key);
+            // The downstream says when its answer is the one an earlier request made.
+            let replayed =
+                matches!(&answer, Ok(Ok(response)) if response.header("idempotent-replayed") == Some("true"));
+            let status = if replayed { OutcomeStatus::Replayed } else { OutcomeStatus::Applied };
+            let mut applied = outcome(status, key);
             applied.effect_reference = Some(ticket_id);
             applied.result = Some(result);
             applied
@@ -269,7 +436,8 @@ async fn send_ticket(
             record.state = State::Unknown;
             drop(all);
             let (task_env, claims, owner) = (env.clone(), claims.clone(), owner.to_owned());
-            env.background.spawn(Box::pin(async move { resend_later(task_env, claims, owner, scope).await }));
+            env.background
+                .spawn(Box::pin(async move { resend_later(task_env, claims, owner, scope, send_key).await }));
             let mut unknown = outcome(OutcomeStatus::Unknown, key);
             unknown.next_action = NextAction::Reconcile;
             unknown
@@ -278,11 +446,17 @@ async fn send_ticket(
 }
 
 /// The executor's own recovery of an ambiguous or abandoned create: once the record is
-/// unknown or its owner's lease ran out, resends the kept arguments with the same key (the
-/// downstream answers from the first request if it got it), waiting a little longer each time,
+/// unknown or its owner's lease ran out, it takes the record over and [`recover`]s it,
+/// waiting a little longer each time,
 /// until the ticket is known or [`RESEND_ATTEMPTS`] are spent. The first resend that gets an
 /// answer settles it; the others find the record settled and stop.
-async fn resend_later(env: WorkerEnv, claims: Claims, owner: String, scope: (String, String)) {
+async fn resend_later(
+    env: WorkerEnv,
+    claims: Claims,
+    owner: String,
+    scope: (String, String),
+    send_key: bool,
+) {
     for attempt in 1..=RESEND_ATTEMPTS {
         let lease_until_ms = match claims.borrow().get(&scope).map(|record| &record.state) {
             Some(State::Pending { lease_until_ms, .. }) => *lease_until_ms,
@@ -291,11 +465,10 @@ async fn resend_later(env: WorkerEnv, claims: Claims, owner: String, scope: (Str
         };
         let wait_ms = lease_until_ms.saturating_sub(env.clock.now_ms());
         env.background.sleep((RESEND_AFTER * attempt).max(Duration::from_millis(wait_ms))).await;
-        let kept = claims
-            .borrow()
-            .get(&scope)
-            .and_then(|record| Some((record.arguments.clone()?, record.actor.clone())));
-        let Some((arguments, actor)) = kept else { return };
+        // Settled meanwhile (its arguments are dropped once the ticket is known): nothing to do.
+        let kept =
+            claims.borrow().get(&scope).filter(|record| record.arguments.is_some()).map(|r| r.actor.clone());
+        let Some(actor) = kept else { return };
         // An idempotency hit is no authorization bypass: a resend is asked for again.
         let request = AuthRequest { tenant: scope.0.clone(), actor, tool: TOOL.to_owned() };
         if !env.authorizer.authorize(request).await.allowed {
@@ -304,10 +477,14 @@ async fn resend_later(env: WorkerEnv, claims: Claims, owner: String, scope: (Str
         if !take_over(&env, &claims, &owner, &scope) {
             continue;
         }
-        let outcome = Box::pin(send_ticket(&env, &claims, &owner, &scope.0, &scope.1, &arguments)).await;
+        let outcome = Box::pin(recover(&env, &claims, &owner, &scope, send_key)).await;
         if outcome.status != OutcomeStatus::Unknown {
             return;
         }
+    }
+    let unsettled = claims.borrow().get(&scope).is_some_and(|record| record.state == State::Unknown);
+    if unsettled {
+        hand_over(&env, &claims, &scope, "every recovery attempt of the executor was left unknown").await;
     }
 }
 
@@ -340,6 +517,9 @@ impl Executor for TinyExecutor {
                 return rejected(ReasonCode::Unauthorized, "the actor may not use this tool", Some(&key));
             }
             let scope = (call.tenant.clone(), key.clone());
+            // The claim is a store call: the gate marks it, so that the harness can pause or
+            // crash a worker right before or after it, and knows the call was acted on.
+            self.env.store_gate.enter("claim").await;
             let now_ms = self.env.clock.now_ms();
             let existing = {
                 let mut claims = self.claims.borrow_mut();
@@ -353,12 +533,14 @@ impl Executor for TinyExecutor {
                             state: State::Pending { owner: self.owner.clone(), lease_until_ms },
                             arguments: Some(arguments.clone()),
                             actor: call.actor.clone(),
+                            handed_over: false,
                         };
                         claims.insert(scope.clone(), record);
                         None
                     }
                 }
             };
+            self.env.store_gate.leave("claim").await;
             if let Some(record) = existing {
                 if record.fingerprint != fingerprint {
                     let reason = if record.tool_version == call.tool_version {
@@ -371,6 +553,7 @@ impl Executor for TinyExecutor {
                 if !self.take_over(&scope) {
                     return self.answer(&record, &key);
                 }
+                return recover(&self.env, &self.claims, &self.owner, &scope, self.send_key).await;
             }
             self.effect(&call.tenant, &key, &arguments).await
         })

@@ -2,7 +2,6 @@
 //! reconciliations answer what the test says, deliveries are acknowledged, webhooks unmatched.
 
 use std::rc::Rc;
-use std::sync::Arc;
 
 use harness::executors::ExecutorSpec;
 use protocol::{
@@ -55,12 +54,8 @@ impl ExecutorFactory for ScriptedFactory {
 
 /// An executor called `name` whose calls run `call` and whose polls answer `poll()`.
 pub fn scripted(name: &str, call: CallFn, poll: PollFn) -> ExecutorSpec {
-    ExecutorSpec {
-        name: name.into(),
-        version: "0".into(),
-        description: name.into(),
-        factory: Arc::new(move |_run: &str| {
-            Ok(Rc::new(ScriptedFactory { call, poll }) as Rc<dyn ExecutorFactory>)
-        }),
-    }
+    ExecutorSpec::new(name, move |_run: &str| {
+        Ok(Rc::new(ScriptedFactory { call, poll }) as Rc<dyn ExecutorFactory>)
+    })
+    .description(name)
 }
