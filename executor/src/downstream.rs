@@ -1,8 +1,24 @@
 //! Talking to the downstream: which request a tool call becomes, and what an answer means.
+//! The reference executor's mapping, public so that a variant or an executor of your own
+//! reuses it instead of copying it: [`send`] a request with a timeout, [`classify`] the
+//! answer to an effect, look a receipt up ([`receipt_request`], [`read_receipt`]), poll a job
+//! ([`job_request`], [`read_job`]).
 //!
 //! Architecture invariant: an answer is a receipt only when it is a 2xx whose body parses
 //! and carries the effect reference. A timeout, a closed connection, a 5xx or a garbled
 //! body is *ambiguous*: the effect may have happened, so it is never reported as applied.
+//!
+//! ```no_run
+//! use executor::downstream::{read_receipt, receipt_request, send, ReceiptLookup};
+//! # async fn example(env: protocol::WorkerEnv) {
+//! let request = receipt_request("acme:production:run_827:record_issue", "acme", "tickets");
+//! match read_receipt(send(&env, request, std::time::Duration::from_secs(2)).await) {
+//!     ReceiptLookup::Found(ticket_id, _answer) => println!("made: {ticket_id}"),
+//!     ReceiptLookup::NotFound => println!("no ticket with that key (so far)"),
+//!     ReceiptLookup::Failed(why) => println!("cannot tell: {why}"),
+//! }
+//! # }
+//! ```
 
 use protocol::ToolContract;
 use serde_json::{json, Map, Value};
@@ -10,7 +26,7 @@ use wire::{HttpRequest, HttpResponse};
 
 /// The tools the reference executor knows how to carry out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ToolKind {
+pub enum ToolKind {
     /// `tickets.create` -> `POST /v1/tickets`.
     TicketsCreate,
     /// `tickets.set_status` -> `PATCH /v1/tickets/{id}` with `If-Match`.
@@ -24,7 +40,8 @@ pub(crate) enum ToolKind {
 }
 
 impl ToolKind {
-    pub(crate) fn of(tool: &str) -> Option<Self> {
+    /// The kind of the tool called `tool`, if the reference can carry it out.
+    pub fn of(tool: &str) -> Option<Self> {
         match tool {
             "tickets.create" => Some(ToolKind::TicketsCreate),
             "tickets.set_status" => Some(ToolKind::TicketsSetStatus),
@@ -36,7 +53,7 @@ impl ToolKind {
     }
 
     /// The answer field that names the effect.
-    pub(crate) fn reference_field(self) -> &'static str {
+    pub fn reference_field(self) -> &'static str {
         match self {
             ToolKind::TicketsCreate | ToolKind::TicketsSetStatus => "ticket_id",
             ToolKind::PaymentsCharge => "charge_id",
@@ -58,8 +75,9 @@ impl ToolKind {
 
 /// The downstream request a validated tool call becomes (without its key).
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct DownstreamPlan {
-    pub(crate) kind: ToolKind,
+pub struct DownstreamPlan {
+    /// The tool it carries out.
+    pub kind: ToolKind,
     method: http::Method,
     path: String,
     body: Value,
@@ -77,7 +95,7 @@ fn integer(arguments: &Map<String, Value>, name: &str) -> Result<i64, String> {
 impl DownstreamPlan {
     /// Maps a validated call to its request. Fails for a tool this executor cannot carry out
     /// or arguments the mapping needs but the contract does not require.
-    pub(crate) fn build(
+    pub fn build(
         contract: &ToolContract,
         tenant: &str,
         arguments: &Map<String, Value>,
@@ -134,13 +152,13 @@ impl DownstreamPlan {
 
     /// The same request without its version precondition (no `If-Match`). The reference
     /// never sends an absolute update without it; it exists for the `stale_overwrite` mutant.
-    pub(crate) fn without_precondition(mut self) -> Self {
+    pub fn without_precondition(mut self) -> Self {
         self.if_match = None;
         self
     }
 
     /// The request, carrying `Idempotency-Key: key` when there is one.
-    pub(crate) fn request(&self, key: Option<&str>) -> HttpRequest {
+    pub fn request(&self, key: Option<&str>) -> HttpRequest {
         let mut request = HttpRequest::json(self.method.clone(), self.path.clone(), &self.body);
         if let Some(version) = self.if_match {
             request = request.header("If-Match", format!("\"{version}\""));
@@ -152,9 +170,19 @@ impl DownstreamPlan {
     }
 }
 
+/// Sends `request` through the worker's downstream client and waits at most `timeout` (in
+/// the worker's time) for the whole answer.
+pub async fn send(env: &protocol::WorkerEnv, request: HttpRequest, timeout: std::time::Duration) -> Sent {
+    match tokio::time::timeout(timeout, env.downstream.send(request)).await {
+        Ok(Ok(response)) => Sent::Response(response),
+        Ok(Err(error)) => Sent::Transport(error.to_string()),
+        Err(_elapsed) => Sent::TimedOut,
+    }
+}
+
 /// What came back from one downstream request.
 #[derive(Debug)]
-pub(crate) enum Sent {
+pub enum Sent {
     /// A complete response.
     Response(HttpResponse),
     /// The transport failed (after the request may have been sent).
@@ -164,7 +192,8 @@ pub(crate) enum Sent {
 }
 
 impl Sent {
-    fn why(&self) -> String {
+    /// Why it is not a clean answer, in a few words.
+    pub fn why(&self) -> String {
         match self {
             Sent::Response(response) => format!("the downstream answered {}", response.status),
             Sent::Transport(error) => format!("the transport failed: {error}"),
@@ -175,14 +204,24 @@ impl Sent {
 
 /// What the answer to a mutating request means.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Answer {
+pub enum Answer {
     /// The effect exists: its reference and the safe result. `replayed` when the downstream
     /// said `Idempotent-Replayed: true` (an earlier request made it).
-    Receipt { reference: String, result: Value, replayed: bool },
+    Receipt {
+        /// The effect reference (`ticket_1`).
+        reference: String,
+        /// The safe result: the contract's whitelisted fields of the answer.
+        result: Value,
+        /// The downstream answered from an earlier request with the same key.
+        replayed: bool,
+    },
     /// 412: the target changed since the caller read it. No effect.
     PreconditionFailed,
     /// Another 4xx (not 409): refused for good. No effect.
-    Refused { status: u16 },
+    Refused {
+        /// The HTTP status.
+        status: u16,
+    },
     /// 409: the downstream is still processing a request with this key.
     KeyInProgress,
     /// The effect may or may not have happened.
@@ -190,7 +229,7 @@ pub(crate) enum Answer {
 }
 
 /// Classifies the answer to a mutating request of `kind`.
-pub(crate) fn classify(kind: ToolKind, sent: Sent) -> Answer {
+pub fn classify(kind: ToolKind, sent: Sent) -> Answer {
     let Sent::Response(response) = sent else { return Answer::Ambiguous(sent.why()) };
     match response.status {
         200..=299 => match receipt_of(kind, &response) {
@@ -231,7 +270,7 @@ fn safe_result(kind: ToolKind, body: &Map<String, Value>) -> Value {
 /// The safe result known from a receipt (the original answer was never seen): the
 /// whitelisted fields of the answer the receipt says the downstream committed, and the
 /// reference.
-pub(crate) fn receipt_result(kind: ToolKind, reference: &str, answer: &Map<String, Value>) -> Value {
+pub fn receipt_result(kind: ToolKind, reference: &str, answer: &Map<String, Value>) -> Value {
     let mut result = match safe_result(kind, answer) {
         Value::Object(result) => result,
         _ => Map::new(),
@@ -242,7 +281,7 @@ pub(crate) fn receipt_result(kind: ToolKind, reference: &str, answer: &Map<Strin
 
 /// What a receipt lookup found.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum ReceiptLookup {
+pub enum ReceiptLookup {
     /// An effect was made with the key: its reference, and the answer the downstream
     /// committed for it (empty when the receipt does not carry it).
     Found(String, Map<String, Value>),
@@ -253,7 +292,7 @@ pub(crate) enum ReceiptLookup {
 }
 
 /// `GET /v1/receipts/{key}?tenant=..&service=..`.
-pub(crate) fn receipt_request(key: &str, tenant: &str, service: &str) -> HttpRequest {
+pub fn receipt_request(key: &str, tenant: &str, service: &str) -> HttpRequest {
     HttpRequest::get(format!(
         "/v1/receipts/{}?tenant={}&service={}",
         percent_encode(key),
@@ -262,7 +301,9 @@ pub(crate) fn receipt_request(key: &str, tenant: &str, service: &str) -> HttpReq
     ))
 }
 
-pub(crate) fn read_receipt(sent: Sent) -> ReceiptLookup {
+/// What the answer to a [`receipt_request`] says: found (a 200 naming the effect), not found
+/// (404), or nothing clear (anything else, including a transport failure).
+pub fn read_receipt(sent: Sent) -> ReceiptLookup {
     let Sent::Response(response) = sent else { return ReceiptLookup::Failed(sent.why()) };
     match response.status {
         200 => {
@@ -283,7 +324,7 @@ pub(crate) fn read_receipt(sent: Sent) -> ReceiptLookup {
 
 /// A delayed job's state.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum JobState {
+pub enum JobState {
     /// Done, with its result.
     Succeeded(Value),
     /// Still running.
@@ -293,11 +334,12 @@ pub(crate) enum JobState {
 }
 
 /// `GET /v1/jobs/{id}?tenant=..`.
-pub(crate) fn job_request(job_id: &str, tenant: &str) -> HttpRequest {
+pub fn job_request(job_id: &str, tenant: &str) -> HttpRequest {
     HttpRequest::get(format!("/v1/jobs/{}?tenant={}", percent_encode(job_id), percent_encode(tenant)))
 }
 
-pub(crate) fn read_job(sent: Sent) -> JobState {
+/// What the answer to a [`job_request`] says about the job.
+pub fn read_job(sent: Sent) -> JobState {
     let Sent::Response(response) = sent else { return JobState::Unreadable(sent.why()) };
     if response.status != 200 {
         return JobState::Unreadable(format!("the job status answered {}", response.status));
@@ -313,7 +355,7 @@ pub(crate) fn read_job(sent: Sent) -> JobState {
 }
 
 /// The completion notice of a delayed job: one message to `to`.
-pub(crate) fn notice_request(tenant: &str, to: &str, job_id: &str, key: Option<&str>) -> HttpRequest {
+pub fn notice_request(tenant: &str, to: &str, job_id: &str, key: Option<&str>) -> HttpRequest {
     let body = json!({"tenant": tenant, "to": to, "body": format!("job {job_id} finished")});
     let request = HttpRequest::json(http::Method::POST, "/v1/messages", &body);
     match key {
@@ -324,7 +366,7 @@ pub(crate) fn notice_request(tenant: &str, to: &str, job_id: &str, key: Option<&
 
 /// Percent-encodes everything but RFC 3986 unreserved characters (for path segments and
 /// query values).
-pub(crate) fn percent_encode(text: &str) -> String {
+pub fn percent_encode(text: &str) -> String {
     let mut encoded = String::with_capacity(text.len());
     for byte in text.bytes() {
         if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {

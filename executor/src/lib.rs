@@ -51,20 +51,28 @@
 //! and hands it over to people when it cannot check). Webhook deliveries are deduplicated by
 //! event id, then matched to the operation by its downstream key.
 //!
+//! # Parts to build your own
+//!
 //! Each REPLAY decision (key derivation, fingerprinting, claim, lease recovery,
 //! authorization recheck, retention, downstream key, what an ambiguous answer means, what is
 //! stored on completion, what a retry of a running job does, what a fingerprint mismatch
 //! does, the tenant scope, the version precondition, webhook settlement, the consumer's
-//! claim) is one small function in [`Strategies`]; a mutant replaces one of them through
-//! [`ReferenceFactory::with_strategies`]. [`mutants`] is the zoo of MATRIX.md built that way:
-//! twenty-two executors with one defect each (M01..M18 from MATRIX.md, M19..M22 the project's own).
+//! claim) is one small function in [`Strategies`]. A variant of the reference replaces one of
+//! them: [`ReferenceFactory::with_strategies`] and [`ReferenceFactory::recycled`] take a
+//! function that makes each worker's `Strategies` at its start, from its
+//! [`protocol::WorkerEnv`], so a decision may keep state and see the worker's clock and
+//! identity. [`mutants`] is the zoo of MATRIX.md built that way: thirty-four executors with
+//! one defect each (M01..M18 from MATRIX.md, M19..M34 the project's own). The claim store
+//! ([`ClaimStore`]: claim, lease, compare-and-set completion, tombstones) and the downstream
+//! mapping ([`downstream`]: requests, receipts, what an answer means) are public too, for an
+//! executor of your own (`examples/custom-executor` looks receipts up with it).
 //!
 //! [`bench::store_bench`] measures the claim path against hand-written SQL.
 #![deny(missing_docs)]
 #![warn(clippy::unwrap_used)]
 
 pub mod bench;
-mod downstream;
+pub mod downstream;
 mod machine;
 pub mod mutants;
 mod store;
@@ -85,7 +93,7 @@ pub use strategy::{
     reference_version_precondition, AmbiguityFn, AmbiguityVerdict, AuthPoint, AuthorizeAtFn, ClaimFn,
     CompletionFn, ConsumerClaimFn, CrossVersionFn, CrossVersionReplay, DownstreamKeyFn, FileFindingsFn,
     FindingAbout, FingerprintFn, JobPatienceFn, JobRetry, JobRetryFn, JobSettlementFn, JobSettlementPlan,
-    KeyInput, LateReceiptFn, MismatchFn, MismatchVerdict, OperationKeyFn, OwnerAtWorkFn, QueuedFn,
-    RecoveryFn, RecoveryPlan, RetentionFn, RetentionVerdict, StoredCompletion, Strategies, TenantScopeFn,
-    VersionPreconditionFn, MAX_DOWNSTREAM_KEY_CHARS,
+    KeyInput, LateReceiptFn, MakeStrategies, MismatchFn, MismatchVerdict, OperationKeyFn, OwnerAtWorkFn,
+    QueuedFn, RecoveryFn, RecoveryPlan, RetentionFn, RetentionVerdict, StoredCompletion, Strategies,
+    TenantScopeFn, VersionPreconditionFn, MAX_DOWNSTREAM_KEY_CHARS,
 };

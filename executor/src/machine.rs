@@ -3,7 +3,7 @@
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::rc::{Rc, Weak};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use protocol::{
@@ -23,8 +23,8 @@ use crate::store::{
     StoreLocation, TakeOver,
 };
 use crate::strategy::{
-    AmbiguityVerdict, AuthPoint, CrossVersionReplay, FindingAbout, JobRetry, KeyInput, MismatchVerdict,
-    RetentionVerdict, Strategies,
+    AmbiguityVerdict, AuthPoint, CrossVersionReplay, FindingAbout, JobRetry, KeyInput, MakeStrategies,
+    MismatchVerdict, RetentionVerdict, Strategies,
 };
 use crate::warm::{Idle, WarmDatabase, WorkerStore};
 
@@ -80,7 +80,8 @@ impl ReferenceConfig {
 pub struct ReferenceFactory {
     location: StoreLocation,
     config: ReferenceConfig,
-    strategies: Strategies,
+    /// Makes each worker's decisions at its start.
+    strategies: MakeStrategies,
     /// The factory's own connection; `None` only while the factory is dropped.
     keeper: Mutex<Option<ClaimStore>>,
     /// For a recycled factory ([`ReferenceFactory::recycled`]): the connections workers gave
@@ -101,17 +102,18 @@ impl std::fmt::Debug for ReferenceFactory {
 impl ReferenceFactory {
     /// A factory for the reference executor; opens (and creates) the store now.
     pub fn new(location: StoreLocation, config: ReferenceConfig) -> Result<Self, StoreError> {
-        Self::with_strategies(location, config, Strategies::reference())
+        Self::with_strategies(location, config, |_: &WorkerEnv| Strategies::reference())
     }
 
-    /// A factory whose executors use `strategies` (see [`Strategies`]; mutants).
+    /// A factory whose executors decide with the [`Strategies`] `strategies` makes for each
+    /// worker at its (re)start (a variant of the reference; the mutants).
     pub fn with_strategies(
         location: StoreLocation,
         config: ReferenceConfig,
-        strategies: Strategies,
+        strategies: impl Fn(&WorkerEnv) -> Strategies + Send + Sync + 'static,
     ) -> Result<Self, StoreError> {
         let keeper = Mutex::new(Some(ClaimStore::open(&location)?));
-        Ok(Self { location, config, strategies, keeper, idle: None })
+        Ok(Self { location, config, strategies: Arc::new(strategies), keeper, idle: None })
     }
 
     /// A factory over an empty shared-memory store taken from this thread's pool of warm
@@ -121,12 +123,15 @@ impl ReferenceFactory {
     /// thread, as in the simulation; see `warm.rs` for why an emptied database is as good as
     /// a new one. Drop the factory after its executors: a database one of them still holds
     /// is closed rather than reused.
-    pub fn recycled(config: ReferenceConfig, strategies: Strategies) -> Result<Self, StoreError> {
+    pub fn recycled(
+        config: ReferenceConfig,
+        strategies: impl Fn(&WorkerEnv) -> Strategies + Send + Sync + 'static,
+    ) -> Result<Self, StoreError> {
         let warm = WarmDatabase::take()?;
         Ok(Self {
             location: warm.location,
             config,
-            strategies,
+            strategies: Arc::new(strategies),
             keeper: Mutex::new(Some(warm.keeper)),
             idle: Some(warm.idle),
         })
@@ -159,11 +164,12 @@ impl ExecutorFactory for ReferenceFactory {
         // broken environment, not an outcome.
         let store = store
             .unwrap_or_else(|error| panic!("worker {} cannot reach the claim store: {error}", env.worker_id));
+        let strategies = (self.strategies)(&env);
         let machine = Rc::new_cyclic(|this| Machine {
             env,
             store,
             config: self.config.clone(),
-            strategies: self.strategies,
+            strategies,
             this: this.clone(),
             reconciling: Cell::new(false),
         });
@@ -400,11 +406,7 @@ impl Machine {
     }
 
     async fn send(&self, request: wire::HttpRequest) -> Sent {
-        match tokio::time::timeout(self.config.downstream_timeout, self.env.downstream.send(request)).await {
-            Ok(Ok(response)) => Sent::Response(response),
-            Ok(Err(error)) => Sent::Transport(error.to_string()),
-            Err(_elapsed) => Sent::TimedOut,
-        }
+        crate::downstream::send(&self.env, request, self.config.downstream_timeout).await
     }
 
     async fn load(&self, tenant: &str, operation_key: &str) -> Result<Option<OperationRecord>, StoreError> {

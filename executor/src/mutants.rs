@@ -23,7 +23,11 @@
 //! # Ok::<(), executor::StoreError>(())
 //! ```
 
-use protocol::{ContractError, ExecutorFactory, Fingerprint, LocalBoxFuture, ToolCall, ToolContract};
+use std::rc::Rc;
+
+use protocol::{
+    ContractError, ExecutorFactory, Fingerprint, LocalBoxFuture, ToolCall, ToolContract, WorkerEnv,
+};
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
@@ -49,9 +53,9 @@ pub struct Mutant {
     pub defect: &'static str,
     /// The scenarios MATRIX.md says must catch it (at least).
     pub caught_by: &'static [&'static str],
-    /// The decisions its executors make. For `in_memory_claims` these are the reference's:
-    /// its defect is where the claims live, not a decision.
-    pub strategies: Strategies,
+    /// Makes the decisions its executors make. For `in_memory_claims` these are the
+    /// reference's: its defect is where the claims live, not a decision.
+    pub strategies: fn() -> Strategies,
     /// Makes its factory for one run.
     pub factory: MutantFactoryFn,
 }
@@ -64,7 +68,7 @@ pub fn all() -> Vec<Mutant> {
             name: "args_hash_as_key",
             defect: "the operation key is a hash of the arguments, so a deliberate second action is a duplicate",
             caught_by: &["S07"],
-            strategies: ARGS_HASH_AS_KEY,
+            strategies: args_hash_as_key_strategies,
             factory: || boxed(args_hash_as_key()),
         },
         Mutant {
@@ -72,7 +76,7 @@ pub fn all() -> Vec<Mutant> {
             name: "in_memory_claims",
             defect: "claims live in the worker's private memory: a crash empties them, other workers never see them",
             caught_by: &["S03", "S04", "S05"],
-            strategies: Strategies::reference(),
+            strategies: Strategies::reference,
             factory: || boxed(in_memory_claims()),
         },
         Mutant {
@@ -80,7 +84,7 @@ pub fn all() -> Vec<Mutant> {
             name: "read_then_insert",
             defect: "the claim is a read followed by a separate insert whose answer is not checked",
             caught_by: &["S05"],
-            strategies: READ_THEN_INSERT,
+            strategies: read_then_insert_strategies,
             factory: || boxed(read_then_insert()),
         },
         Mutant {
@@ -88,7 +92,7 @@ pub fn all() -> Vec<Mutant> {
             name: "no_fingerprint",
             defect: "the key is trusted without comparing the request: a changed request replays the old result",
             caught_by: &["S06"],
-            strategies: NO_FINGERPRINT,
+            strategies: no_fingerprint_strategies,
             factory: || boxed(no_fingerprint()),
         },
         Mutant {
@@ -96,7 +100,7 @@ pub fn all() -> Vec<Mutant> {
             name: "blind_retry",
             defect: "resends the downstream call after a timeout or other ambiguous answer, without a downstream key",
             caught_by: &["S02"],
-            strategies: BLIND_RETRY,
+            strategies: blind_retry_strategies,
             factory: || boxed(blind_retry()),
         },
         Mutant {
@@ -104,7 +108,7 @@ pub fn all() -> Vec<Mutant> {
             name: "timeout_is_success",
             defect: "reports applied after a timeout or other ambiguous answer, without a receipt",
             caught_by: &["S02", "S12"],
-            strategies: TIMEOUT_IS_SUCCESS,
+            strategies: timeout_is_success_strategies,
             factory: || boxed(timeout_is_success()),
         },
         Mutant {
@@ -112,7 +116,7 @@ pub fn all() -> Vec<Mutant> {
             name: "no_auth_recheck",
             defect: "trusts the first authorization decision: an existing key skips authorization",
             caught_by: &["S08"],
-            strategies: NO_AUTH_RECHECK,
+            strategies: no_auth_recheck_strategies,
             factory: || boxed(no_auth_recheck()),
         },
         Mutant {
@@ -120,7 +124,7 @@ pub fn all() -> Vec<Mutant> {
             name: "short_ttl_delete",
             defect: "deletes records when their retention runs out and treats a late duplicate as new",
             caught_by: &["S09"],
-            strategies: SHORT_TTL_DELETE,
+            strategies: short_ttl_delete_strategies,
             factory: || boxed(short_ttl_delete()),
         },
         Mutant {
@@ -128,7 +132,7 @@ pub fn all() -> Vec<Mutant> {
             name: "pending_means_nothing",
             defect: "after a lease expires, re-executes without asking the downstream for a receipt",
             caught_by: &["S04", "S19"],
-            strategies: PENDING_MEANS_NOTHING,
+            strategies: pending_means_nothing_strategies,
             factory: || boxed(pending_means_nothing()),
         },
         Mutant {
@@ -136,7 +140,7 @@ pub fn all() -> Vec<Mutant> {
             name: "call_id_as_key",
             defect: "uses the model's tool-call id as the operation key",
             caught_by: &["S02", "S03"],
-            strategies: CALL_ID_AS_KEY,
+            strategies: call_id_as_key_strategies,
             factory: || boxed(call_id_as_key()),
         },
         Mutant {
@@ -144,7 +148,7 @@ pub fn all() -> Vec<Mutant> {
             name: "boolean_success",
             defect: "stores only that the call succeeded, not the effect reference or result",
             caught_by: &["S01"],
-            strategies: BOOLEAN_SUCCESS,
+            strategies: boolean_success_strategies,
             factory: || boxed(boolean_success()),
         },
         Mutant {
@@ -152,7 +156,7 @@ pub fn all() -> Vec<Mutant> {
             name: "resubmit_job",
             defect: "resubmits a delayed job that is still running when the call is retried",
             caught_by: &["S10"],
-            strategies: RESUBMIT_JOB,
+            strategies: resubmit_job_strategies,
             factory: || boxed(resubmit_job()),
         },
         Mutant {
@@ -160,7 +164,7 @@ pub fn all() -> Vec<Mutant> {
             name: "raw_json_fingerprint",
             defect: "fingerprints the raw JSON text, so key order, whitespace and ignored fields count",
             caught_by: &["S14"],
-            strategies: RAW_JSON_FINGERPRINT,
+            strategies: raw_json_fingerprint_strategies,
             factory: || boxed(raw_json_fingerprint()),
         },
         Mutant {
@@ -168,7 +172,7 @@ pub fn all() -> Vec<Mutant> {
             name: "newest_payload_wins",
             defect: "on a fingerprint mismatch, replaces the stored operation and applies the newer payload",
             caught_by: &["S06"],
-            strategies: NEWEST_PAYLOAD_WINS,
+            strategies: newest_payload_wins_strategies,
             factory: || boxed(newest_payload_wins()),
         },
         Mutant {
@@ -176,7 +180,7 @@ pub fn all() -> Vec<Mutant> {
             name: "no_tenant_scope",
             defect: "keys and stores every operation under one tenant: the same key string under two tenants collides",
             caught_by: &["S13"],
-            strategies: NO_TENANT_SCOPE,
+            strategies: no_tenant_scope_strategies,
             factory: || boxed(no_tenant_scope()),
         },
         Mutant {
@@ -184,7 +188,7 @@ pub fn all() -> Vec<Mutant> {
             name: "stale_overwrite",
             defect: "sends absolute updates without their version precondition (no If-Match)",
             caught_by: &["S18"],
-            strategies: STALE_OVERWRITE,
+            strategies: stale_overwrite_strategies,
             factory: || boxed(stale_overwrite()),
         },
         Mutant {
@@ -192,7 +196,7 @@ pub fn all() -> Vec<Mutant> {
             name: "webhook_no_dedupe",
             defect: "processes every webhook delivery: no event-id check, and every delivery settles the job and sends the notice",
             caught_by: &["S17"],
-            strategies: WEBHOOK_NO_DEDUPE,
+            strategies: webhook_no_dedupe_strategies,
             factory: || boxed(webhook_no_dedupe()),
         },
         Mutant {
@@ -200,7 +204,7 @@ pub fn all() -> Vec<Mutant> {
             name: "consumer_no_claim",
             defect: "the queue consumer acts on every delivery before it claims the operation",
             caught_by: &["S16"],
-            strategies: CONSUMER_NO_CLAIM,
+            strategies: consumer_no_claim_strategies,
             factory: || boxed(consumer_no_claim()),
         },
         Mutant {
@@ -208,7 +212,7 @@ pub fn all() -> Vec<Mutant> {
             name: "optional_fields_unfingerprinted",
             defect: "leaves the fields that have a default out of the fingerprint: a changed currency or queue borrows the old key",
             caught_by: &["S20"],
-            strategies: OPTIONAL_FIELDS_UNFINGERPRINTED,
+            strategies: optional_fields_unfingerprinted_strategies,
             factory: || boxed(optional_fields_unfingerprinted()),
         },
         Mutant {
@@ -216,7 +220,7 @@ pub fn all() -> Vec<Mutant> {
             name: "replay_before_auth",
             defect: "serves a stored result before it asks the authorizer: a revoked actor still gets its replays",
             caught_by: &["S21"],
-            strategies: REPLAY_BEFORE_AUTH,
+            strategies: replay_before_auth_strategies,
             factory: || boxed(replay_before_auth()),
         },
         Mutant {
@@ -224,7 +228,7 @@ pub fn all() -> Vec<Mutant> {
             name: "fresh_key_resend",
             defect: "when recovery resends a request, it sends it under a new downstream key",
             caught_by: &["S22"],
-            strategies: FRESH_KEY_RESEND,
+            strategies: fresh_key_resend_strategies,
             factory: || boxed(fresh_key_resend()),
         },
         Mutant {
@@ -232,7 +236,7 @@ pub fn all() -> Vec<Mutant> {
             name: "impatient_job_poll",
             defect: "gives up on a delayed job that is still running after a few seconds and fails the operation",
             caught_by: &["S23"],
-            strategies: IMPATIENT_JOB_POLL,
+            strategies: impatient_job_poll_strategies,
             factory: || boxed(impatient_job_poll()),
         },
         Mutant {
@@ -241,7 +245,7 @@ pub fn all() -> Vec<Mutant> {
             defect: "recovery looks for a receipt but never resends, not even under a key the downstream honours: \
                      what was never sent stays unknown for good",
             caught_by: &["S04", "S12"],
-            strategies: RECOVERY_NEVER_RESENDS,
+            strategies: recovery_never_resends_strategies,
             factory: || boxed(recovery_never_resends()),
         },
         Mutant {
@@ -249,7 +253,7 @@ pub fn all() -> Vec<Mutant> {
             name: "refusal_reason_forgotten",
             defect: "stores a permanent refusal without its reason: a retry or poll replays it as a generic downstream refusal",
             caught_by: &["S18"],
-            strategies: REFUSAL_REASON_FORGOTTEN,
+            strategies: refusal_reason_forgotten_strategies,
             factory: || boxed(refusal_reason_forgotten()),
         },
         Mutant {
@@ -257,7 +261,7 @@ pub fn all() -> Vec<Mutant> {
             name: "result_not_kept",
             defect: "keeps the effect reference but not the business result: a replay answers with an empty result",
             caught_by: &["S03"],
-            strategies: RESULT_NOT_KEPT,
+            strategies: result_not_kept_strategies,
             factory: || boxed(result_not_kept()),
         },
         Mutant {
@@ -266,7 +270,7 @@ pub fn all() -> Vec<Mutant> {
             defect: "sends a job's completion notice from the settlement that found the job settled already, \
                      not from the one that settled it: a job settled once is never announced",
             caught_by: &["S10"],
-            strategies: NOTICE_FROM_THE_LOSER,
+            strategies: notice_from_the_loser_strategies,
             factory: || boxed(notice_from_the_loser()),
         },
         Mutant {
@@ -275,7 +279,7 @@ pub fn all() -> Vec<Mutant> {
             defect: "where a contract lets a newer tool version replay an older record, replays it for any request \
                      under the key, a changed amount included",
             caught_by: &["S24"],
-            strategies: VERSION_REPLAY_ANY_REQUEST,
+            strategies: version_replay_any_request_strategies,
             factory: || boxed(version_replay_any_request()),
         },
         Mutant {
@@ -283,7 +287,7 @@ pub fn all() -> Vec<Mutant> {
             name: "unknown_kept_quiet",
             defect: "leaves an operation it has no way to settle unknown in its own table, and tells no one",
             caught_by: &["S25"],
-            strategies: UNKNOWN_KEPT_QUIET,
+            strategies: unknown_kept_quiet_strategies,
             factory: || boxed(unknown_kept_quiet()),
         },
         Mutant {
@@ -292,7 +296,7 @@ pub fn all() -> Vec<Mutant> {
             defect: "sends a settled job's completion notice without recording it as owed: a crash between the \
                      settlement and the notice loses the notice for good",
             caught_by: &["S26"],
-            strategies: NOTICE_NOT_OWED,
+            strategies: notice_not_owed_strategies,
             factory: || boxed(notice_not_owed()),
         },
         Mutant {
@@ -301,7 +305,7 @@ pub fn all() -> Vec<Mutant> {
             defect: "drops a receipt that reaches a worker after its claim was taken over and the record left \
                      unknown: the only evidence, where the downstream offers no lookup and no honoured key",
             caught_by: &["S27"],
-            strategies: LATE_RECEIPT_DROPPED,
+            strategies: late_receipt_dropped_strategies,
             factory: || boxed(late_receipt_dropped()),
         },
         Mutant {
@@ -310,7 +314,7 @@ pub fn all() -> Vec<Mutant> {
             defect: "answers a status poll of a claim whose owner's lease ran out in_flight, as if the owner were \
                      still at work: the agent waits for a worker that is gone",
             caught_by: &["S28"],
-            strategies: ABANDONED_CLAIM_IN_FLIGHT,
+            strategies: abandoned_claim_in_flight_strategies,
             factory: || boxed(abandoned_claim_in_flight()),
         },
         Mutant {
@@ -319,7 +323,7 @@ pub fn all() -> Vec<Mutant> {
             defect: "keeps a completion notice the message service did not confirm in its own table: nobody \
                      sends it, nobody is told",
             caught_by: &["S29"],
-            strategies: UNCONFIRMED_NOTICE_FORGOTTEN,
+            strategies: unconfirmed_notice_forgotten_strategies,
             factory: || boxed(unconfirmed_notice_forgotten()),
         },
         Mutant {
@@ -328,7 +332,7 @@ pub fn all() -> Vec<Mutant> {
             defect: "when every one of its own reconciliation tries failed, leaves the operation unknown in its \
                      own table and tells no one",
             caught_by: &["S30"],
-            strategies: RECONCILE_GIVES_UP_QUIETLY,
+            strategies: reconcile_gives_up_quietly_strategies,
             factory: || boxed(reconcile_gives_up_quietly()),
         },
         Mutant {
@@ -337,7 +341,7 @@ pub fn all() -> Vec<Mutant> {
             defect: "takes a queued operation that no consumer has picked up yet for an abandoned claim: a retry or \
                      a reconcile takes it over, and where it cannot resend, it is never sent",
             caught_by: &["S31"],
-            strategies: QUEUED_TAKEN_OVER,
+            strategies: queued_taken_over_strategies,
             factory: || boxed(queued_taken_over()),
         },
     ]
@@ -356,13 +360,16 @@ fn boxed(
 
 /// A factory over an empty shared-memory store from the thread's warm pool, like the
 /// reference's in the harness ([`ReferenceFactory::recycled`]).
-fn on_shared_store(strategies: Strategies) -> Result<ReferenceFactory, StoreError> {
-    ReferenceFactory::recycled(ReferenceConfig::default(), strategies)
+fn on_shared_store(strategies: fn() -> Strategies) -> Result<ReferenceFactory, StoreError> {
+    ReferenceFactory::recycled(ReferenceConfig::default(), move |_: &WorkerEnv| strategies())
 }
 
 // ------------------------------------------------------------------ the mutants
 
-const ARGS_HASH_AS_KEY: Strategies = Strategies { operation_key: args_hash_key, ..Strategies::reference() };
+/// The decisions of the mutant below: the reference's, but operation_key.
+fn args_hash_as_key_strategies() -> Strategies {
+    Strategies { operation_key: Rc::new(args_hash_key), ..Strategies::reference() }
+}
 
 /// M01 args_hash_as_key — MATRIX.md: "the key is a hash of the arguments"; must be caught by
 /// S07.
@@ -374,7 +381,7 @@ const ARGS_HASH_AS_KEY: Strategies = Strategies { operation_key: args_hash_key, 
 /// workflow context, and survives every retry and every new tool-call id. But a user who
 /// deliberately asks for a second identical ticket (a new step) gets the first one replayed.
 pub fn args_hash_as_key() -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(ARGS_HASH_AS_KEY)
+    on_shared_store(args_hash_as_key_strategies)
 }
 
 /// M02 in_memory_claims — MATRIX.md: "claims live in process memory"; must be caught by S03,
@@ -391,11 +398,14 @@ pub fn in_memory_claims() -> Result<ReferenceFactory, StoreError> {
     ReferenceFactory::with_strategies(
         StoreLocation::PrivateMemory,
         ReferenceConfig::default(),
-        Strategies::reference(),
+        |_: &WorkerEnv| Strategies::reference(),
     )
 }
 
-const READ_THEN_INSERT: Strategies = Strategies { claim: read_then_insert_claim, ..Strategies::reference() };
+/// The decisions of the mutant below: the reference's, but claim.
+fn read_then_insert_strategies() -> Strategies {
+    Strategies { claim: Rc::new(read_then_insert_claim), ..Strategies::reference() }
+}
 
 /// M03 read_then_insert — MATRIX.md: "claim is a read followed by a separate insert"; must be
 /// caught by S05.
@@ -407,11 +417,13 @@ const READ_THEN_INSERT: Strategies = Strategies { claim: read_then_insert_claim,
 /// make easy. But the two statements are two store calls: another worker can read "nothing"
 /// in between, and both go on to carry the effect out.
 pub fn read_then_insert() -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(READ_THEN_INSERT)
+    on_shared_store(read_then_insert_strategies)
 }
 
-const NO_FINGERPRINT: Strategies =
-    Strategies { fingerprint: arguments_blind_fingerprint, ..Strategies::reference() };
+/// The decisions of the mutant below: the reference's, but fingerprint.
+fn no_fingerprint_strategies() -> Strategies {
+    Strategies { fingerprint: Rc::new(arguments_blind_fingerprint), ..Strategies::reference() }
+}
 
 /// M04 no_fingerprint — MATRIX.md: "the key is trusted without comparing the request"; must
 /// be caught by S06.
@@ -424,14 +436,17 @@ const NO_FINGERPRINT: Strategies =
 /// redundant. But a changed amount under the same key is then answered with the old
 /// charge's replay, and the caller believes the new amount was charged.
 pub fn no_fingerprint() -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(NO_FINGERPRINT)
+    on_shared_store(no_fingerprint_strategies)
 }
 
-const BLIND_RETRY: Strategies = Strategies {
-    ambiguity: resend_when_ambiguous,
-    downstream_key: no_downstream_key,
-    ..Strategies::reference()
-};
+/// The decisions of the mutant below: the reference's, but ambiguity, downstream_key.
+fn blind_retry_strategies() -> Strategies {
+    Strategies {
+        ambiguity: Rc::new(resend_when_ambiguous),
+        downstream_key: Rc::new(no_downstream_key),
+        ..Strategies::reference()
+    }
+}
 
 /// M05 blind_retry — MATRIX.md: "retries the downstream call after a timeout, without a
 /// downstream key"; must be caught by S02.
@@ -446,11 +461,13 @@ const BLIND_RETRY: Strategies = Strategies {
 /// request without an `Idempotency-Key` is what a tool call becomes when nobody thought of
 /// one. But the first request may have committed before its answer was lost.
 pub fn blind_retry() -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(BLIND_RETRY)
+    on_shared_store(blind_retry_strategies)
 }
 
-const TIMEOUT_IS_SUCCESS: Strategies =
-    Strategies { ambiguity: ambiguous_is_applied, ..Strategies::reference() };
+/// The decisions of the mutant below: the reference's, but ambiguity.
+fn timeout_is_success_strategies() -> Strategies {
+    Strategies { ambiguity: Rc::new(ambiguous_is_applied), ..Strategies::reference() }
+}
 
 /// M06 timeout_is_success — MATRIX.md: "reports `applied` after a timeout"; must be caught by
 /// S02 and S12.
@@ -463,11 +480,13 @@ const TIMEOUT_IS_SUCCESS: Strategies =
 /// is easy to read as success. But a request swallowed before it committed is then reported
 /// done, and even a committed one is reported without any receipt.
 pub fn timeout_is_success() -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(TIMEOUT_IS_SUCCESS)
+    on_shared_store(timeout_is_success_strategies)
 }
 
-const NO_AUTH_RECHECK: Strategies =
-    Strategies { authorize_at: authorize_new_keys_only, ..Strategies::reference() };
+/// The decisions of the mutant below: the reference's, but authorize_at.
+fn no_auth_recheck_strategies() -> Strategies {
+    Strategies { authorize_at: Rc::new(authorize_new_keys_only), ..Strategies::reference() }
+}
 
 /// M07 no_auth_recheck — MATRIX.md: "trusts the first authorization decision"; must be
 /// caught by S08.
@@ -479,11 +498,13 @@ const NO_AUTH_RECHECK: Strategies =
 /// saves a round trip on every retry. But a permission revoked between the first attempt
 /// and the retry is then never seen: the existing key is a bypass.
 pub fn no_auth_recheck() -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(NO_AUTH_RECHECK)
+    on_shared_store(no_auth_recheck_strategies)
 }
 
-const SHORT_TTL_DELETE: Strategies =
-    Strategies { retention: forget_after_retention, ..Strategies::reference() };
+/// The decisions of the mutant below: the reference's, but retention.
+fn short_ttl_delete_strategies() -> Strategies {
+    Strategies { retention: Rc::new(forget_after_retention), ..Strategies::reference() }
+}
 
 /// M08 short_ttl_delete — MATRIX.md: "deletes records on a short timer and treats a late
 /// duplicate as new"; must be caught by S09.
@@ -497,11 +518,13 @@ const SHORT_TTL_DELETE: Strategies =
 /// small. But a duplicate that arrives late (a resumed workflow, a redelivered message) then
 /// becomes a new effect.
 pub fn short_ttl_delete() -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(SHORT_TTL_DELETE)
+    on_shared_store(short_ttl_delete_strategies)
 }
 
-const PENDING_MEANS_NOTHING: Strategies =
-    Strategies { recovery: re_execute_without_lookup, ..Strategies::reference() };
+/// The decisions of the mutant below: the reference's, but recovery.
+fn pending_means_nothing_strategies() -> Strategies {
+    Strategies { recovery: Rc::new(re_execute_without_lookup), ..Strategies::reference() }
+}
 
 /// M09 pending_means_nothing — MATRIX.md: "after a lease expires, re-executes without asking
 /// the downstream"; must be caught by S04 and S19.
@@ -513,10 +536,13 @@ const PENDING_MEANS_NOTHING: Strategies =
 /// optimistic reading of a `pending` record. But the owner may have died (or be slow) after
 /// the downstream committed, and a downstream that ignores keys acts again.
 pub fn pending_means_nothing() -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(PENDING_MEANS_NOTHING)
+    on_shared_store(pending_means_nothing_strategies)
 }
 
-const CALL_ID_AS_KEY: Strategies = Strategies { operation_key: call_id_key, ..Strategies::reference() };
+/// The decisions of the mutant below: the reference's, but operation_key.
+fn call_id_as_key_strategies() -> Strategies {
+    Strategies { operation_key: Rc::new(call_id_key), ..Strategies::reference() }
+}
 
 /// M10 call_id_as_key — MATRIX.md: "uses the model's tool-call id as the key"; must be caught
 /// by S02 and S03.
@@ -529,10 +555,13 @@ const CALL_ID_AS_KEY: Strategies = Strategies { operation_key: call_id_key, ..St
 /// what a key is supposed to be. But the model mints a new one on every turn, so a retry of
 /// the same step is a new operation and the downstream's dedupe never sees the old key.
 pub fn call_id_as_key() -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(CALL_ID_AS_KEY)
+    on_shared_store(call_id_as_key_strategies)
 }
 
-const BOOLEAN_SUCCESS: Strategies = Strategies { completion: success_flag_only, ..Strategies::reference() };
+/// The decisions of the mutant below: the reference's, but completion.
+fn boolean_success_strategies() -> Strategies {
+    Strategies { completion: Rc::new(success_flag_only), ..Strategies::reference() }
+}
 
 /// M11 boolean_success — MATRIX.md: "stores only "succeeded", not the effect reference"; must
 /// be caught by S01 (O8/O2).
@@ -544,10 +573,13 @@ const BOOLEAN_SUCCESS: Strategies = Strategies { completion: success_flag_only, 
 /// answers it. But a replay must hand the agent the original effect (which ticket, which
 /// charge), and a flag cannot.
 pub fn boolean_success() -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(BOOLEAN_SUCCESS)
+    on_shared_store(boolean_success_strategies)
 }
 
-const RESUBMIT_JOB: Strategies = Strategies { job_retry: resubmit_running_job, ..Strategies::reference() };
+/// The decisions of the mutant below: the reference's, but job_retry.
+fn resubmit_job_strategies() -> Strategies {
+    Strategies { job_retry: Rc::new(resubmit_running_job), ..Strategies::reference() }
+}
 
 /// M12 resubmit_job — MATRIX.md: "resubmits a slow delayed job on retry"; must be caught by
 /// S10.
@@ -558,11 +590,13 @@ const RESUBMIT_JOB: Strategies = Strategies { job_retry: resubmit_running_job, .
 /// Plausible because a job that has not finished looks stuck, and submitting again is the
 /// obvious way to unstick it. But the first job is running, so the downstream now runs two.
 pub fn resubmit_job() -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(RESUBMIT_JOB)
+    on_shared_store(resubmit_job_strategies)
 }
 
-const RAW_JSON_FINGERPRINT: Strategies =
-    Strategies { fingerprint: raw_text_fingerprint, ..Strategies::reference() };
+/// The decisions of the mutant below: the reference's, but fingerprint.
+fn raw_json_fingerprint_strategies() -> Strategies {
+    Strategies { fingerprint: Rc::new(raw_text_fingerprint), ..Strategies::reference() }
+}
 
 /// M13 raw_json_fingerprint — MATRIX.md: "hashes the raw JSON text"; must be caught by S14.
 ///
@@ -574,11 +608,13 @@ const RAW_JSON_FINGERPRINT: Strategies =
 /// with its keys reordered, other whitespace, an omitted default or a new trace id is then
 /// "a different request", and an honest retry is rejected.
 pub fn raw_json_fingerprint() -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(RAW_JSON_FINGERPRINT)
+    on_shared_store(raw_json_fingerprint_strategies)
 }
 
-const NEWEST_PAYLOAD_WINS: Strategies =
-    Strategies { mismatch: apply_newest_payload, ..Strategies::reference() };
+/// The decisions of the mutant below: the reference's, but mismatch.
+fn newest_payload_wins_strategies() -> Strategies {
+    Strategies { mismatch: Rc::new(apply_newest_payload), ..Strategies::reference() }
+}
 
 /// M14 newest_payload_wins — MATRIX.md: "on mismatch, applies the newer payload"; must be
 /// caught by S06.
@@ -590,10 +626,13 @@ const NEWEST_PAYLOAD_WINS: Strategies =
 /// model did change its mind. But the original effect already happened: the key now stands
 /// for two effects.
 pub fn newest_payload_wins() -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(NEWEST_PAYLOAD_WINS)
+    on_shared_store(newest_payload_wins_strategies)
 }
 
-const NO_TENANT_SCOPE: Strategies = Strategies { tenant_scope: one_tenant_scope, ..Strategies::reference() };
+/// The decisions of the mutant below: the reference's, but tenant_scope.
+fn no_tenant_scope_strategies() -> Strategies {
+    Strategies { tenant_scope: Rc::new(one_tenant_scope), ..Strategies::reference() }
+}
 
 /// M15 no_tenant_scope — MATRIX.md: "the key is not scoped by tenant"; must be caught by S13.
 ///
@@ -606,11 +645,13 @@ const NO_TENANT_SCOPE: Strategies = Strategies { tenant_scope: one_tenant_scope,
 /// finds the first one's operation (its request differs only by tenant, so it is refused as
 /// a changed request, and a poll replays the other tenant's effect reference).
 pub fn no_tenant_scope() -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(NO_TENANT_SCOPE)
+    on_shared_store(no_tenant_scope_strategies)
 }
 
-const STALE_OVERWRITE: Strategies =
-    Strategies { version_precondition: no_version_precondition, ..Strategies::reference() };
+/// The decisions of the mutant below: the reference's, but version_precondition.
+fn stale_overwrite_strategies() -> Strategies {
+    Strategies { version_precondition: Rc::new(no_version_precondition), ..Strategies::reference() }
+}
 
 /// M16 stale_overwrite — MATRIX.md: "absolute update without a version precondition"; must be
 /// caught by S18.
@@ -622,11 +663,13 @@ const STALE_OVERWRITE: Strategies =
 /// changes nothing), so the duplicate looks harmless without any check. But an update based
 /// on an old read then overwrites a newer human change.
 pub fn stale_overwrite() -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(STALE_OVERWRITE)
+    on_shared_store(stale_overwrite_strategies)
 }
 
-const WEBHOOK_NO_DEDUPE: Strategies =
-    Strategies { job_settlement: settle_every_delivery, ..Strategies::reference() };
+/// The decisions of the mutant below: the reference's, but job_settlement.
+fn webhook_no_dedupe_strategies() -> Strategies {
+    Strategies { job_settlement: Rc::new(settle_every_delivery), ..Strategies::reference() }
+}
 
 /// M17 webhook_no_dedupe — MATRIX.md: "processes every webhook delivery"; must be caught by
 /// S17.
@@ -640,11 +683,13 @@ const WEBHOOK_NO_DEDUPE: Strategies =
 /// operations) are not, and providers deliver webhooks at least once, sometimes under new
 /// event ids.
 pub fn webhook_no_dedupe() -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(WEBHOOK_NO_DEDUPE)
+    on_shared_store(webhook_no_dedupe_strategies)
 }
 
-const CONSUMER_NO_CLAIM: Strategies =
-    Strategies { consumer_claim: act_before_claiming, ..Strategies::reference() };
+/// The decisions of the mutant below: the reference's, but consumer_claim.
+fn consumer_no_claim_strategies() -> Strategies {
+    Strategies { consumer_claim: Rc::new(act_before_claiming), ..Strategies::reference() }
+}
 
 /// M18 consumer_no_claim — MATRIX.md: "the queue consumer acts without claiming the
 /// operation"; must be caught by S16.
@@ -656,11 +701,13 @@ const CONSUMER_NO_CLAIM: Strategies =
 /// envelope, so the consumer seems to hold it by construction. But queues deliver at least
 /// once: every redelivery sends the message again.
 pub fn consumer_no_claim() -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(CONSUMER_NO_CLAIM)
+    on_shared_store(consumer_no_claim_strategies)
 }
 
-const OPTIONAL_FIELDS_UNFINGERPRINTED: Strategies =
-    Strategies { fingerprint: required_fields_fingerprint, ..Strategies::reference() };
+/// The decisions of the mutant below: the reference's, but fingerprint.
+fn optional_fields_unfingerprinted_strategies() -> Strategies {
+    Strategies { fingerprint: Rc::new(required_fields_fingerprint), ..Strategies::reference() }
+}
 
 /// M19 optional_fields_unfingerprinted — the project's own (a changed request that differs in
 /// one material field only); caught by S20.
@@ -673,11 +720,13 @@ const OPTIONAL_FIELDS_UNFINGERPRINTED: Strategies =
 /// only the currency (or the queue) is then a replay of the old charge (or ticket), and the
 /// caller believes the new one was made.
 pub fn optional_fields_unfingerprinted() -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(OPTIONAL_FIELDS_UNFINGERPRINTED)
+    on_shared_store(optional_fields_unfingerprinted_strategies)
 }
 
-const REPLAY_BEFORE_AUTH: Strategies =
-    Strategies { authorize_at: authorize_effects_and_recovery_only, ..Strategies::reference() };
+/// The decisions of the mutant below: the reference's, but authorize_at.
+fn replay_before_auth_strategies() -> Strategies {
+    Strategies { authorize_at: Rc::new(authorize_effects_and_recovery_only), ..Strategies::reference() }
+}
 
 /// M20 replay_before_auth — the project's own (revocation after an operation was applied);
 /// caught by S21.
@@ -691,11 +740,13 @@ const REPLAY_BEFORE_AUTH: Strategies =
 /// stored result first looks free. But a replay hands the caller the effect and its result,
 /// and a permission revoked after the effect is then no obstacle.
 pub fn replay_before_auth() -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(REPLAY_BEFORE_AUTH)
+    on_shared_store(replay_before_auth_strategies)
 }
 
-const FRESH_KEY_RESEND: Strategies =
-    Strategies { recovery: resend_under_fresh_key, ..Strategies::reference() };
+/// The decisions of the mutant below: the reference's, but recovery.
+fn fresh_key_resend_strategies() -> Strategies {
+    Strategies { recovery: Rc::new(resend_under_fresh_key), ..Strategies::reference() }
+}
 
 /// M21 fresh_key_resend — the project's own (a lost answer where keys are honoured and there is
 /// no receipt lookup); caught by S22.
@@ -708,11 +759,13 @@ const FRESH_KEY_RESEND: Strategies =
 /// effect before it resends, and the defect hides; without one, the downstream sees a new
 /// key and acts again.
 pub fn fresh_key_resend() -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(FRESH_KEY_RESEND)
+    on_shared_store(fresh_key_resend_strategies)
 }
 
-const IMPATIENT_JOB_POLL: Strategies =
-    Strategies { job_patience: give_up_after_three_seconds, ..Strategies::reference() };
+/// The decisions of the mutant below: the reference's, but job_patience.
+fn impatient_job_poll_strategies() -> Strategies {
+    Strategies { job_patience: Rc::new(give_up_after_three_seconds), ..Strategies::reference() }
+}
 
 /// M22 impatient_job_poll — the project's own (a delayed job polled many times while still
 /// running); caught by S23.
@@ -724,10 +777,13 @@ const IMPATIENT_JOB_POLL: Strategies =
 /// failed. But the downstream accepted it and finishes it later: the effect happens, and the
 /// executor has disowned it (`rejected`).
 pub fn impatient_job_poll() -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(IMPATIENT_JOB_POLL)
+    on_shared_store(impatient_job_poll_strategies)
 }
 
-const RECOVERY_NEVER_RESENDS: Strategies = Strategies { recovery: look_up_only, ..Strategies::reference() };
+/// The decisions of the mutant below: the reference's, but recovery.
+fn recovery_never_resends_strategies() -> Strategies {
+    Strategies { recovery: Rc::new(look_up_only), ..Strategies::reference() }
+}
 
 /// M23 recovery_never_resends — the project's own (recovery that must happen: issue 19's
 /// liveness oracle O13); caught by S04 and S12.
@@ -740,10 +796,13 @@ const RECOVERY_NEVER_RESENDS: Strategies = Strategies { recovery: look_up_only, 
 /// answer. But a claim abandoned before its request left is then never carried out, though
 /// nothing stood in the way: every safety oracle holds, and only liveness sees it.
 pub fn recovery_never_resends() -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(RECOVERY_NEVER_RESENDS)
+    on_shared_store(recovery_never_resends_strategies)
 }
 
-const REFUSAL_REASON_FORGOTTEN: Strategies = Strategies { refusal: no_reason, ..Strategies::reference() };
+/// The decisions of the mutant below: the reference's, but refusal.
+fn refusal_reason_forgotten_strategies() -> Strategies {
+    Strategies { refusal: Rc::new(no_reason), ..Strategies::reference() }
+}
 
 /// M24 refusal_reason_forgotten — the project's own (a replayed rejection keeps its reason:
 /// O8); caught by S18.
@@ -755,11 +814,13 @@ const REFUSAL_REASON_FORGOTTEN: Strategies = Strategies { refusal: no_reason, ..
 /// decoration. But the agent decides from it: a precondition failure asks it to read the
 /// ticket again, a downstream refusal to give up.
 pub fn refusal_reason_forgotten() -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(REFUSAL_REASON_FORGOTTEN)
+    on_shared_store(refusal_reason_forgotten_strategies)
 }
 
-const RESULT_NOT_KEPT: Strategies =
-    Strategies { completion: reference_without_result, ..Strategies::reference() };
+/// The decisions of the mutant below: the reference's, but completion.
+fn result_not_kept_strategies() -> Strategies {
+    Strategies { completion: Rc::new(reference_without_result), ..Strategies::reference() }
+}
 
 /// M25 result_not_kept — the project's own (results compared with what the downstream
 /// committed: O8); caught by S03.
@@ -771,11 +832,13 @@ const RESULT_NOT_KEPT: Strategies =
 /// replay is the agent's only answer: after a crash between effect and record, nothing else
 /// ever told it the amount, the status or the version.
 pub fn result_not_kept() -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(RESULT_NOT_KEPT)
+    on_shared_store(result_not_kept_strategies)
 }
 
-const NOTICE_FROM_THE_LOSER: Strategies =
-    Strategies { job_settlement: announce_on_loss, ..Strategies::reference() };
+/// The decisions of the mutant below: the reference's, but job_settlement.
+fn notice_from_the_loser_strategies() -> Strategies {
+    Strategies { job_settlement: Rc::new(announce_on_loss), ..Strategies::reference() }
+}
 
 /// M26 notice_from_the_loser — the project's own (notices counted: O10); caught by S10.
 ///
@@ -787,11 +850,13 @@ const NOTICE_FROM_THE_LOSER: Strategies =
 /// notice goes out whichever sends it. But a job settled once, by a single poll, is never
 /// announced: the count of notices, not their absence of duplicates, is the contract.
 pub fn notice_from_the_loser() -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(NOTICE_FROM_THE_LOSER)
+    on_shared_store(notice_from_the_loser_strategies)
 }
 
-const VERSION_REPLAY_ANY_REQUEST: Strategies =
-    Strategies { cross_version: replay_any_request, ..Strategies::reference() };
+/// The decisions of the mutant below: the reference's, but cross_version.
+fn version_replay_any_request_strategies() -> Strategies {
+    Strategies { cross_version: Rc::new(replay_any_request), ..Strategies::reference() }
+}
 
 /// M27 version_replay_any_request — the project's own (a contract with cross-version replay
 /// on, exercised: O3); caught by S24.
@@ -805,10 +870,13 @@ const VERSION_REPLAY_ANY_REQUEST: Strategies =
 /// reads old requests the same way, not that every request under the key is the old one: a
 /// changed amount is answered with the old charge, and the agent believes it paid 70 for 50.
 pub fn version_replay_any_request() -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(VERSION_REPLAY_ANY_REQUEST)
+    on_shared_store(version_replay_any_request_strategies)
 }
 
-const UNKNOWN_KEPT_QUIET: Strategies = Strategies { file_findings: keep_findings, ..Strategies::reference() };
+/// The decisions of the mutant below: the reference's, but file_findings.
+fn unknown_kept_quiet_strategies() -> Strategies {
+    Strategies { file_findings: Rc::new(keep_findings), ..Strategies::reference() }
+}
 
 /// M28 unknown_kept_quiet — the project's own (an `unknown` is handed over to people where
 /// nothing else can settle it: O13); caught by S25.
@@ -821,11 +889,13 @@ const UNKNOWN_KEPT_QUIET: Strategies = Strategies { file_findings: keep_findings
 /// or the agent does will ever settle it: a possible double charge waits in a table nobody
 /// reads.
 pub fn unknown_kept_quiet() -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(UNKNOWN_KEPT_QUIET)
+    on_shared_store(unknown_kept_quiet_strategies)
 }
 
-const NOTICE_NOT_OWED: Strategies =
-    Strategies { job_settlement: notice_unrecorded, ..Strategies::reference() };
+/// The decisions of the mutant below: the reference's, but job_settlement.
+fn notice_not_owed_strategies() -> Strategies {
+    Strategies { job_settlement: Rc::new(notice_unrecorded), ..Strategies::reference() }
+}
 
 /// M29 notice_not_owed — the project's own (a crash between a job's settlement and its
 /// notice: O10); caught by S26.
@@ -837,11 +907,13 @@ const NOTICE_NOT_OWED: Strategies =
 /// same worker. But a crash in those milliseconds leaves the job settled, so no later
 /// delivery or poll settles it again, and nothing remembers the notice.
 pub fn notice_not_owed() -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(NOTICE_NOT_OWED)
+    on_shared_store(notice_not_owed_strategies)
 }
 
-const LATE_RECEIPT_DROPPED: Strategies =
-    Strategies { late_receipt: drop_late_receipt, ..Strategies::reference() };
+/// The decisions of the mutant below: the reference's, but late_receipt.
+fn late_receipt_dropped_strategies() -> Strategies {
+    Strategies { late_receipt: Rc::new(drop_late_receipt), ..Strategies::reference() }
+}
 
 /// M30 late_receipt_dropped — the project's own (a late answer is evidence: O13); caught by
 /// S27.
@@ -856,11 +928,13 @@ const LATE_RECEIPT_DROPPED: Strategies =
 /// answer is the only proof of the charge there will ever be: dropping it leaves a settled
 /// charge to people.
 pub fn late_receipt_dropped() -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(LATE_RECEIPT_DROPPED)
+    on_shared_store(late_receipt_dropped_strategies)
 }
 
-const ABANDONED_CLAIM_IN_FLIGHT: Strategies =
-    Strategies { owner_at_work: any_owner_at_work, ..Strategies::reference() };
+/// The decisions of the mutant below: the reference's, but owner_at_work.
+fn abandoned_claim_in_flight_strategies() -> Strategies {
+    Strategies { owner_at_work: Rc::new(any_owner_at_work), ..Strategies::reference() }
+}
 
 /// M31 abandoned_claim_in_flight — the project's own (an `in_flight` names a live owner: O6);
 /// caught by S28.
@@ -873,11 +947,13 @@ const ABANDONED_CLAIM_IN_FLIGHT: Strategies =
 /// holding the claim: the poll tells the agent to wait for a worker that will never finish,
 /// where it should be told to reconcile.
 pub fn abandoned_claim_in_flight() -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(ABANDONED_CLAIM_IN_FLIGHT)
+    on_shared_store(abandoned_claim_in_flight_strategies)
 }
 
-const UNCONFIRMED_NOTICE_FORGOTTEN: Strategies =
-    Strategies { file_findings: keep_notice_findings, ..Strategies::reference() };
+/// The decisions of the mutant below: the reference's, but file_findings.
+fn unconfirmed_notice_forgotten_strategies() -> Strategies {
+    Strategies { file_findings: Rc::new(keep_notice_findings), ..Strategies::reference() }
+}
 
 /// M32 unconfirmed_notice_forgotten — the project's own (a notice is in the ledger or handed
 /// over: O10); caught by S29.
@@ -891,11 +967,13 @@ const UNCONFIRMED_NOTICE_FORGOTTEN: Strategies =
 /// the effect: a customer who is never told their report is ready is a lost effect, and only
 /// people can settle it where the message service does not dedupe.
 pub fn unconfirmed_notice_forgotten() -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(UNCONFIRMED_NOTICE_FORGOTTEN)
+    on_shared_store(unconfirmed_notice_forgotten_strategies)
 }
 
-const RECONCILE_GIVES_UP_QUIETLY: Strategies =
-    Strategies { file_findings: keep_unreconciled_findings, ..Strategies::reference() };
+/// The decisions of the mutant below: the reference's, but file_findings.
+fn reconcile_gives_up_quietly_strategies() -> Strategies {
+    Strategies { file_findings: Rc::new(keep_unreconciled_findings), ..Strategies::reference() }
+}
 
 /// M33 reconcile_gives_up_quietly — the project's own (an `unknown` nothing will settle is
 /// handed over: O13); caught by S30.
@@ -908,10 +986,13 @@ const RECONCILE_GIVES_UP_QUIETLY: Strategies =
 /// lookup cannot prove a swallowed request will never commit and the provider ignores keys,
 /// only people can settle it, and nobody told them.
 pub fn reconcile_gives_up_quietly() -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(RECONCILE_GIVES_UP_QUIETLY)
+    on_shared_store(reconcile_gives_up_quietly_strategies)
 }
 
-const QUEUED_TAKEN_OVER: Strategies = Strategies { queued: nothing_queued, ..Strategies::reference() };
+/// The decisions of the mutant below: the reference's, but queued.
+fn queued_taken_over_strategies() -> Strategies {
+    Strategies { queued: Rc::new(nothing_queued), ..Strategies::reference() }
+}
 
 /// M34 queued_taken_over — the project's own (waiting for the queue is not abandonment);
 /// caught by S31.
@@ -924,7 +1005,7 @@ const QUEUED_TAKEN_OVER: Strategies = Strategies { queued: nothing_queued, ..Str
 /// takes the operation from the queue, and where the provider ignores keys it cannot resend,
 /// so it marks it `unknown`, and the consumer, finding it settled, never sends it.
 pub fn queued_taken_over() -> Result<ReferenceFactory, StoreError> {
-    on_shared_store(QUEUED_TAKEN_OVER)
+    on_shared_store(queued_taken_over_strategies)
 }
 
 // ------------------------------------------------------------------ the defective decisions
@@ -1288,9 +1369,9 @@ mod tests {
         let original = call("acme", "c1", r#"{"queue":"support","subject":"s","body":"b"}"#);
         let changed = call("acme", "c2", r#"{"queue":"support","subject":"s","body":"other"}"#);
         let reordered = call("acme", "c3", r#"{ "body": "b", "subject": "s" }"#);
-        let fingerprint = |function: crate::strategy::FingerprintFn, call: &ToolCall| {
-            function(&tickets, call).unwrap().to_string()
-        };
+        let fingerprint =
+            |function: fn(&ToolContract, &ToolCall) -> Result<Fingerprint, ContractError>,
+             call: &ToolCall| { function(&tickets, call).unwrap().to_string() };
         assert_ne!(
             fingerprint(reference_fingerprint, &original),
             fingerprint(reference_fingerprint, &changed)

@@ -4,6 +4,7 @@
 //! executor can replace exactly one decision with a defective version and keep everything
 //! else. [`Strategies::reference`] holds the correct ones; read them here, in one place.
 
+use std::rc::Rc;
 use std::time::Duration;
 
 use protocol::{ContractError, Fingerprint, LocalBoxFuture, ReasonCode, ToolCall, ToolContract};
@@ -153,39 +154,39 @@ pub struct JobSettlementPlan {
 }
 
 /// R: the operation key.
-pub type OperationKeyFn = fn(&KeyInput<'_>) -> String;
+pub type OperationKeyFn = Rc<dyn Fn(&KeyInput<'_>) -> String>;
 /// E: the request fingerprint (validates the arguments).
-pub type FingerprintFn = fn(&ToolContract, &ToolCall) -> Result<Fingerprint, ContractError>;
+pub type FingerprintFn = Rc<dyn Fn(&ToolContract, &ToolCall) -> Result<Fingerprint, ContractError>>;
 /// P: claim the operation or load the existing record, through the gated store.
 pub type ClaimFn =
-    for<'a> fn(GatedStore<'a>, &'a NewClaim) -> LocalBoxFuture<'a, Result<Claimed, StoreError>>;
+    Rc<dyn for<'a> Fn(GatedStore<'a>, &'a NewClaim) -> LocalBoxFuture<'a, Result<Claimed, StoreError>>>;
 /// Y: what recovery of an abandoned or unknown claim does.
-pub type RecoveryFn = fn(&ToolContract) -> RecoveryPlan;
+pub type RecoveryFn = Rc<dyn Fn(&ToolContract) -> RecoveryPlan>;
 /// A: whether to ask the authorizer at a point.
-pub type AuthorizeAtFn = fn(AuthPoint) -> bool;
+pub type AuthorizeAtFn = Rc<dyn Fn(AuthPoint) -> bool>;
 /// Retention: what to do with a record at `now_ms`.
-pub type RetentionFn = fn(&OperationRecord, u64) -> RetentionVerdict;
+pub type RetentionFn = Rc<dyn Fn(&OperationRecord, u64) -> RetentionVerdict>;
 /// The `Idempotency-Key` to send downstream for an operation key (`None`: send none).
-pub type DownstreamKeyFn = fn(&ToolContract, &str) -> Option<String>;
+pub type DownstreamKeyFn = Rc<dyn Fn(&ToolContract, &str) -> Option<String>>;
 
 /// What an ambiguous answer means, given the contract and how many requests this attempt
 /// has sent so far (1 after the first).
-pub type AmbiguityFn = fn(&ToolContract, u32) -> AmbiguityVerdict;
+pub type AmbiguityFn = Rc<dyn Fn(&ToolContract, u32) -> AmbiguityVerdict>;
 /// What is stored on completion, from the downstream's effect reference and safe result.
-pub type CompletionFn = fn(&str, &Value) -> StoredCompletion;
+pub type CompletionFn = Rc<dyn Fn(&str, &Value) -> StoredCompletion>;
 /// What a retry of an operation whose delayed job is still running does.
-pub type JobRetryFn = fn(&ToolContract) -> JobRetry;
+pub type JobRetryFn = Rc<dyn Fn(&ToolContract) -> JobRetry>;
 /// How long a delayed job may run before the executor gives up on it (`None`: it waits for
 /// the job, however long it runs).
-pub type JobPatienceFn = fn(&ToolContract) -> Option<Duration>;
+pub type JobPatienceFn = Rc<dyn Fn(&ToolContract) -> Option<Duration>>;
 /// What a fingerprint mismatch does (the contract is the incoming call's).
-pub type MismatchFn = fn(&ToolContract) -> MismatchVerdict;
+pub type MismatchFn = Rc<dyn Fn(&ToolContract) -> MismatchVerdict>;
 /// The tenant value under which the operation is keyed and stored, from the call's tenant.
-pub type TenantScopeFn = for<'a> fn(&'a str) -> &'a str;
+pub type TenantScopeFn = Rc<dyn for<'a> Fn(&'a str) -> &'a str>;
 /// Whether an absolute update sends the version it was based on (`If-Match`).
-pub type VersionPreconditionFn = fn(&ToolContract) -> bool;
+pub type VersionPreconditionFn = Rc<dyn Fn(&ToolContract) -> bool>;
 /// Which newer-version calls may replay an older version's record (given the record's contract).
-pub type CrossVersionFn = fn(&ToolContract) -> CrossVersionReplay;
+pub type CrossVersionFn = Rc<dyn Fn(&ToolContract) -> CrossVersionReplay>;
 /// What a finding the executor cannot settle on its own is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FindingAbout {
@@ -200,27 +201,60 @@ pub enum FindingAbout {
 
 /// Whether findings about `FindingAbout` are filed to the operators' queue as well as kept in
 /// the executor's own table.
-pub type FileFindingsFn = fn(FindingAbout) -> bool;
+pub type FileFindingsFn = Rc<dyn Fn(FindingAbout) -> bool>;
 /// Whether a receipt that reaches a worker after its claim was taken over and the record left
 /// `unknown` settles the record (by taking the claim over again), or is dropped.
-pub type LateReceiptFn = fn() -> bool;
+pub type LateReceiptFn = Rc<dyn Fn() -> bool>;
 /// Whether a `pending` record with an owner is described as that owner's work in progress
 /// (`in_flight`) at `now_ms`, or as abandoned (`unknown`: reconcile).
-pub type OwnerAtWorkFn = fn(&OperationRecord, u64) -> bool;
+pub type OwnerAtWorkFn = Rc<dyn Fn(&OperationRecord, u64) -> bool>;
 /// Whether a `pending` record is waiting for the queue's consumer (so that a retry, a poll or
 /// a reconcile leaves it alone), or abandoned.
-pub type QueuedFn = fn(&OperationRecord) -> bool;
+pub type QueuedFn = Rc<dyn Fn(&OperationRecord) -> bool>;
 /// How finished jobs are settled (webhook deduplication and the settling transition).
-pub type JobSettlementFn = fn() -> JobSettlementPlan;
+pub type JobSettlementFn = Rc<dyn Fn() -> JobSettlementPlan>;
 /// Whether the queue consumer claims the operation before it acts on a delivery.
-pub type ConsumerClaimFn = fn(&ToolContract) -> bool;
+pub type ConsumerClaimFn = Rc<dyn Fn(&ToolContract) -> bool>;
 /// The reason stored with a permanent refusal, which every later answer replays (`None`:
 /// none is stored).
-pub type RefusalFn = fn(ReasonCode) -> Option<ReasonCode>;
+pub type RefusalFn = Rc<dyn Fn(ReasonCode) -> Option<ReasonCode>>;
 
-/// The REPLAY decisions an executor is made of. Copy it, replace one field, and hand it to
-/// [`crate::ReferenceFactory::with_strategies`] to build a mutant.
-#[derive(Debug, Clone, Copy)]
+/// The REPLAY decisions an executor is made of, one shared function each. Start from
+/// [`Strategies::reference`], replace a field, and hand a function that makes them to
+/// [`crate::ReferenceFactory::with_strategies`] or [`crate::ReferenceFactory::recycled`]: it
+/// runs at each worker's (re)start with the worker's [`protocol::WorkerEnv`], so a decision
+/// may keep state (per worker in the closure, across workers in something the maker
+/// captures) and see the worker's clock, identity and contracts.
+///
+/// ```
+/// use std::rc::Rc;
+/// use executor::{AmbiguityVerdict, ReferenceConfig, ReferenceFactory, Strategies};
+///
+/// // The reference, but an ambiguous answer is taken as done (the zoo's M06).
+/// let factory = ReferenceFactory::recycled(ReferenceConfig::default(), |_env: &protocol::WorkerEnv| {
+///     Strategies { ambiguity: Rc::new(|_contract, _sent| AmbiguityVerdict::Applied), ..Strategies::reference() }
+/// })?;
+/// # drop(factory);
+///
+/// // A decision with state that sees its worker: each worker counts the ambiguous answers it
+/// // got, and from its third one on gives up resending at once (the reference's choice is
+/// // `Unknown` anyway; this shows the shape).
+/// let factory = ReferenceFactory::recycled(ReferenceConfig::default(), |env: &protocol::WorkerEnv| {
+///     let (seen, worker) = (std::cell::Cell::new(0u32), env.worker_id.clone());
+///     Strategies {
+///         ambiguity: Rc::new(move |contract, sent| {
+///             seen.set(seen.get() + 1);
+///             if seen.get() >= 3 {
+///                 eprintln!("{worker}: {} ambiguous answers so far", seen.get());
+///             }
+///             executor::reference_ambiguity(contract, sent)
+///         }),
+///         ..Strategies::reference()
+///     }
+/// })?;
+/// # Ok::<(), executor::StoreError>(())
+/// ```
+#[derive(Clone)]
 pub struct Strategies {
     /// R: operation key derivation.
     pub operation_key: OperationKeyFn,
@@ -270,33 +304,43 @@ pub struct Strategies {
 
 impl Strategies {
     /// The correct decisions.
-    pub const fn reference() -> Self {
+    pub fn reference() -> Self {
         Self {
-            operation_key: reference_operation_key,
-            fingerprint: reference_fingerprint,
-            claim: reference_claim,
-            recovery: reference_recovery,
-            authorize_at: reference_authorize_at,
-            retention: reference_retention,
-            downstream_key: reference_downstream_key,
-            ambiguity: reference_ambiguity,
-            completion: reference_completion,
-            job_retry: reference_job_retry,
-            job_patience: reference_job_patience,
-            mismatch: reference_mismatch,
-            cross_version: reference_cross_version,
-            tenant_scope: reference_tenant_scope,
-            version_precondition: reference_version_precondition,
-            job_settlement: reference_job_settlement,
-            consumer_claim: reference_consumer_claim,
-            refusal: reference_refusal,
-            file_findings: reference_file_findings,
-            late_receipt: reference_late_receipt,
-            owner_at_work: reference_owner_at_work,
-            queued: reference_queued,
+            operation_key: Rc::new(reference_operation_key),
+            fingerprint: Rc::new(reference_fingerprint),
+            claim: Rc::new(reference_claim),
+            recovery: Rc::new(reference_recovery),
+            authorize_at: Rc::new(reference_authorize_at),
+            retention: Rc::new(reference_retention),
+            downstream_key: Rc::new(reference_downstream_key),
+            ambiguity: Rc::new(reference_ambiguity),
+            completion: Rc::new(reference_completion),
+            job_retry: Rc::new(reference_job_retry),
+            job_patience: Rc::new(reference_job_patience),
+            mismatch: Rc::new(reference_mismatch),
+            cross_version: Rc::new(reference_cross_version),
+            tenant_scope: Rc::new(reference_tenant_scope),
+            version_precondition: Rc::new(reference_version_precondition),
+            job_settlement: Rc::new(reference_job_settlement),
+            consumer_claim: Rc::new(reference_consumer_claim),
+            refusal: Rc::new(reference_refusal),
+            file_findings: Rc::new(reference_file_findings),
+            late_receipt: Rc::new(reference_late_receipt),
+            owner_at_work: Rc::new(reference_owner_at_work),
+            queued: Rc::new(reference_queued),
         }
     }
 }
+
+impl std::fmt::Debug for Strategies {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Strategies").finish_non_exhaustive()
+    }
+}
+
+/// Makes a worker's [`Strategies`] at its (re)start, from its environment (see
+/// [`Strategies`]).
+pub type MakeStrategies = std::sync::Arc<dyn Fn(&protocol::WorkerEnv) -> Strategies + Send + Sync>;
 
 impl Default for Strategies {
     fn default() -> Self {

@@ -110,7 +110,7 @@ impl std::fmt::Debug for ExecutorSpec {
 fn reference_factory(_run_id: &str) -> Result<Rc<dyn ExecutorFactory>, String> {
     let factory = executor::ReferenceFactory::recycled(
         executor::ReferenceConfig::default(),
-        executor::Strategies::reference(),
+        |_: &protocol::WorkerEnv| executor::Strategies::reference(),
     )
     .map_err(|error| format!("the reference's claim store did not open: {error}"))?;
     Ok(Rc::new(factory))

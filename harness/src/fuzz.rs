@@ -395,12 +395,15 @@ impl Default for DownstreamSubject {
 #[derive(Debug, Clone, Copy)]
 pub struct FingerprintSubject {
     /// The fingerprint strategy (the reference's by default).
-    pub fingerprint: executor::FingerprintFn,
+    pub fingerprint: fn(
+        &protocol::ToolContract,
+        &protocol::ToolCall,
+    ) -> Result<protocol::Fingerprint, protocol::ContractError>,
 }
 
 impl Default for FingerprintSubject {
     fn default() -> Self {
-        Self { fingerprint: executor::Strategies::reference().fingerprint }
+        Self { fingerprint: executor::reference_fingerprint }
     }
 }
 

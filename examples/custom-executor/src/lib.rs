@@ -20,11 +20,14 @@
 //! directly; no queue consumer, delayed jobs or webhooks.
 #![deny(missing_docs)]
 
+pub mod variants;
+
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::time::Duration;
 
+use executor::downstream::{read_receipt, receipt_request, send, ReceiptLookup};
 use harness::prelude::{ExecutorCapabilities, ExecutorSpec};
 use protocol::{
     AuthRequest, Consumed, Envelope, Executor, ExecutorFactory, LocalBoxFuture, NextAction, OperationRef,
@@ -36,9 +39,11 @@ use wire::HttpRequest;
 /// The executors this crate adds to replaylab's command (`src/bin/custom-replaylab.rs`):
 ///
 /// - `custom`, the [`TinyFactory`] executor;
-/// - `custom-keyless`, its deliberately broken variant ([`TinyFactory::keyless`]).
+/// - `custom-keyless`, its deliberately broken variant ([`TinyFactory::keyless`]);
+/// - `reference-timeout-is-success` and `reference-short-ttl-delete`, two variants of the
+///   reference executor made of its public parts ([`variants`]).
 ///
-/// Both declare what they support: `tickets.create`, called directly, and `reconcile`; no
+/// The first two declare what they support: `tickets.create`, called directly, and `reconcile`; no
 /// queue consumer, no delayed jobs, no webhooks. Scenarios that need more are `not
 /// applicable` to them.
 pub fn executors() -> Vec<ExecutorSpec> {
@@ -56,6 +61,12 @@ pub fn executors() -> Vec<ExecutorSpec> {
         .version(env!("CARGO_PKG_VERSION"))
         .description("the example, broken on purpose: it sends no Idempotency-Key")
         .capabilities(supports),
+        variants::timeout_is_success().version(env!("CARGO_PKG_VERSION")).description(
+            "the reference, but an ambiguous answer is taken as done (the zoo's M06, on the public parts)",
+        ),
+        variants::short_ttl_delete().version(env!("CARGO_PKG_VERSION")).description(
+            "the reference, but a record past retention is deleted (the zoo's M08, on the public parts)",
+        ),
     ]
 }
 
@@ -264,7 +275,13 @@ async fn recover(
     let mut not_found = false;
     if receipts {
         match look_up_ticket(env, tenant, key).await {
-            Lookup::Found(ticket_id, result) => {
+            ReceiptLookup::Found(ticket_id, answer) => {
+                // The safe result: the fields the contract names, never the subject or body.
+                let result = serde_json::json!({
+                    "ticket_id": ticket_id,
+                    "version": answer.get("version"),
+                    "status": answer.get("status"),
+                });
                 if let Some(record) = claims.borrow_mut().get_mut(scope) {
                     record.state = State::Applied { ticket_id: ticket_id.clone(), result: result.clone() };
                     record.arguments = None;
@@ -274,8 +291,8 @@ async fn recover(
                 replayed.result = Some(result);
                 return replayed;
             }
-            Lookup::NotFound => not_found = true,
-            Lookup::Failed => {}
+            ReceiptLookup::NotFound => not_found = true,
+            ReceiptLookup::Failed(_) => {}
         }
     }
     if let (true, Some(arguments)) = (honoured, arguments) {
@@ -312,46 +329,10 @@ async fn hand_over(env: &WorkerEnv, claims: &Claims, scope: &(String, String), w
     }
 }
 
-/// What a receipt lookup found.
-enum Lookup {
-    /// The ticket made with the key: its id and safe result.
-    Found(String, serde_json::Value),
-    /// No ticket was made with the key (so far).
-    NotFound,
-    /// The lookup did not answer clearly.
-    Failed,
-}
-
-/// Asks the downstream for the ticket made with `key` (`GET /v1/receipts/{key}`).
-async fn look_up_ticket(env: &WorkerEnv, tenant: &str, key: &str) -> Lookup {
-    let path = format!("/v1/receipts/{}?tenant={}&service=tickets", encode(key), encode(tenant));
-    let answer = tokio::time::timeout(DOWNSTREAM_TIMEOUT, env.downstream.send(HttpRequest::get(path))).await;
-    let Ok(Ok(response)) = answer else { return Lookup::Failed };
-    if response.status == 404 {
-        return Lookup::NotFound;
-    }
-    let body: Option<serde_json::Value> = (response.status == 200).then(|| response.json().ok()).flatten();
-    let Some(body) = body else { return Lookup::Failed };
-    let Some(ticket_id) = body["effect_reference"].as_str().filter(|id| !id.is_empty()) else {
-        return Lookup::Failed;
-    };
-    let answer = &body["answer"];
-    let result = serde_json::json!({
-        "ticket_id": ticket_id,
-        "version": answer["version"],
-        "status": answer["status"],
-    });
-    Lookup::Found(ticket_id.to_owned(), result)
-}
-
-/// `text` percent-encoded for a URL path or query (everything but unreserved characters).
-fn encode(text: &str) -> String {
-    text.bytes()
-        .map(|byte| match byte {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (byte as char).to_string(),
-            _ => format!("%{byte:02X}"),
-        })
-        .collect()
+/// Asks the downstream for the ticket made with `key`, with the reference executor's
+/// receipt mapping (`executor::downstream`): the same request, the same reading of its answer.
+async fn look_up_ticket(env: &WorkerEnv, tenant: &str, key: &str) -> ReceiptLookup {
+    read_receipt(send(env, receipt_request(key, tenant, "tickets"), DOWNSTREAM_TIMEOUT).await)
 }
 
 /// Takes a record over when it is unknown or its owner's lease ran out; says whether `owner`

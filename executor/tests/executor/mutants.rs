@@ -16,13 +16,13 @@ use crate::support::{
     PausingGate, World, WorldBuilder, CHARGE, JOB, LEASE_MS, MESSAGE, RETENTION_MS, TICKET,
 };
 
-fn zoo(name: &str) -> Strategies {
+fn zoo(name: &str) -> fn() -> Strategies {
     mutants::find(name).unwrap_or_else(|| panic!("{name} is in the zoo")).strategies
 }
 
 /// A world running `strategies` whose `ignoring` services record but ignore idempotency keys
 /// (receipts still answer), with contracts that say so.
-fn builder(strategies: Strategies, ignoring: &[Service]) -> WorldBuilder {
+fn builder(strategies: fn() -> Strategies, ignoring: &[Service]) -> WorldBuilder {
     let mut contracts = ContractSet::builtin();
     let mut config = World::builder_downstream_config();
     for service in ignoring {
@@ -46,7 +46,7 @@ async fn crash_at<F: std::future::Future>(gate: &PausingGate, future: F) {
 
 // ----------------------------------------------------------------------------- M01
 
-async fn two_steps_same_arguments(strategies: Strategies) -> ((OutcomeStatus, OutcomeStatus), usize) {
+async fn two_steps_same_arguments(strategies: fn() -> Strategies) -> ((OutcomeStatus, OutcomeStatus), usize) {
     let world = builder(strategies, &[]).build().await;
     let worker = world.worker("worker-1");
     let first = worker.call(world.call("tickets.create", "record_issue", TICKET)).await;
@@ -57,7 +57,7 @@ async fn two_steps_same_arguments(strategies: Strategies) -> ((OutcomeStatus, Ou
 #[tokio::test(flavor = "current_thread")]
 async fn m01_args_hash_as_key_replays_a_deliberate_second_action() {
     let applied = OutcomeStatus::Applied;
-    assert_eq!(two_steps_same_arguments(Strategies::reference()).await, ((applied, applied), 2));
+    assert_eq!(two_steps_same_arguments(Strategies::reference).await, ((applied, applied), 2));
     assert_eq!(
         two_steps_same_arguments(zoo("args_hash_as_key")).await,
         ((applied, OutcomeStatus::Replayed), 1)
@@ -79,7 +79,7 @@ async fn charge_from_two_workers(builder: WorldBuilder) -> (Vec<OutcomeStatus>, 
 #[tokio::test(flavor = "current_thread")]
 async fn m02_in_memory_claims_are_lost_on_restart_and_invisible_to_other_workers() {
     let replayed = OutcomeStatus::Replayed;
-    let reference = charge_from_two_workers(builder(Strategies::reference(), &[Service::Charges])).await;
+    let reference = charge_from_two_workers(builder(Strategies::reference, &[Service::Charges])).await;
     assert_eq!(reference, (vec![OutcomeStatus::Applied, replayed, replayed], 1));
     let in_memory = builder(zoo("in_memory_claims"), &[Service::Charges]).store(StoreLocation::PrivateMemory);
     let (statuses, charges) = charge_from_two_workers(in_memory).await;
@@ -92,7 +92,7 @@ async fn m02_in_memory_claims_are_lost_on_restart_and_invisible_to_other_workers
 // ----------------------------------------------------------------------------- M03
 
 /// Worker A pauses at `pause_at` in its claim; worker B calls the same step; A goes on.
-async fn race(strategies: Strategies, pause_at: &str) -> (World, OutcomeStatus, OutcomeStatus) {
+async fn race(strategies: fn() -> Strategies, pause_at: &str) -> (World, OutcomeStatus, OutcomeStatus) {
     let world = builder(strategies, &[Service::Tickets]).build().await;
     let gate = Rc::new(PausingGate::default());
     gate.pause_at(pause_at);
@@ -120,7 +120,7 @@ async fn m03_a_read_then_insert_claim_makes_two_effects_where_the_atomic_claim_m
     assert_eq!(world.ledger().len(), 2, "the defect is visible on the ledger");
 
     // The same moment in the reference: right after its one atomic claim.
-    let (world, first, second) = race(Strategies::reference(), "leave claim").await;
+    let (world, first, second) = race(Strategies::reference, "leave claim").await;
     assert_eq!(second, OutcomeStatus::InFlight, "B finds A's claim");
     assert_eq!(first, OutcomeStatus::Applied);
     assert_eq!(world.ledger().len(), 1);
@@ -134,7 +134,7 @@ const TICKET_REORDERED: &str =
     r#"{ "body" : "Customer reports a duplicate charge.", "subject" : "Refund request" }"#;
 
 /// A ticket, then the same step with `again`; the second answer and the tickets made.
-async fn same_step_again(strategies: Strategies, again: &str) -> (protocol::Outcome, usize) {
+async fn same_step_again(strategies: fn() -> Strategies, again: &str) -> (protocol::Outcome, usize) {
     let world = builder(strategies, &[Service::Tickets]).build().await;
     let worker = world.worker("worker-1");
     let first = worker.call(world.call("tickets.create", "s", TICKET)).await;
@@ -145,7 +145,7 @@ async fn same_step_again(strategies: Strategies, again: &str) -> (protocol::Outc
 
 #[tokio::test(flavor = "current_thread")]
 async fn m04_no_fingerprint_replays_a_changed_request_as_if_it_were_done() {
-    let (reference, tickets) = same_step_again(Strategies::reference(), TICKET_CHANGED).await;
+    let (reference, tickets) = same_step_again(Strategies::reference, TICKET_CHANGED).await;
     assert_eq!(
         (reference.status, reference.reason, tickets),
         (OutcomeStatus::Rejected, Some(ReasonCode::IdempotencyKeyReusedWithDifferentRequest), 1)
@@ -159,7 +159,7 @@ async fn m04_no_fingerprint_replays_a_changed_request_as_if_it_were_done() {
 
 #[tokio::test(flavor = "current_thread")]
 async fn m13_raw_json_fingerprint_rejects_an_equivalent_request() {
-    let (reference, _) = same_step_again(Strategies::reference(), TICKET_REORDERED).await;
+    let (reference, _) = same_step_again(Strategies::reference, TICKET_REORDERED).await;
     assert_eq!(
         (reference.status, reference.effect_reference.as_deref()),
         (OutcomeStatus::Replayed, Some("ticket_1"))
@@ -179,7 +179,7 @@ async fn m14_newest_payload_wins_applies_the_changed_request_under_the_same_key(
         (OutcomeStatus::Applied, Some("ticket_2"))
     );
     assert_eq!(tickets, 2, "one key, two effects");
-    let (reference, tickets) = same_step_again(Strategies::reference(), TICKET_CHANGED).await;
+    let (reference, tickets) = same_step_again(Strategies::reference, TICKET_CHANGED).await;
     assert_eq!((reference.status, tickets), (OutcomeStatus::Rejected, 1));
 }
 
@@ -188,7 +188,7 @@ async fn m14_newest_payload_wins_applies_the_changed_request_under_the_same_key(
 /// The first ticket request commits and its connection drops (or `fault` happens instead);
 /// then the same step is retried. Both answers, the world.
 async fn lost_answer_then_retry(
-    strategies: Strategies,
+    strategies: fn() -> Strategies,
     fault: FaultAction,
 ) -> (World, OutcomeStatus, OutcomeStatus) {
     let world = builder(strategies, &[]).build().await;
@@ -202,7 +202,7 @@ async fn lost_answer_then_retry(
 #[tokio::test(flavor = "current_thread")]
 async fn m05_blind_retry_resends_a_lost_request_without_a_key() {
     let (world, first, retry) =
-        lost_answer_then_retry(Strategies::reference(), FaultAction::CommitThenDrop).await;
+        lost_answer_then_retry(Strategies::reference, FaultAction::CommitThenDrop).await;
     assert_eq!((first, retry, world.ledger().len()), (OutcomeStatus::Unknown, OutcomeStatus::Replayed, 1));
     assert_eq!(world.requests_to("POST", "/v1/tickets").len(), 1, "no second request");
 
@@ -229,7 +229,7 @@ async fn m05_blind_retry_gives_up_after_its_retry_budget() {
 }
 
 /// The first ticket request is refused before it commits, its connection reset.
-async fn reset_before_commit(strategies: Strategies) -> (World, protocol::Outcome) {
+async fn reset_before_commit(strategies: fn() -> Strategies) -> (World, protocol::Outcome) {
     let world = builder(strategies, &[]).build().await;
     world
         .downstream
@@ -240,7 +240,7 @@ async fn reset_before_commit(strategies: Strategies) -> (World, protocol::Outcom
 
 #[tokio::test(flavor = "current_thread")]
 async fn m06_timeout_is_success_reports_applied_without_a_receipt() {
-    let (world, reference) = reset_before_commit(Strategies::reference()).await;
+    let (world, reference) = reset_before_commit(Strategies::reference).await;
     assert_eq!((reference.status, world.ledger().len()), (OutcomeStatus::Unknown, 0));
     assert_eq!(world.record("s").status, RecordStatus::Unknown);
 
@@ -271,7 +271,7 @@ async fn m10_call_id_as_key_makes_every_retry_a_new_operation() {
 
 // ----------------------------------------------------------------------------- M07
 
-async fn revoked_between_attempts(strategies: Strategies) -> (World, protocol::Outcome) {
+async fn revoked_between_attempts(strategies: fn() -> Strategies) -> (World, protocol::Outcome) {
     let world = builder(strategies, &[]).build().await;
     world.downstream.install_fault(FaultRule::once(on("POST", "/v1/tickets"), FaultAction::CommitThenDrop));
     let worker = world.worker("worker-1");
@@ -284,7 +284,7 @@ async fn revoked_between_attempts(strategies: Strategies) -> (World, protocol::O
 
 #[tokio::test(flavor = "current_thread")]
 async fn m07_no_auth_recheck_lets_an_existing_key_bypass_a_revocation() {
-    let (_, reference) = revoked_between_attempts(Strategies::reference()).await;
+    let (_, reference) = revoked_between_attempts(Strategies::reference).await;
     assert_eq!(
         (reference.status, reference.reason),
         (OutcomeStatus::Rejected, Some(ReasonCode::Unauthorized))
@@ -303,7 +303,7 @@ async fn m07_no_auth_recheck_lets_an_existing_key_bypass_a_revocation() {
 
 // ----------------------------------------------------------------------------- M08
 
-async fn late_duplicate(strategies: Strategies) -> (OutcomeStatus, usize) {
+async fn late_duplicate(strategies: fn() -> Strategies) -> (OutcomeStatus, usize) {
     let world = builder(strategies, &[Service::Tickets]).build().await;
     let worker = world.worker("worker-1");
     assert_eq!(worker.call(world.call("tickets.create", "s", TICKET)).await.status, OutcomeStatus::Applied);
@@ -314,13 +314,13 @@ async fn late_duplicate(strategies: Strategies) -> (OutcomeStatus, usize) {
 
 #[tokio::test(flavor = "current_thread")]
 async fn m08_short_ttl_delete_turns_a_late_duplicate_into_a_new_effect() {
-    assert_eq!(late_duplicate(Strategies::reference()).await, (OutcomeStatus::Expired, 1));
+    assert_eq!(late_duplicate(Strategies::reference).await, (OutcomeStatus::Expired, 1));
     assert_eq!(late_duplicate(zoo("short_ttl_delete")).await, (OutcomeStatus::Applied, 2));
 }
 
 // ----------------------------------------------------------------------------- M09
 
-async fn owner_crashed_after_charging(strategies: Strategies) -> (World, OutcomeStatus) {
+async fn owner_crashed_after_charging(strategies: fn() -> Strategies) -> (World, OutcomeStatus) {
     let world = builder(strategies, &[Service::Charges]).build().await;
     let gate = Rc::new(PausingGate::default());
     gate.pause_at("enter complete");
@@ -334,7 +334,7 @@ async fn owner_crashed_after_charging(strategies: Strategies) -> (World, Outcome
 
 #[tokio::test(flavor = "current_thread")]
 async fn m09_pending_means_nothing_charges_again_without_asking() {
-    let (world, status) = owner_crashed_after_charging(Strategies::reference()).await;
+    let (world, status) = owner_crashed_after_charging(Strategies::reference).await;
     assert_eq!((status, world.ledger().len()), (OutcomeStatus::Replayed, 1));
     assert_eq!(world.requests_to("GET", "/v1/receipts/*").len(), 1);
 
@@ -349,7 +349,7 @@ async fn m09_pending_means_nothing_charges_again_without_asking() {
 async fn m11_boolean_success_replays_without_the_effect_reference() {
     for (strategies, reference, result) in [
         (
-            Strategies::reference(),
+            Strategies::reference as fn() -> Strategies,
             Some("ticket_1"),
             json!({"ticket_id": "ticket_1", "version": 1, "status": "open"}),
         ),
@@ -372,7 +372,7 @@ async fn m11_boolean_success_replays_without_the_effect_reference() {
 
 // ----------------------------------------------------------------------------- M12
 
-async fn retry_while_the_job_runs(strategies: Strategies) -> (OutcomeStatus, usize) {
+async fn retry_while_the_job_runs(strategies: fn() -> Strategies) -> (OutcomeStatus, usize) {
     let world = builder(strategies, &[Service::Jobs]).build().await;
     let worker = world.worker("worker-1");
     assert_eq!(worker.call(world.call("jobs.submit", "report", JOB)).await.status, OutcomeStatus::InFlight);
@@ -382,14 +382,14 @@ async fn retry_while_the_job_runs(strategies: Strategies) -> (OutcomeStatus, usi
 
 #[tokio::test(flavor = "current_thread")]
 async fn m12_resubmit_job_starts_a_second_job() {
-    assert_eq!(retry_while_the_job_runs(Strategies::reference()).await, (OutcomeStatus::InFlight, 1));
+    assert_eq!(retry_while_the_job_runs(Strategies::reference).await, (OutcomeStatus::InFlight, 1));
     assert_eq!(retry_while_the_job_runs(zoo("resubmit_job")).await, (OutcomeStatus::InFlight, 2));
 }
 
 // ----------------------------------------------------------------------------- M15
 
 /// `acme` and `globex` create a ticket for the same workflow step; then `globex` polls it.
-async fn two_tenants_one_step(strategies: Strategies) -> (OutcomeStatus, Option<String>, usize) {
+async fn two_tenants_one_step(strategies: fn() -> Strategies) -> (OutcomeStatus, Option<String>, usize) {
     let world = builder(strategies, &[]).build().await;
     let worker = world.worker("worker-1");
     let acme = worker.call(world.call("tickets.create", "s", TICKET)).await;
@@ -406,7 +406,7 @@ async fn two_tenants_one_step(strategies: Strategies) -> (OutcomeStatus, Option<
 
 #[tokio::test(flavor = "current_thread")]
 async fn m15_no_tenant_scope_collides_two_tenants_and_leaks_a_reference() {
-    let reference = two_tenants_one_step(Strategies::reference()).await;
+    let reference = two_tenants_one_step(Strategies::reference).await;
     assert_eq!(reference, (OutcomeStatus::Applied, Some("ticket_2".into()), 2));
     let mutant = two_tenants_one_step(zoo("no_tenant_scope")).await;
     assert_eq!(mutant, (OutcomeStatus::Rejected, Some("ticket_1".into()), 1), "globex sees acme's ticket");
@@ -414,7 +414,7 @@ async fn m15_no_tenant_scope_collides_two_tenants_and_leaks_a_reference() {
 
 // ----------------------------------------------------------------------------- M16
 
-async fn stale_reopen(strategies: Strategies) -> (World, protocol::Outcome) {
+async fn stale_reopen(strategies: fn() -> Strategies) -> (World, protocol::Outcome) {
     let world = builder(strategies, &[]).build().await;
     let worker = world.worker("worker-1");
     worker.call(world.call("tickets.create", "create", TICKET)).await;
@@ -431,7 +431,7 @@ async fn stale_reopen(strategies: Strategies) -> (World, protocol::Outcome) {
 
 #[tokio::test(flavor = "current_thread")]
 async fn m16_stale_overwrite_applies_an_update_over_a_newer_version() {
-    let (world, reference) = stale_reopen(Strategies::reference()).await;
+    let (world, reference) = stale_reopen(Strategies::reference).await;
     assert_eq!(
         (reference.status, reference.reason),
         (OutcomeStatus::Rejected, Some(ReasonCode::PreconditionFailed))
@@ -460,7 +460,7 @@ fn webhook(event_id: &str) -> WebhookEvent {
     WebhookEvent { body: body.to_string().into_bytes() }
 }
 
-async fn deliveries(strategies: Strategies) -> (Vec<WebhookAck>, usize) {
+async fn deliveries(strategies: fn() -> Strategies) -> (Vec<WebhookAck>, usize) {
     let world = builder(strategies, &[Service::Messages]).build().await;
     let worker = world.worker("worker-1");
     worker.call(world.call("jobs.submit", "report", JOB)).await;
@@ -478,16 +478,13 @@ async fn deliveries(strategies: Strategies) -> (Vec<WebhookAck>, usize) {
 #[tokio::test(flavor = "current_thread")]
 async fn m17_webhook_no_dedupe_settles_every_delivery_and_sends_every_notice() {
     use WebhookAck::{AlreadySettled, DuplicateEvent, Processed};
-    assert_eq!(
-        deliveries(Strategies::reference()).await,
-        (vec![Processed, DuplicateEvent, AlreadySettled], 1)
-    );
+    assert_eq!(deliveries(Strategies::reference).await, (vec![Processed, DuplicateEvent, AlreadySettled], 1));
     assert_eq!(deliveries(zoo("webhook_no_dedupe")).await, (vec![Processed, Processed, Processed], 3));
 }
 
 // ----------------------------------------------------------------------------- M18
 
-async fn delivered_twice(strategies: Strategies) -> (Vec<Consumed>, usize) {
+async fn delivered_twice(strategies: fn() -> Strategies) -> (Vec<Consumed>, usize) {
     let world = builder(strategies, &[Service::Messages]).build().await;
     world.worker("worker-1").call(world.call("messages.send", "notify", MESSAGE)).await;
     let envelope = world.outbox.envelopes().remove(0);
@@ -506,7 +503,7 @@ async fn delivered_twice(strategies: Strategies) -> (Vec<Consumed>, usize) {
 
 #[tokio::test(flavor = "current_thread")]
 async fn m18_consumer_no_claim_sends_on_every_delivery() {
-    assert_eq!(delivered_twice(Strategies::reference()).await, (vec![Consumed::Ack; 2], 1));
+    assert_eq!(delivered_twice(Strategies::reference).await, (vec![Consumed::Ack; 2], 1));
     assert_eq!(delivered_twice(zoo("consumer_no_claim")).await, (vec![Consumed::Ack; 2], 2));
 }
 
@@ -516,7 +513,7 @@ async fn m18_consumer_no_claim_sends_on_every_delivery() {
 /// answer is slow; its lease runs out, and worker-2's retry, with no way to find out, marks the
 /// charge `unknown` (and hands it over). Then worker-1's answer arrives: the only proof there
 /// will ever be. Returns the record's status and reference once worker-1 is done.
-async fn late_answer_after_the_hand_over(strategies: Strategies) -> (RecordStatus, Option<String>) {
+async fn late_answer_after_the_hand_over(strategies: fn() -> Strategies) -> (RecordStatus, Option<String>) {
     let mut contracts = ContractSet::builtin();
     contracts.set_capabilities(Service::Charges.as_str(), false, false);
     let mut config = World::builder_downstream_config();
@@ -553,7 +550,7 @@ async fn late_answer_after_the_hand_over(strategies: Strategies) -> (RecordStatu
 
 #[tokio::test(flavor = "current_thread")]
 async fn m30_late_receipt_dropped_leaves_an_answered_charge_unknown() {
-    let (status, reference) = late_answer_after_the_hand_over(Strategies::reference()).await;
+    let (status, reference) = late_answer_after_the_hand_over(Strategies::reference).await;
     assert_eq!((status, reference.as_deref()), (RecordStatus::Applied, Some("charge_1")), "adopted");
 
     let (status, reference) = late_answer_after_the_hand_over(zoo("late_receipt_dropped")).await;
@@ -564,7 +561,7 @@ async fn m30_late_receipt_dropped_leaves_an_answered_charge_unknown() {
 
 /// The ticket service honours keys but offers no receipts. The first request commits and its
 /// answer is lost; the retry's recovery resends. Returns the retry's status and the world.
-async fn lost_answer_without_receipts(strategies: Strategies) -> (World, OutcomeStatus) {
+async fn lost_answer_without_receipts(strategies: fn() -> Strategies) -> (World, OutcomeStatus) {
     let mut contracts = ContractSet::builtin();
     contracts.set_capabilities(Service::Tickets.as_str(), true, false);
     let mut config = World::builder_downstream_config();
@@ -583,7 +580,7 @@ async fn lost_answer_without_receipts(strategies: Strategies) -> (World, Outcome
 
 #[tokio::test(flavor = "current_thread")]
 async fn m21_fresh_key_resend_makes_a_second_ticket_where_the_same_key_replays() {
-    let (world, retry) = lost_answer_without_receipts(Strategies::reference()).await;
+    let (world, retry) = lost_answer_without_receipts(Strategies::reference).await;
     assert_eq!((retry, world.ledger().len()), (OutcomeStatus::Replayed, 1));
     let keys: Vec<_> =
         world.requests_to("POST", "/v1/tickets").into_iter().map(|r| r.idempotency_key).collect();
@@ -596,7 +593,7 @@ async fn m21_fresh_key_resend_makes_a_second_ticket_where_the_same_key_replays()
 // ----------------------------------------------------------------------------- M22
 
 /// A job that runs for a minute, polled one second and four seconds after it was accepted.
-async fn polls_of_a_long_job(strategies: Strategies) -> (OutcomeStatus, OutcomeStatus) {
+async fn polls_of_a_long_job(strategies: fn() -> Strategies) -> (OutcomeStatus, OutcomeStatus) {
     let mut config = World::builder_downstream_config();
     config.job_duration = std::time::Duration::from_secs(60);
     let world = World::builder().downstream(config).strategies(strategies).build().await;
@@ -611,7 +608,7 @@ async fn polls_of_a_long_job(strategies: Strategies) -> (OutcomeStatus, OutcomeS
 
 #[tokio::test(flavor = "current_thread")]
 async fn m22_impatient_job_poll_fails_a_job_that_is_still_running() {
-    let polls = polls_of_a_long_job(Strategies::reference()).await;
+    let polls = polls_of_a_long_job(Strategies::reference).await;
     assert_eq!(polls, (OutcomeStatus::InFlight, OutcomeStatus::InFlight), "a running job is polled on");
     let polls = polls_of_a_long_job(zoo("impatient_job_poll")).await;
     assert_eq!(polls, (OutcomeStatus::InFlight, OutcomeStatus::Rejected), "patient for three seconds only");

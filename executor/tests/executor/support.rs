@@ -183,11 +183,11 @@ pub struct WorldBuilder {
     downstream: DownstreamConfig,
     timeout: Duration,
     location: Option<StoreLocation>,
-    strategies: Strategies,
+    strategies: fn() -> Strategies,
 }
 
 impl WorldBuilder {
-    pub fn strategies(mut self, strategies: Strategies) -> Self {
+    pub fn strategies(mut self, strategies: fn() -> Strategies) -> Self {
         self.strategies = strategies;
         self
     }
@@ -225,7 +225,10 @@ impl WorldBuilder {
         tokio::spawn(wire::serve(TcpAcceptor(listener), downstream.router()));
         let location = self.location.unwrap_or_else(unique_memory);
         let config = ReferenceConfig::default().with_downstream_timeout(self.timeout);
-        let factory = ReferenceFactory::with_strategies(location, config, self.strategies).unwrap();
+        let make = self.strategies;
+        let factory =
+            ReferenceFactory::with_strategies(location, config, move |_: &protocol::WorkerEnv| make())
+                .unwrap();
         let background = Rc::new(QueuedBackground {
             tasks: RefCell::default(),
             clock: clock.clone(),
@@ -284,7 +287,7 @@ impl World {
             downstream: Self::builder_downstream_config(),
             timeout: Duration::from_secs(2),
             location: None,
-            strategies: Strategies::reference(),
+            strategies: Strategies::reference,
         }
     }
 
