@@ -381,13 +381,8 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
             let result = matrix::run(&config);
             let elapsed = started.elapsed();
             print!("{}", render_matrix(&result));
-            let not_run: u64 = result
-                .scenarios
-                .iter()
-                .filter(|s| s.verdict == Verdict::NotApplicable)
-                .map(|s| s.seeds_run)
-                .sum();
-            let ran = result.scenarios.iter().map(|s| s.seeds_run).sum::<u64>() - not_run;
+            let ran = result.scenarios.iter().map(|s| s.seeds_run).sum::<u64>();
+            let not_run = runs - ran;
             let not_run = if not_run > 0 {
                 format!(" ({not_run} more not applicable, not run)")
             } else {

@@ -211,7 +211,7 @@ fn summarise(scenario: &Scenario, runs: &[&Finished]) -> ScenarioSummary {
         summary: scenario.summary.clone(),
         expected: scenario.expected.clone(),
         verdict,
-        seeds_run: runs.len() as u64,
+        seeds_run: runs.iter().filter(|r| r.result.verdict != Verdict::NotApplicable).count() as u64,
         counts,
         effects_min: runs.iter().map(|r| r.result.effects).min().unwrap_or(0),
         effects_max: runs.iter().map(|r| r.result.effects).max().unwrap_or(0),

@@ -143,7 +143,7 @@ pub struct ScenarioSummary {
     pub expected: String,
     /// The worst verdict over its seeds.
     pub verdict: Verdict,
-    /// Seeds run.
+    /// Seeds run (a scenario not applicable to the executor runs none).
     pub seeds_run: u64,
     /// Runs per verdict.
     pub counts: BTreeMap<Verdict, u64>,
@@ -172,7 +172,7 @@ pub struct RowSummary {
     pub verdict: Verdict,
     /// The scenarios that decided it.
     pub scenarios: Vec<String>,
-    /// Runs behind it.
+    /// Runs behind it (scenarios not applicable to the executor run none).
     pub seeds_run: u64,
     /// The first failing run among its scenarios.
     pub first_failure: Option<RowFailure>,
