@@ -22,6 +22,7 @@ use fake_downstream::{FaultAction, FaultRule, IdempotencyMode, RuleMatch, Times}
 use proptest::prelude::*;
 use proptest::strategy::{Union, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+use protocol::ExecutorCapabilities;
 use reports::Violation;
 use scenarios::{
     CallStep, DownstreamSpec, Moment, OperationSpec, PausePoint, QueueSpec, Row, Scenario, ServiceSpec, Step,
@@ -420,6 +421,22 @@ pub fn case_strategy() -> impl Strategy<Value = Case> {
 const TENANTS: [&str; 2] = ["acme", "globex"];
 
 impl CaseTool {
+    /// Every tool, in the order [`Case::narrowed_to`] prefers them.
+    pub const ALL: [CaseTool; 5] =
+        [CaseTool::Ticket, CaseTool::Charge, CaseTool::Message, CaseTool::Job, CaseTool::SetStatus];
+
+    /// Whether an executor with `capabilities` can take calls of this tool: it serves the tool,
+    /// with a queue consumer for messages and delayed jobs for jobs.
+    pub fn supported_by(self, capabilities: &ExecutorCapabilities) -> bool {
+        let served = capabilities.tools.as_ref().is_none_or(|tools| tools.contains(self.name()));
+        served
+            && match self {
+                CaseTool::Message => capabilities.queue_consumer,
+                CaseTool::Job => capabilities.delayed_jobs,
+                CaseTool::Ticket | CaseTool::Charge | CaseTool::SetStatus => true,
+            }
+    }
+
     fn name(self) -> &'static str {
         match self {
             CaseTool::Ticket => "tickets.create",
@@ -1035,6 +1052,39 @@ fn runner_for(seed: u64) -> TestRunner {
     TestRunner::new_with_rng(Config { failure_persistence: None, ..Config::default() }, rng)
 }
 
+impl Case {
+    /// The case narrowed to what an executor with `capabilities` supports, so that it
+    /// applies: an operation of a tool it cannot take becomes one of the first tool it can
+    /// (in [`CaseTool::ALL`]'s order), webhooks are off without a receiver, and a reconcile is
+    /// a poll without `reconcile`. Unchanged for an executor that supports everything, and for
+    /// one that supports none of the tools (the case is then `not applicable`).
+    pub fn narrowed_to(mut self, capabilities: &ExecutorCapabilities) -> Case {
+        let Some(fallback) = CaseTool::ALL.into_iter().find(|tool| tool.supported_by(capabilities)) else {
+            return self;
+        };
+        for operation in &mut self.operations {
+            if !operation.tool.supported_by(capabilities) {
+                operation.tool = fallback;
+            }
+        }
+        self.webhooks &= capabilities.webhooks;
+        if !capabilities.reconcile {
+            for action in &mut self.actions {
+                if let CaseAction::Reconcile { operation } = *action {
+                    *action = CaseAction::Poll { operation };
+                }
+            }
+        }
+        self
+    }
+}
+
+/// [`case_strategy`], narrowed to what an executor with `capabilities` supports
+/// ([`Case::narrowed_to`]); `replaylab explore` draws from it.
+pub fn case_strategy_for(capabilities: ExecutorCapabilities) -> impl Strategy<Value = Case> {
+    case_strategy().prop_map(move |case| case.narrowed_to(&capabilities))
+}
+
 /// The case seed `seed` draws.
 pub fn case_for_seed(seed: u64) -> Case {
     let mut runner = runner_for(seed);
@@ -1061,7 +1111,8 @@ pub struct Finding {
 /// Explores seed `seed`: draws its case, runs it, and shrinks it if it fails.
 pub fn explore_seed(seed: u64, executor: &ExecutorSpec) -> Option<Finding> {
     let mut runner = runner_for(seed);
-    let mut tree = case_strategy().new_tree(&mut runner).expect("the case strategy never rejects");
+    let strategy = case_strategy_for(executor.capabilities.clone());
+    let mut tree = strategy.new_tree(&mut runner).expect("the case strategy never rejects");
     let original = tree.current();
     let first = check_case(&original, executor);
     let oracle = first.failure()?;

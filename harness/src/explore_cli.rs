@@ -46,6 +46,22 @@ pub struct Coverage {
     pub exercised: std::collections::BTreeMap<&'static str, u64>,
     /// Why cases ended `unknown`: the premise that did not happen, by kind, with a count.
     pub unknown_because: std::collections::BTreeMap<&'static str, u64>,
+    /// Oracles no case can give anything to judge, because the executor does not support what
+    /// they judge ([`oracles_beyond`]); not counted as unexercised.
+    pub beyond_executor: Vec<&'static str>,
+}
+
+/// The oracles that judge only what an executor with `capabilities` cannot do: O10 (one job
+/// per operation) without delayed jobs, O11 (no stale overwrite) without `tickets.set_status`.
+pub fn oracles_beyond(capabilities: &protocol::ExecutorCapabilities) -> Vec<&'static str> {
+    let mut beyond = Vec::new();
+    if !explore::CaseTool::Job.supported_by(capabilities) {
+        beyond.push("O10");
+    }
+    if !explore::CaseTool::SetStatus.supported_by(capabilities) {
+        beyond.push("O11");
+    }
+    beyond
 }
 
 /// The kind of premise a note of an `unknown` run names.
@@ -97,19 +113,29 @@ impl Coverage {
         }
     }
 
-    /// The oracles no case gave anything to judge.
+    /// The oracles no case gave anything to judge (of those the executor can be judged by).
     pub fn unexercised(&self) -> Vec<&'static str> {
-        ORACLES.iter().map(|(id, _)| *id).filter(|id| !self.exercised.contains_key(id)).collect()
+        self.judgeable().into_iter().filter(|id| !self.exercised.contains_key(id)).collect()
+    }
+
+    /// The oracles the executor can be judged by: all but [`Coverage::beyond_executor`].
+    fn judgeable(&self) -> Vec<&'static str> {
+        ORACLES.iter().map(|(id, _)| *id).filter(|id| !self.beyond_executor.contains(id)).collect()
     }
 
     /// `coverage: cases=N unknown=U% faults_fired=F% crashes_after_commit=C% stale_writes=W
-    /// oracles_exercised=K/M`, then ` not_applicable=A` when some cases were not run.
+    /// oracles_exercised=K/M`, then ` not_applicable=A` when some cases were not run and
+    /// ` beyond_executor=O10,O11` when some oracles cannot judge the executor (M counts the
+    /// others).
     pub fn line(&self) -> String {
-        let not_applicable = if self.not_applicable > 0 {
+        let mut not_applicable = if self.not_applicable > 0 {
             format!(" not_applicable={}", self.not_applicable)
         } else {
             String::new()
         };
+        if !self.beyond_executor.is_empty() {
+            not_applicable.push_str(&format!(" beyond_executor={}", self.beyond_executor.join(",")));
+        }
         format!(
             "coverage: cases={} unknown={:.1}% faults_fired={:.1}% crashes_after_commit={:.1}% stale_writes={} oracles_exercised={}/{}{not_applicable}",
             self.cases,
@@ -117,8 +143,8 @@ impl Coverage {
             percent(self.faults_fired, self.faults_installed),
             percent(self.crashes_after_commit, self.crashes),
             self.stale_writes,
-            ORACLES.len() - self.unexercised().len(),
-            ORACLES.len()
+            self.judgeable().len() - self.unexercised().len(),
+            self.judgeable().len()
         )
     }
 
@@ -334,7 +360,10 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
     let nondeterministic: Mutex<Vec<u64>> = Mutex::new(Vec::new());
     let verdicts: Mutex<std::collections::BTreeMap<Verdict, u64>> =
         Mutex::new(std::collections::BTreeMap::new());
-    let coverage: Mutex<Coverage> = Mutex::new(Coverage::default());
+    let coverage: Mutex<Coverage> = Mutex::new(Coverage {
+        beyond_executor: oracles_beyond(&executor.capabilities),
+        ..Coverage::default()
+    });
     let started = std::time::Instant::now();
     std::thread::scope(|scope| {
         for _ in 0..config.jobs.max(1) {
@@ -344,7 +373,7 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
                 }
                 let position = next.fetch_add(1, Ordering::Relaxed);
                 let Some(seed) = seeds.get(position) else { break };
-                let case = explore::case_for_seed(seed);
+                let case = explore::case_for_seed(seed).narrowed_to(&executor.capabilities);
                 let result = explore::check_case(&case, executor);
                 if config.check_determinism
                     && explore::check_case(&case, executor).history_digest != result.history_digest
@@ -517,5 +546,48 @@ mod tests {
         let shortfalls = coverage.shortfalls();
         assert_eq!(shortfalls.len(), 1, "{shortfalls:?}");
         assert!(shortfalls[0].starts_with("no case gave O3, O4"), "{shortfalls:?}");
+    }
+}
+
+#[cfg(test)]
+mod capability_tests {
+    use super::*;
+    use protocol::ExecutorCapabilities;
+
+    #[test]
+    fn oracles_beyond_a_narrow_executor_are_named_not_counted_as_unexercised() {
+        assert!(oracles_beyond(&ExecutorCapabilities::all()).is_empty());
+        let tickets = ExecutorCapabilities::tools(["tickets.create"]);
+        assert_eq!(oracles_beyond(&tickets), ["O10", "O11"]);
+        let mut coverage = Coverage { beyond_executor: oracles_beyond(&tickets), ..Coverage::default() };
+        let every: std::collections::BTreeSet<&'static str> =
+            ORACLES.iter().map(|(id, _)| *id).filter(|id| !["O10", "O11"].contains(id)).collect();
+        let run = RunCoverage { exercised: every, ..RunCoverage::default() };
+        coverage.add(Verdict::Pass, &run, &[]);
+        coverage.add(Verdict::NotApplicable, &RunCoverage::default(), &[]);
+        assert!(coverage.shortfalls().is_empty(), "{:?}", coverage.shortfalls());
+        assert!(
+            coverage.line().ends_with("oracles_exercised=11/11 not_applicable=1 beyond_executor=O10,O11"),
+            "{}",
+            coverage.line()
+        );
+        // Nothing applied: that is a shortfall, never a pass.
+        let nothing = Coverage { not_applicable: 3, ..Coverage::default() };
+        assert_eq!(nothing.shortfalls().len(), 1);
+    }
+
+    #[test]
+    fn a_case_narrowed_to_a_narrow_executor_applies_to_it() {
+        let tickets = ExecutorCapabilities::tools(["tickets.create"]);
+        let needs_of = |case: &explore::Case| case.to_scenario().needs(&protocol::ContractSet::builtin());
+        let mut narrowed_away = 0;
+        for seed in 0..200 {
+            let case = explore::case_for_seed(seed);
+            let narrowed = case.clone().narrowed_to(&tickets);
+            assert!(tickets.lacks(&needs_of(&narrowed)).is_empty(), "seed {seed}: {:?}", needs_of(&narrowed));
+            narrowed_away += u32::from(narrowed != case);
+            assert_eq!(case.clone().narrowed_to(&ExecutorCapabilities::all()), case, "all narrows nothing");
+        }
+        assert!(narrowed_away > 100, "most random cases use more than tickets: {narrowed_away}");
     }
 }
