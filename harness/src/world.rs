@@ -387,7 +387,7 @@ impl Shared {
         format!("{worker}#{number}")
     }
 
-    /// A store-call latency, 1 to [`MAX_STORE_LATENCY_MS`] ms.
+    /// A store-call latency, 1 to `MAX_STORE_LATENCY_MS` ms.
     pub fn store_latency(&self) -> Duration {
         Duration::from_millis(1 + self.rng.borrow_mut().next_u64() % MAX_STORE_LATENCY_MS)
     }

@@ -54,6 +54,22 @@ pub(crate) fn not_applicable(result: &MatrixResult) -> Vec<&ScenarioSummary> {
     result.scenarios.iter().filter(|s| s.verdict == Verdict::NotApplicable).collect()
 }
 
+/// `; 23 rows and 19 scenarios are not applicable to it (not run)` when some are, else empty.
+pub(crate) fn not_applicable_text(result: &MatrixResult) -> String {
+    let rows = result.rows.iter().filter(|row| row.verdict == Verdict::NotApplicable).count();
+    let scenarios = not_applicable(result).len();
+    if rows + scenarios == 0 {
+        return String::new();
+    }
+    let count = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
+    let verb = if rows + scenarios == 1 { "is" } else { "are" };
+    format!(
+        "; {} and {} {verb} not applicable to it (not run)",
+        count(rows, "row"),
+        count(scenarios, "scenario")
+    )
+}
+
 /// How many rows and scenarios passed: `(rows passed, rows, scenarios passed, scenarios)`.
 pub(crate) fn pass_counts(result: &MatrixResult) -> (usize, usize, usize, usize) {
     let rows_passed = result.rows.iter().filter(|row| row.verdict == Verdict::Pass).count();

@@ -81,6 +81,8 @@ struct Page {
     rows_passed: usize,
     rows_total: usize,
     scenarios_passed: usize,
+    /// `; N rows and M scenarios are not applicable to it (not run)`, or empty.
+    not_applicable: String,
     scenarios_total: usize,
     rows: Vec<RowView>,
     scenarios: Vec<ScenarioView>,
@@ -218,6 +220,7 @@ fn page(result: &MatrixResult, options: &RenderOptions) -> Page {
         rows_passed,
         rows_total,
         scenarios_passed,
+        not_applicable: crate::evidence::not_applicable_text(result),
         scenarios_total,
         rows: result
             .rows

@@ -27,8 +27,9 @@ fn write_markdown(out: &mut String, result: &MatrixResult, options: &RenderOptio
     writeln!(
         out,
         "{rows_passed} of {rows} rows and {scenarios_passed} of {scenarios} scenarios pass \
-         for executor `{}`.",
-        code(&result.executor)
+         for executor `{}`{}.",
+        code(&result.executor),
+        crate::evidence::not_applicable_text(result)
     )?;
     writeln!(out)?;
     writeln!(out, "| | |")?;

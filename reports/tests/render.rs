@@ -271,6 +271,7 @@ fn a_scenario_not_applicable_is_shown_as_such_in_every_report() {
     assert!(markdown.contains("_not applicable_"), "{markdown}");
     assert!(markdown.contains(&format!("- {title}: {why}")), "{markdown}");
     assert!(!markdown.contains("NOT APPLICABLE"), "not applicable is not shouted as a failure");
+    assert!(markdown.contains("; 0 rows and 1 scenario is not applicable to it (not run)."), "{markdown}");
 
     let html = render_html(&result, &RenderOptions::new());
     assert!(html.contains("<span class=\"badge v-not_applicable\">not applicable</span>"));
