@@ -33,3 +33,35 @@ fn each_variant_is_caught_where_its_zoo_twin_is() {
         assert!(found.contains(&Verdict::Fail), "{caught_by} must catch {name}: {found:?}");
     }
 }
+
+/// A decision made per worker may keep state (here shared by every worker of the run) and see
+/// its worker's environment; the run is the reference's otherwise, and passes.
+#[test]
+fn a_decision_keeps_state_and_sees_its_worker() {
+    use std::rc::Rc;
+    use std::sync::{Arc, Mutex};
+
+    use executor::{reference_ambiguity, ReferenceConfig, ReferenceFactory, Strategies};
+
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let log = seen.clone();
+    let spec = ExecutorSpec::new("reference-noting-ambiguity", move |_run: &str| {
+        let log = log.clone();
+        let factory = ReferenceFactory::recycled(ReferenceConfig::default(), move |env: &WorkerEnv| {
+            let (log, worker) = (log.clone(), format!("{}#{}", env.worker_id, env.incarnation));
+            Strategies {
+                ambiguity: Rc::new(move |contract, requests_sent| {
+                    log.lock().unwrap_or_else(|p| p.into_inner()).push(worker.clone());
+                    reference_ambiguity(contract, requests_sent)
+                }),
+                ..Strategies::reference()
+            }
+        });
+        Ok(Rc::new(factory.map_err(|error| error.to_string())?) as Rc<dyn ExecutorFactory>)
+    });
+    // S02: the downstream commits the first ticket and drops the answer: one ambiguous answer.
+    let record = harness::runner::run(&scenario("S02"), 0, &spec);
+    assert_eq!(record.result.verdict, Verdict::Pass, "{:?}", record.result.violations);
+    let seen = seen.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    assert_eq!(seen, ["worker-1#0"], "the decision ran once, on the worker that got the ambiguous answer");
+}
