@@ -486,6 +486,7 @@ impl Machine {
     /// Hands an operation the executor cannot settle on its own to people: files `finding`
     /// (already kept in the store's table) to the operators' queue.
     async fn hand_over(&self, tenant: &str, operation_key: &str, about: FindingAbout, finding: &str) {
+        tracing::info!(key = operation_key, about = ?about, finding, "handing over to people");
         if (self.strategies.file_findings)(about) {
             let entry = ReconciliationEntry {
                 tenant: tenant.to_owned(),
@@ -573,6 +574,12 @@ impl Machine {
             Err(error) => return store_failure(Some(key), &error),
         };
         let new_claim = matches!(claimed, Claimed::New(_));
+        match &claimed {
+            Claimed::New(_) => tracing::debug!(key, "claim won: a new record, ours"),
+            Claimed::Existing(record) => {
+                tracing::debug!(key, status = ?record.status, "claim found an existing record")
+            }
+        }
         if !self.allowed_at(AuthPoint::AfterClaim { new_claim }, &call.tenant, &call.actor, &call.tool).await
         {
             if let Claimed::New(record) = &claimed {
@@ -617,6 +624,7 @@ impl Machine {
             return self.late_arrival(&record).await;
         }
         if record.request_fingerprint != request.fingerprint {
+            tracing::debug!(key, "the request's fingerprint differs from the record's");
             return match (self.strategies.mismatch)(contract) {
                 MismatchVerdict::Reject => self.mismatch(&record, &request.call),
                 MismatchVerdict::ApplyNewest => self.replace_with_newest(&record, contract, request).await,
@@ -637,11 +645,22 @@ impl Machine {
             // Handed over to people when it was marked: nothing a retry does can settle it.
             RecordStatus::Unknown if !self.can_find_out(contract) => self.describe(&record),
             RecordStatus::Pending | RecordStatus::Unknown => {
+                if record.status == RecordStatus::Pending {
+                    tracing::debug!(
+                        key,
+                        owner = record.owner_token.as_deref().unwrap_or("-"),
+                        lease_until_ms = record.lease_until_ms,
+                        "the owner's lease ran out: the claim is abandoned"
+                    );
+                } else {
+                    tracing::debug!(key, "the record is unknown: recovering it");
+                }
                 let call = &request.call;
                 if !self.allowed_at(AuthPoint::BeforeRecovery, &call.tenant, &call.actor, &call.tool).await {
                     return unauthorized(&key);
                 }
                 let Some(owned) = self.take_over(&record, contract).await else {
+                    tracing::debug!(key, "another worker changed the record first");
                     return self.reload_and_describe(&record.tenant, &key).await;
                 };
                 self.recover(&owned, &record, contract, Some(request)).await
@@ -797,10 +816,17 @@ impl Machine {
         }
         let mut requests_sent = 0;
         loop {
+            tracing::debug!(
+                key = %owned.operation_key,
+                attempt = requests_sent + 1,
+                with_key = record.downstream_key.is_some(),
+                "sending the effect downstream"
+            );
             let sent = self.send(request.plan.request(record.downstream_key.as_deref())).await;
             requests_sent += 1;
             let answer = classify(request.plan.kind, sent);
             if let Answer::Ambiguous(why) = &answer {
+                tracing::debug!(key = %owned.operation_key, why = %why, "the answer is ambiguous");
                 match (self.strategies.ambiguity)(contract, requests_sent) {
                     AmbiguityVerdict::Unknown => {}
                     AmbiguityVerdict::Resend => continue,
@@ -884,27 +910,41 @@ impl Machine {
                 }
                 Ok(true) => {
                     let status = if replayed { OutcomeStatus::Replayed } else { OutcomeStatus::Applied };
+                    tracing::debug!(
+                        key = %owned.operation_key,
+                        reference,
+                        status = status.as_str(),
+                        "completed by compare-and-set on our claim"
+                    );
                     return succeeded(status, &owned.operation_key, reference, Some(result));
                 }
-                Ok(false) => match self.load(&owned.tenant, &owned.operation_key).await {
-                    Ok(Some(record))
-                        if record.status == RecordStatus::Unknown
-                            && !adopted
-                            && (self.strategies.late_receipt)() =>
-                    {
-                        let Some(again) = self.take_over(&record, contract).await else {
-                            return self.reload_and_describe(&owned.tenant, &owned.operation_key).await;
-                        };
-                        let note =
-                            format!("a late answer carried receipt {reference}; settling the unknown record");
-                        self.note(&again.tenant, &again.operation_key, &note).await;
-                        owned = again;
-                        adopted = true;
+                Ok(false) => {
+                    tracing::debug!(
+                        key = %owned.operation_key,
+                        reference,
+                        "compare-and-set lost: the claim is no longer ours"
+                    );
+                    match self.load(&owned.tenant, &owned.operation_key).await {
+                        Ok(Some(record))
+                            if record.status == RecordStatus::Unknown
+                                && !adopted
+                                && (self.strategies.late_receipt)() =>
+                        {
+                            let Some(again) = self.take_over(&record, contract).await else {
+                                return self.reload_and_describe(&owned.tenant, &owned.operation_key).await;
+                            };
+                            let note = format!(
+                                "a late answer carried receipt {reference}; settling the unknown record"
+                            );
+                            self.note(&again.tenant, &again.operation_key, &note).await;
+                            owned = again;
+                            adopted = true;
+                        }
+                        Ok(Some(record)) => return self.describe(&record),
+                        Ok(None) => return invalid(Some(&owned.operation_key), "no operation with this key"),
+                        Err(error) => return store_failure(Some(&owned.operation_key), &error),
                     }
-                    Ok(Some(record)) => return self.describe(&record),
-                    Ok(None) => return invalid(Some(&owned.operation_key), "no operation with this key"),
-                    Err(error) => return store_failure(Some(&owned.operation_key), &error),
-                },
+                }
                 Err(error) => return store_failure(Some(&owned.operation_key), &error),
             }
         }
@@ -947,6 +987,7 @@ impl Machine {
         let (now, key) = (self.now_ms(), &owned.operation_key);
         match self.gated().call("mark_unknown", |store| store.mark_unknown(owned, finding, now)).await {
             Ok(true) => {
+                tracing::debug!(key, finding, hand_over, "marked unknown");
                 if hand_over {
                     self.hand_over(&owned.tenant, key, FindingAbout::Operation, finding).await;
                 }
@@ -1000,12 +1041,20 @@ impl Machine {
             now_ms: now,
         };
         match self.gated().call("take_over", |store| store.take_over(&take_over)).await {
-            Ok(true) => Some(OwnedClaim {
-                tenant: take_over.tenant,
-                operation_key: take_over.operation_key,
-                owner_token: take_over.new_owner,
-                lease_until_ms: take_over.lease_until_ms,
-            }),
+            Ok(true) => {
+                tracing::debug!(
+                    key = %take_over.operation_key,
+                    from = take_over.observed_owner.as_deref().unwrap_or("-"),
+                    to = %take_over.new_owner,
+                    "took the claim over by compare-and-set"
+                );
+                Some(OwnedClaim {
+                    tenant: take_over.tenant,
+                    operation_key: take_over.operation_key,
+                    owner_token: take_over.new_owner,
+                    lease_until_ms: take_over.lease_until_ms,
+                })
+            }
             Ok(false) | Err(_) => None,
         }
     }
@@ -1025,6 +1074,18 @@ impl Machine {
         let kind = ToolKind::of(&contract.name);
         let lookup =
             if plan.look_up_receipt { Some(self.look_up_receipt(record, contract).await) } else { None };
+        match &lookup {
+            Some(ReceiptLookup::Found(reference, _)) => {
+                tracing::debug!(key = %owned.operation_key, reference = %reference, "receipt lookup: found")
+            }
+            Some(ReceiptLookup::NotFound) => {
+                tracing::debug!(key = %owned.operation_key, "receipt lookup: none")
+            }
+            Some(ReceiptLookup::Failed(why)) => {
+                tracing::debug!(key = %owned.operation_key, why = %why, "receipt lookup: failed")
+            }
+            None => tracing::debug!(key = %owned.operation_key, "no receipt lookup for this downstream"),
+        }
         let finding = match lookup {
             Some(ReceiptLookup::Found(reference, answer)) => {
                 self.note(&owned.tenant, &owned.operation_key, &format!("receipt found: {reference}")).await;
@@ -1146,6 +1207,7 @@ impl Machine {
                 continue;
             }
             for (record, contract) in due {
+                tracing::debug!(key = %record.operation_key, status = ?record.status, "reconciling in the background");
                 let request = self.kept_request(&record);
                 if let Some(owned) = self.take_over(&record, contract).await {
                     self.recover(&owned, &record, contract, request.as_ref()).await;
@@ -1325,6 +1387,7 @@ impl Machine {
                 })
                 .await?
         };
+        tracing::debug!(key, job_id, won, "the finished job settled (won: this worker changed the record)");
         let announce = won == plan.announce_on_win;
         if let Some(to) = contract.completion_notice_to.as_ref().filter(|_| announce) {
             let request = notice_request(tenant, to, job_id, record.downstream_key.as_deref());
@@ -1449,7 +1512,10 @@ impl Machine {
                 .await;
             match recorded {
                 Ok(true) => {}
-                Ok(false) => return WebhookAck::DuplicateEvent,
+                Ok(false) => {
+                    tracing::debug!(key = operation_key, event = %event.event_id, "webhook event seen before: ignored");
+                    return WebhookAck::DuplicateEvent;
+                }
                 Err(_) => return WebhookAck::Unmatched,
             }
         }

@@ -76,9 +76,15 @@ enum Command {
         /// The executor under test.
         #[arg(long, default_value = "reference")]
         executor: String,
-        /// Print the history as readable lines.
+        /// Print the history as readable lines (with the executor's log, when captured,
+        /// each line after the history event it follows).
         #[arg(long)]
         trace: bool,
+        /// Capture the executor's `tracing` events on simulated time: a level (`debug`) or
+        /// targets with levels (`executor=debug,my_crate=trace`). Default: `RUST_LOG`, else
+        /// nothing.
+        #[arg(long)]
+        log: Option<String>,
         /// Look the scenario up in these files too.
         #[arg(long = "scenario-file")]
         scenario_files: Vec<PathBuf>,
@@ -405,8 +411,10 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
             }
             Ok(if result.verdict == Verdict::Pass { exit::SUCCESS } else { exit::CHECK_FAILED })
         }
-        Command::Run { scenario, seed, case, executor, trace, scenario_files, check_determinism } => {
+        Command::Run { scenario, seed, case, executor, trace, log, scenario_files, check_determinism } => {
             let executor = registry.find(&executor)?;
+            let log = crate::log::LogFilter::from_flag_or_env(log.as_deref())
+                .map_err(|error| bad_input(anyhow::anyhow!("{error}")))?;
             let scenarios = load_scenarios(&scenario_files)?;
             let (chosen, seed) = match (case, scenario, seed) {
                 (Some(path), _, _) => {
@@ -434,18 +442,24 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
                 _ => return Err(bad_input(anyhow::anyhow!("give a scenario and --seed, or --case FILE"))),
             };
             let chosen = &chosen;
-            let record = runner::run(chosen, seed, &executor);
+            let record = runner::run_logged(chosen, seed, &executor, log.as_ref());
             if trace {
-                for event in &record.history {
-                    println!("{}", event.to_line());
+                print!("{}", trace_text(&record));
+                println!();
+            } else if !record.log.is_empty() {
+                for line in &record.log {
+                    println!("{}", line.to_line());
                 }
                 println!();
             }
             let mut verdict = record.result.verdict;
             if check_determinism {
-                let again = runner::run(chosen, seed, &executor);
+                let again = runner::run_logged(chosen, seed, &executor, log.as_ref());
                 if again.result.history_digest != record.result.history_digest {
                     println!("NONDETERMINISTIC: two runs of seed {seed} gave different histories");
+                    verdict = Verdict::Fail;
+                } else if again.log != record.log {
+                    println!("NONDETERMINISTIC: two runs of seed {seed} gave different logs");
                     verdict = Verdict::Fail;
                 } else {
                     println!("deterministic: both runs gave history {}", record.result.history_digest);
@@ -721,6 +735,26 @@ fn load_scenarios(files: &[PathBuf]) -> Result<Vec<Scenario>, Failure> {
         scenarios.push(scenario);
     }
     Ok(scenarios)
+}
+
+/// The history as lines, each followed by the log lines emitted after it (those emitted before
+/// the first event come first), indented.
+pub fn trace_text(record: &runner::RunRecord) -> String {
+    let mut text = String::new();
+    let mut log = record.log.iter().peekable();
+    let mut logged_until = |text: &mut String, seq: u64| {
+        while let Some(line) = log.next_if(|line| line.after_seq <= seq) {
+            text.push_str(&format!("    {}\n", line.to_line()));
+        }
+    };
+    logged_until(&mut text, 0);
+    for event in &record.history {
+        text.push_str(&event.to_line());
+        text.push('\n');
+        logged_until(&mut text, event.seq);
+    }
+    logged_until(&mut text, u64::MAX);
+    text
 }
 
 fn render_run(result: &RunResult) -> String {

@@ -403,6 +403,16 @@ impl History {
         events.push(Event { seq, at_ms, kind });
     }
 
+    /// How many events there are so far (the latest one's `seq`).
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether there is none yet.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// A copy of every event so far.
     pub fn events(&self) -> Vec<Event> {
         self.lock().clone()

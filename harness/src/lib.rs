@@ -53,6 +53,7 @@ pub mod explore;
 pub mod explore_cli;
 pub mod fuzz;
 pub mod history;
+pub mod log;
 pub mod matrix;
 pub mod mutants;
 pub mod oracles;

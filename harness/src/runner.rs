@@ -52,6 +52,8 @@ pub struct RunRecord {
     pub stepped: Duration,
     /// What the run's premises and oracles covered (exploration sums it up).
     pub coverage: RunCoverage,
+    /// The executor's `tracing` events, when the run was asked to log ([`run_logged`]).
+    pub log: Vec<crate::log::LogLine>,
 }
 
 /// What one run covered: the faults and crashes it asked for and got, and the oracles that
@@ -160,6 +162,18 @@ struct Runner {
 
 /// Runs `scenario` with `seed` against `executor`.
 pub fn run(scenario: &Scenario, seed: u64, executor: &ExecutorSpec) -> RunRecord {
+    run_logged(scenario, seed, executor, None)
+}
+
+/// [`run`], capturing the `tracing` events `log` lets through (the executor's and the
+/// harness's) into [`RunRecord::log`], on simulated time (see [`crate::log`]). With `None`
+/// nothing is captured, as in [`run`].
+pub fn run_logged(
+    scenario: &Scenario,
+    seed: u64,
+    executor: &ExecutorSpec,
+    log: Option<&crate::log::LogFilter>,
+) -> RunRecord {
     let lacks = executor.capabilities.lacks(&scenario.needs(&ContractSet::builtin()));
     if !lacks.is_empty() {
         let note = format!(
@@ -177,6 +191,11 @@ pub fn run(scenario: &Scenario, seed: u64, executor: &ExecutorSpec) -> RunRecord
         Err(payload) => return not_started(scenario, seed, executor, panic_message(payload.as_ref())),
     };
     let (sim, shared) = world::build(scenario, seed, factory);
+    let lines = crate::log::Lines::default();
+    let dispatch = log.map(|filter| {
+        crate::log::dispatch(filter, shared.history.clone(), shared.clock.clone(), lines.clone())
+    });
+    let _logging = dispatch.as_ref().map(tracing::dispatcher::set_default);
     let mut runner = Runner {
         sim,
         shared,
@@ -202,7 +221,10 @@ pub fn run(scenario: &Scenario, seed: u64, executor: &ExecutorSpec) -> RunRecord
         }
         Ok(()) => runner.settle().err(),
     };
-    runner.finish(scenario, seed, executor, stopped)
+    let mut record = runner.finish(scenario, seed, executor, stopped);
+    drop(_logging);
+    record.log = std::mem::take(&mut *lines.lock().unwrap_or_else(|p| p.into_inner()));
+    record
 }
 
 impl Runner {
@@ -973,7 +995,7 @@ impl Runner {
             fingerprints,
             reproduce: reproduce_command(scenario, seed, executor),
         };
-        RunRecord { result, history, ledger, stepped: self.sim.elapsed(), coverage }
+        RunRecord { result, history, ledger, stepped: self.sim.elapsed(), coverage, log: Vec::new() }
     }
 }
 
@@ -1013,6 +1035,7 @@ fn not_run(
         ledger: Vec::new(),
         stepped: Duration::ZERO,
         coverage: RunCoverage::default(),
+        log: Vec::new(),
     }
 }
 

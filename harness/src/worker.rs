@@ -25,6 +25,7 @@ use protocol::{
 };
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
+use tracing::Instrument;
 use wire::{HttpClient, HttpRequest, HttpResponse, Problem, SimConnector, TransportError, MAX_BODY_BYTES};
 
 use crate::agent::REQUEST_LABEL_HEADER;
@@ -66,6 +67,8 @@ fn current_origin() -> Option<String> {
 /// What one worker incarnation holds.
 struct Worker {
     name: String,
+    /// How many times this worker started before this incarnation.
+    incarnation: u32,
     executor: Rc<dyn Executor>,
     shared: Rc<Shared>,
 }
@@ -100,20 +103,21 @@ pub async fn run(shared: Rc<Shared>, name: String) -> turmoil::Result {
     };
     // A panic in `start` is the executor's: the worker records it and stays down, and the
     // runner stops the run as `crashed`, instead of the panic taking the simulation with it.
-    let executor: Rc<dyn Executor> =
-        match std::panic::catch_unwind(AssertUnwindSafe(|| shared.factory.start(env))) {
-            Ok(executor) => Rc::from(executor),
-            Err(payload) => {
-                shared.history.push(EventKind::ExecutorPanicked {
-                    worker: name.clone(),
-                    during: "start".into(),
-                    message: crate::runner::panic_message(payload.as_ref()),
-                });
-                shared.start_panicked.set(true);
-                std::future::pending().await
-            }
-        };
-    let worker = Rc::new(Worker { name, executor, shared });
+    let executor: Rc<dyn Executor> = match tracing::info_span!("start", worker = %name, incarnation)
+        .in_scope(|| std::panic::catch_unwind(AssertUnwindSafe(|| shared.factory.start(env))))
+    {
+        Ok(executor) => Rc::from(executor),
+        Err(payload) => {
+            shared.history.push(EventKind::ExecutorPanicked {
+                worker: name.clone(),
+                during: "start".into(),
+                message: crate::runner::panic_message(payload.as_ref()),
+            });
+            shared.start_panicked.set(true);
+            std::future::pending().await
+        }
+    };
+    let worker = Rc::new(Worker { name, incarnation, executor, shared });
     tokio::task::spawn_local(consume_queue(worker.clone()));
     let listener = turmoil::net::TcpListener::bind(("0.0.0.0", PORT)).await?;
     loop {
@@ -227,7 +231,8 @@ impl Worker {
     /// Runs `future` as the executor's work for `serving`, catching a panic.
     async fn guarded<T>(&self, during: &str, serving: Serving, future: LocalBoxFuture<'_, T>) -> Option<T> {
         let _busy = Busy::new(&self.shared);
-        match SERVING.scope(serving, CatchUnwind(AssertUnwindSafe(future))).await {
+        let span = self.span(during, &serving);
+        match SERVING.scope(serving, CatchUnwind(AssertUnwindSafe(future))).instrument(span).await {
             Ok(value) => Some(value),
             Err(message) => {
                 self.shared.history.push(EventKind::ExecutorPanicked {
@@ -237,6 +242,31 @@ impl Worker {
                 });
                 None
             }
+        }
+    }
+
+    /// The `tracing` span of one piece of the executor's work (`during`: call, poll,
+    /// reconcile, consume, webhook): the worker, its incarnation, the operation (tenant,
+    /// environment, workflow, step) and the agent's label for the request. Its fields are
+    /// formatted only when a run captures its log.
+    fn span(&self, during: &str, serving: &Serving) -> tracing::Span {
+        let (worker, incarnation) = (&self.name, self.incarnation);
+        let operation = serving.origin.as_deref().unwrap_or("-");
+        let label = serving.label.as_deref().unwrap_or("-");
+        match during {
+            "call" => {
+                tracing::info_span!("call", worker = %worker, incarnation, operation = %operation, label = %label)
+            }
+            "poll" => {
+                tracing::info_span!("poll", worker = %worker, incarnation, operation = %operation, label = %label)
+            }
+            "reconcile" => {
+                tracing::info_span!("reconcile", worker = %worker, incarnation, operation = %operation, label = %label)
+            }
+            "consume" => {
+                tracing::info_span!("consume", worker = %worker, incarnation, operation = %operation)
+            }
+            _ => tracing::info_span!("webhook", worker = %worker, incarnation, operation = %operation),
         }
     }
 
@@ -564,8 +594,10 @@ impl Background for SimBackground {
         // agent request: it goes on after the answer.
         let serving = Serving { origin: current_origin(), label: None };
         let worker = self.worker.clone();
+        // It stays in the span of the work that started it (a call, a worker's start).
+        let task = task.in_current_span();
         tokio::task::spawn_local(async move {
-            let result = SERVING.scope(serving, CatchUnwind(AssertUnwindSafe(task))).await;
+            let result = SERVING.scope(serving, CatchUnwind(AssertUnwindSafe(Box::pin(task)))).await;
             if let Err(message) = result {
                 busy.0.history.push(EventKind::ExecutorPanicked {
                     worker,

@@ -182,6 +182,8 @@ fn bad_numbers_and_unwritable_outputs_exit_2_before_any_work() {
     check(&["bench", "store", "--operations", &max], &[], "at most 10000000");
     check(&["bench", "store", "--operations", "4000000000"], &[], "at most 10000000");
     check(&["bench", "sim", "--runs", "1", "--jobs", "0"], &[], "--jobs must be at least 1");
+    check(&["run", "S01", "--seed", "1", "--log", "executor=loud"], &[], "log filter \"executor=loud\"");
+    check(&["run", "S01", "--seed", "1"], &[("RUST_LOG", "executor=loud")], "RUST_LOG: log filter");
 }
 
 /// The last seed there is can be run (the range does not wrap), and a `--jobs` far beyond the

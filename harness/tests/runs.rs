@@ -364,3 +364,58 @@ fn scenarios_an_executor_cannot_support_are_not_applicable_never_pass() {
         assert_eq!(covered.verdict, reports::Verdict::NotApplicable, "{covered:?}");
     }
 }
+
+/// The executor's `tracing` events, captured on simulated time: the same seed gives the same
+/// log, byte for byte, and S19 shows the new owner's reasoning in order (lease expired,
+/// claim taken over, receipt found, replayed), interleaved with the history.
+#[test]
+fn a_runs_log_is_deterministic_and_tells_the_executors_decisions_in_order() {
+    let filter = harness::log::LogFilter::parse("debug").expect("a filter");
+    let run = || runner::run_logged(&scenario("S19"), 1, &reference(), Some(&filter));
+    let (first, second) = (run(), run());
+    assert_eq!(first.result.verdict, reports::Verdict::Pass);
+    let text = |record: &runner::RunRecord| harness::cli::trace_text(record);
+    assert_eq!(text(&first), text(&second), "two runs of one seed must give the same log");
+    assert_eq!(first.log, second.log);
+
+    let worker_2: Vec<&str> = first
+        .log
+        .iter()
+        .filter(|line| line.spans.iter().any(|span| span.starts_with("call{worker=worker-2")))
+        .map(|line| line.text.as_str())
+        .collect();
+    let position = |needle: &str| {
+        worker_2
+            .iter()
+            .position(|text| text.starts_with(needle))
+            .unwrap_or_else(|| panic!("{needle:?} in {worker_2:#?}"))
+    };
+    let lease = position("the owner's lease ran out");
+    let taken = position("took the claim over");
+    let found = position("receipt lookup: found");
+    let replayed = position("completed by compare-and-set on our claim");
+    assert!(lease < taken && taken < found && found < replayed, "{worker_2:#?}");
+    assert!(worker_2[replayed].contains("status=replayed"), "{}", worker_2[replayed]);
+
+    // In the trace, each line follows the history event it came after.
+    let trace = text(&first);
+    let lookup_answer =
+        trace.find("downstream -> worker-2: 200 to GET /v1/receipts/").expect("the lookup's answer");
+    let found_line = trace.find("receipt lookup: found").expect("the executor's line");
+    assert!(lookup_answer < found_line, "{trace}");
+
+    // Off (the default), nothing is captured.
+    assert!(runner::run(&scenario("S19"), 1, &reference()).log.is_empty());
+}
+
+/// A filter keeps only what it names: the executor's crate at debug shows no harness or
+/// turmoil line.
+#[test]
+fn a_log_filter_keeps_only_the_targets_it_names() {
+    let filter = harness::log::LogFilter::parse("executor=debug").expect("a filter");
+    let record = runner::run_logged(&scenario("S19"), 1, &reference(), Some(&filter));
+    assert!(!record.log.is_empty());
+    assert!(record.log.iter().all(|line| line.target.starts_with("executor")), "{:#?}", record.log);
+    let warn_only = harness::log::LogFilter::parse("executor=warn").expect("a filter");
+    assert!(runner::run_logged(&scenario("S19"), 1, &reference(), Some(&warn_only)).log.is_empty());
+}

@@ -272,6 +272,9 @@ async fn recover(
     let Some((tool_version, arguments)) = kept else { return outcome(OutcomeStatus::Unknown, key) };
     let service = env.contracts.get(TOOL, &tool_version).map(|contract| contract.downstream.clone());
     let (receipts, honoured) = service.map_or((false, false), |s| (s.receipt_lookup, s.honours_key));
+    // An executor's own `tracing` events: replaylab captures them per run, on simulated time
+    // (`custom-replaylab run S02 --seed 0 --log debug --trace`).
+    tracing::debug!(key, receipts, honoured, "recovering a create that may have happened");
     let mut not_found = false;
     if receipts {
         match look_up_ticket(env, tenant, key).await {

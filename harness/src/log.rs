@@ -1,0 +1,224 @@
+//! The executor's `tracing` events, captured per run on simulated time.
+//!
+//! A run asked to log ([`crate::runner::run_logged`]) installs, on its own thread and for its
+//! own duration, a `tracing` subscriber whose one layer ([`Capture`]) records every event that
+//! passes the filter as a [`LogLine`]: the world clock's time, the history position it follows,
+//! the spans it happened in (the harness opens one per executor call, poll, reconcile, consume,
+//! webhook, background task and worker start, naming the worker, its incarnation and the
+//! operation), and its fields. An executor's own events, the reference's or a user's, are
+//! captured the same way with no set-up on its side: it only uses the `tracing` macros.
+//!
+//! Deterministic: the lines come in the order the single-threaded simulation emits them, with
+//! simulated times and no span ids, so the same seed gives the same log byte for byte. Off
+//! (the default) nothing is installed and a `tracing` macro costs one check of its callsite.
+
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
+
+use tracing::field::{Field, Visit};
+use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
+use tracing_subscriber::registry::LookupSpan;
+
+use crate::clock::WorldClock;
+use crate::history::History;
+
+/// The environment variable read for a log filter when no `--log` is given.
+pub const LOG_VARIABLE: &str = "RUST_LOG";
+
+/// Which events a run captures: `tracing_subscriber`'s target filter syntax, a level
+/// (`debug`) or targets with levels (`executor=debug,my_executor=trace,warn`).
+#[derive(Debug, Clone)]
+pub struct LogFilter {
+    targets: Targets,
+    text: String,
+}
+
+impl LogFilter {
+    /// Parses a filter; the error says what is wrong.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let targets: Targets = text.parse().map_err(|error| {
+            format!("log filter {text:?}: {error} (try `debug` or `executor=debug,warn`)")
+        })?;
+        Ok(Self { targets, text: text.to_owned() })
+    }
+
+    /// The filter from `--log`, else from `RUST_LOG` when it is set and not empty, else none.
+    pub fn from_flag_or_env(flag: Option<&str>) -> Result<Option<Self>, String> {
+        match flag {
+            Some(text) => Self::parse(text).map(Some),
+            None => match std::env::var(LOG_VARIABLE) {
+                Ok(text) if !text.trim().is_empty() => {
+                    Self::parse(text.trim()).map(Some).map_err(|error| format!("{LOG_VARIABLE}: {error}"))
+                }
+                _ => Ok(None),
+            },
+        }
+    }
+
+    /// The filter as written.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+}
+
+/// One captured event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogLine {
+    /// The history event it follows (`0`: before the first).
+    pub after_seq: u64,
+    /// When, by the world clock (ms of simulated time).
+    pub at_ms: u64,
+    /// `TRACE` .. `ERROR`.
+    pub level: Level,
+    /// Where it was emitted (`executor::machine`).
+    pub target: String,
+    /// The spans it happened in, outermost first: `call{worker=worker-2 incarnation=0 ...}`.
+    pub spans: Vec<String>,
+    /// The message and the event's other fields (`key=value`).
+    pub text: String,
+}
+
+impl LogLine {
+    /// `      4210ms  DEBUG executor::machine: the lease ran out; taking over key=..  [call{..}]`
+    pub fn to_line(&self) -> String {
+        let spans =
+            if self.spans.is_empty() { String::new() } else { format!("  in {}", self.spans.join(" > ")) };
+        format!("{:>10}ms  {:>5} {}: {}{spans}", self.at_ms, self.level, self.target, self.text)
+    }
+}
+
+/// Where a run's lines are collected.
+pub type Lines = Arc<Mutex<Vec<LogLine>>>;
+
+/// The layer that records events as [`LogLine`]s.
+struct Capture {
+    history: History,
+    clock: WorldClock,
+    lines: Lines,
+}
+
+/// A span's name and fields as text, kept in the span's extensions.
+struct SpanText(String);
+
+/// Writes fields as `message key=value ...` (strings unquoted).
+#[derive(Default)]
+struct FieldText {
+    message: String,
+    fields: String,
+}
+
+impl FieldText {
+    fn text(self) -> String {
+        match (self.message.is_empty(), self.fields.is_empty()) {
+            (_, true) => self.message,
+            (true, false) => self.fields.trim_start().to_owned(),
+            (false, false) => format!("{}{}", self.message, self.fields),
+        }
+    }
+}
+
+impl Visit for FieldText {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if field.name() == "message" {
+            self.message.push_str(value);
+        } else {
+            let _ = write!(self.fields, " {}={value}", field.name());
+        }
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            let _ = write!(self.message, "{value:?}");
+        } else {
+            let _ = write!(self.fields, " {}={value:?}", field.name());
+        }
+    }
+}
+
+impl<S> Layer<S> for Capture
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        id: &tracing::span::Id,
+        ctx: Context<'_, S>,
+    ) {
+        let mut fields = FieldText::default();
+        attrs.record(&mut fields);
+        let text = format!("{}{{{}}}", attrs.metadata().name(), fields.text());
+        if let Some(span) = ctx.span(id) {
+            span.extensions_mut().insert(SpanText(text));
+        }
+    }
+
+    fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
+        let spans = ctx
+            .event_scope(event)
+            .map(|scope| {
+                scope
+                    .from_root()
+                    .filter_map(|span| span.extensions().get::<SpanText>().map(|text| text.0.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut fields = FieldText::default();
+        event.record(&mut fields);
+        let line = LogLine {
+            after_seq: self.history.len() as u64,
+            at_ms: self.clock.now_ms(),
+            level: *event.metadata().level(),
+            target: event.metadata().target().to_owned(),
+            spans,
+            text: fields.text(),
+        };
+        self.lines.lock().unwrap_or_else(|p| p.into_inner()).push(line);
+    }
+}
+
+/// A dispatcher that captures the events `filter` lets through into `lines`, timed by `clock`
+/// and placed after the latest event of `history`.
+pub fn dispatch(filter: &LogFilter, history: History, clock: WorldClock, lines: Lines) -> tracing::Dispatch {
+    let capture = Capture { history, clock, lines };
+    let subscriber = tracing_subscriber::registry().with(filter.targets.clone()).with(capture);
+    tracing::Dispatch::new(subscriber)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filters_parse_or_say_what_is_wrong() {
+        assert!(LogFilter::parse("debug").is_ok());
+        assert!(LogFilter::parse("executor=trace,warn").is_ok());
+        let error = LogFilter::parse("executor=loud").expect_err("not a level");
+        assert!(error.contains("executor=loud"), "{error}");
+    }
+
+    #[test]
+    fn events_are_captured_with_their_spans_time_and_place_in_the_history() {
+        let clock = WorldClock::default();
+        clock.set_simulated_ms(1500);
+        let history = History::new(clock.clone());
+        let lines = Lines::default();
+        let filter = LogFilter::parse("debug").expect("a filter");
+        let dispatch = dispatch(&filter, history.clone(), clock, lines.clone());
+        tracing::dispatcher::with_default(&dispatch, || {
+            let span = tracing::info_span!("call", worker = "worker-1", incarnation = 0);
+            let _entered = span.enter();
+            tracing::debug!(key = "acme:k", "claimed");
+            tracing::trace!("filtered out");
+        });
+        let lines = lines.lock().expect("lines").clone();
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert_eq!(lines[0].after_seq, 0);
+        assert_eq!(
+            lines[0].to_line(),
+            "      1500ms  DEBUG harness::log::tests: claimed key=acme:k  in call{worker=worker-1 incarnation=0}"
+        );
+    }
+}
