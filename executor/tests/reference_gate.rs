@@ -41,6 +41,7 @@ fn the_reference_passes_every_run_of_the_matrix() {
         check_determinism: false,
         jobs: 2,
         commit: None,
+        log: None,
     };
     let result = matrix::run(&config);
     assert_eq!(result.scenarios.len(), config.scenarios.len(), "every scenario ran");

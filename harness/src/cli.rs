@@ -61,6 +61,11 @@ enum Command {
         /// Threads (default and most: the machine's cores; no more than there are runs).
         #[arg(long)]
         jobs: Option<usize>,
+        /// The executor's `tracing` events captured for the failing run each scenario shows
+        /// (in the reports' event tables): a level or targets with levels. Default: `RUST_LOG`,
+        /// else `debug`.
+        #[arg(long)]
+        log: Option<String>,
     },
     /// Run one scenario with one seed and print the verdict (and the history with --trace).
     Run {
@@ -368,8 +373,12 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
             scenario_files,
             check_determinism,
             jobs,
+            log,
         } => {
             let executor = registry.find(&executor)?;
+            let log = crate::log::LogFilter::from_flag_or_env(log.as_deref())
+                .map_err(|error| bad_input(anyhow::anyhow!("{error}")))?
+                .unwrap_or_else(crate::log::LogFilter::default_for_reports);
             let formats = reports::Format::parse_list(&format).map_err(|error| bad_input(error.into()))?;
             let render_options =
                 reports::RenderOptions::from_env().map_err(|error| bad_input(error.into()))?;
@@ -381,8 +390,16 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
             check_report_dir(&out)?;
             check_step_summary()?;
             let commit = source_commit();
-            let config =
-                MatrixConfig { executor, scenarios, seeds, first_seed, check_determinism, jobs, commit };
+            let config = MatrixConfig {
+                executor,
+                scenarios,
+                seeds,
+                first_seed,
+                check_determinism,
+                jobs,
+                commit,
+                log: Some(log),
+            };
             let started = std::time::Instant::now();
             let result = matrix::run(&config);
             let elapsed = started.elapsed();
@@ -508,6 +525,8 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
                 check_determinism: false,
                 jobs,
                 commit: source_commit(),
+                // The zoo's reports show no timelines: nothing to capture.
+                log: None,
             };
             let started = std::time::Instant::now();
             let result = crate::mutants::run(&base);

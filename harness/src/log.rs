@@ -61,6 +61,46 @@ impl LogFilter {
     pub fn as_str(&self) -> &str {
         &self.text
     }
+
+    /// What the reports capture for the failing runs they show unless told otherwise:
+    /// everything at `debug` and above.
+    pub fn default_for_reports() -> Self {
+        Self::parse("debug").expect("`debug` is a valid filter")
+    }
+}
+
+/// The text values of a scenario's call arguments (four characters or more): what a log line
+/// must not repeat, since the reports never carry request bodies.
+pub fn request_texts(scenario: &scenarios::Scenario) -> Vec<String> {
+    fn strings(value: &serde_json::Value, into: &mut Vec<String>) {
+        match value {
+            serde_json::Value::String(text) if text.chars().count() >= 4 => into.push(text.clone()),
+            serde_json::Value::Array(items) => items.iter().for_each(|item| strings(item, into)),
+            serde_json::Value::Object(fields) => fields.values().for_each(|field| strings(field, into)),
+            _ => {}
+        }
+    }
+    let mut texts = Vec::new();
+    for step in &scenario.steps {
+        let calls = match &step.kind {
+            scenarios::StepKind::Call(call) => std::slice::from_ref(call),
+            scenarios::StepKind::Concurrent(calls) => calls.as_slice(),
+            _ => &[],
+        };
+        for call in calls {
+            if let Ok(arguments) = serde_json::from_str::<serde_json::Value>(&call.arguments) {
+                strings(&arguments, &mut texts);
+            }
+        }
+    }
+    texts.sort_by_key(|text| std::cmp::Reverse(text.len()));
+    texts.dedup();
+    texts
+}
+
+/// `line` with every one of `secrets` replaced by `[request text]`.
+pub fn redact(line: &str, secrets: &[String]) -> String {
+    secrets.iter().fold(line.to_owned(), |line, secret| line.replace(secret.as_str(), "[request text]"))
 }
 
 /// One captured event.
@@ -190,6 +230,21 @@ pub fn dispatch(filter: &LogFilter, history: History, clock: WorldClock, lines: 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn request_texts_are_redacted_from_log_lines() {
+        let scenario = scenarios::builtin().into_iter().find(|s| s.id == "S01").expect("S01");
+        let secrets = request_texts(&scenario);
+        assert!(secrets.iter().any(|text| text == "Customer reports a duplicate charge."), "{secrets:?}");
+        let line =
+            "DEBUG my_executor: sending body=Customer reports a duplicate charge. queue=support tenant=acme";
+        assert_eq!(
+            redact(line, &secrets),
+            "DEBUG my_executor: sending body=[request text] queue=[request text] tenant=acme"
+        );
+        // Values under four characters would redact ordinary words: they are not looked for.
+        assert!(!secrets.iter().any(|text| text.chars().count() < 4));
+    }
 
     #[test]
     fn filters_parse_or_say_what_is_wrong() {

@@ -29,6 +29,9 @@ pub struct MatrixConfig {
     pub jobs: usize,
     /// The source commit, for the report.
     pub commit: Option<String>,
+    /// Which `tracing` events the failing run each scenario shows is re-run to capture, for
+    /// the reports' event tables (`None`: none).
+    pub log: Option<crate::log::LogFilter>,
 }
 
 impl Default for MatrixConfig {
@@ -53,6 +56,7 @@ impl Default for MatrixConfig {
             check_determinism: false,
             jobs: std::thread::available_parallelism().map_or(1, usize::from),
             commit: None,
+            log: Some(crate::log::LogFilter::default_for_reports()),
         }
     }
 }
@@ -104,7 +108,11 @@ pub fn run(config: &MatrixConfig) -> MatrixResult {
     let mut summaries = Vec::new();
     for (index, scenario) in config.scenarios.iter().enumerate() {
         let runs: Vec<&Finished> = results.iter().filter(|r| r.index == index).collect();
-        summaries.push(summarise(scenario, &runs));
+        let mut summary = summarise(scenario, &runs);
+        if let (Some(filter), Some(failure)) = (&config.log, &summary.first_failure) {
+            attach_log(&mut summary.timeline, scenario, failure, &config.executor, filter);
+        }
+        summaries.push(summary);
     }
     // The two tables' rows, then each scenario of the prose as a row of its own, so that a
     // failing scenario always shows as a failing row.
@@ -158,6 +166,32 @@ pub fn run(config: &MatrixConfig) -> MatrixResult {
         rows,
         scenarios: summaries,
         verdict,
+    }
+}
+
+/// Runs the failing run a scenario shows again, capturing its log, and gives each mark of its
+/// timeline the lines that led to it (emitted after the previous mark). Runs are
+/// deterministic, so the run again is the run shown; if its history differs all the same, no
+/// log is attached. Text of the scenario's call arguments is redacted from the lines.
+fn attach_log(
+    timeline: &mut Timeline,
+    scenario: &Scenario,
+    failure: &RunResult,
+    executor: &crate::executors::ExecutorSpec,
+    filter: &crate::log::LogFilter,
+) {
+    if timeline.seed != failure.seed || timeline.marks.is_empty() {
+        return;
+    }
+    let again = runner::run_logged(scenario, failure.seed, executor, Some(filter));
+    if again.result.history_digest != failure.history_digest {
+        return;
+    }
+    let secrets = crate::log::request_texts(scenario);
+    let last = timeline.marks.len() - 1;
+    for line in &again.log {
+        let at = timeline.marks.iter().position(|mark| mark.seq > line.after_seq).unwrap_or(last);
+        timeline.marks[at].log.push(crate::log::redact(&line.to_line(), &secrets));
     }
 }
 

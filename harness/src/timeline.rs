@@ -23,6 +23,7 @@ fn mark(event: &Event) -> Option<Mark> {
         to_lane: to_lane.map(str::to_owned),
         kind,
         label,
+        log: Vec::new(),
     };
     Some(match &event.kind {
         EventKind::CallSent { label, worker, tool, .. } => {

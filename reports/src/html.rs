@@ -173,6 +173,8 @@ struct MarkView {
     /// The top of the mark (where the guide from its label ends).
     top: i64,
     label: String,
+    /// The executor's events that led to it.
+    log: Vec<String>,
     short_label: String,
     /// For outcomes: `applied`, `replayed`, `in_flight`, `rejected`, `unknown`, `expired`.
     status: Option<String>,
@@ -425,6 +427,7 @@ fn layout(timeline: &Timeline) -> TimelineView {
             head,
             top,
             label: mark.label.clone(),
+            log: mark.log.clone(),
             short_label: shorten(&mark.label, LABEL_LIMIT_CHARS),
             status: (mark.kind == MarkKind::Outcome).then(|| outcome_status(&mark.label)).flatten(),
         });
@@ -459,6 +462,7 @@ mod tests {
             to_lane: to_lane.map(Into::into),
             kind,
             label: format!("m{seq}"),
+            log: Vec::new(),
         }
     }
 

@@ -345,6 +345,10 @@ pub struct Mark {
     pub kind: MarkKind,
     /// A short text (no request bodies, ever).
     pub label: String,
+    /// The executor's `tracing` events that led to it (emitted after the previous mark), as
+    /// text; only for the failing run a scenario shows.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub log: Vec<String>,
 }
 
 /// One run drawn as lanes and marks (agent, workers, downstream, store).

@@ -277,3 +277,25 @@ fn a_scenario_not_applicable_is_shown_as_such_in_every_report() {
     assert!(html.contains("<span class=\"badge v-not_applicable\">not applicable</span>"));
     assert!(html.contains(why));
 }
+
+/// The executor's events that led to a mark unfold under it in the HTML event table, and are
+/// kept in `matrix.json`; marks without any show nothing extra.
+#[test]
+fn a_marks_executor_events_unfold_in_the_event_table() {
+    let mut result = fixture::matrix();
+    let scenario = result.scenarios.iter_mut().find(|s| !s.timeline.marks.is_empty()).expect("a timeline");
+    let line = "      1437ms  DEBUG executor::machine: the owner's lease ran out key=acme:k";
+    scenario.timeline.marks[0].log = vec![line.to_owned()];
+    let html = render_html(&result, &RenderOptions::new());
+    assert_eq!(html.matches("<details class=\"log\">").count(), 1, "one mark has events");
+    assert!(
+        html.contains("the executor&#x27;s events before it (1)")
+            || html.contains("the executor's events before it (1)")
+    );
+    assert!(
+        html.contains("the owner&#x27;s lease ran out key=acme:k")
+            || html.contains("the owner's lease ran out key=acme:k")
+    );
+    let json = render_json(&result);
+    assert_eq!(json.matches("\"log\": [").count(), 1, "only the mark with events carries a log");
+}
