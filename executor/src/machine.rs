@@ -645,16 +645,17 @@ impl Machine {
             // Handed over to people when it was marked: nothing a retry does can settle it.
             RecordStatus::Unknown if !self.can_find_out(contract) => self.describe(&record),
             RecordStatus::Pending | RecordStatus::Unknown => {
-                if record.status == RecordStatus::Pending {
-                    tracing::debug!(
-                        key,
-                        owner = record.owner_token.as_deref().unwrap_or("-"),
-                        lease_until_ms = record.lease_until_ms,
+                tracing::debug!(
+                    key,
+                    owner = record.owner_token.as_deref().unwrap_or("-"),
+                    lease_until_ms = record.lease_until_ms,
+                    "{}",
+                    if record.status == RecordStatus::Pending {
                         "the owner's lease ran out: the claim is abandoned"
-                    );
-                } else {
-                    tracing::debug!(key, "the record is unknown: recovering it");
-                }
+                    } else {
+                        "the record is unknown: recovering it"
+                    }
+                );
                 let call = &request.call;
                 if !self.allowed_at(AuthPoint::BeforeRecovery, &call.tenant, &call.actor, &call.tool).await {
                     return unauthorized(&key);
