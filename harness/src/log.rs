@@ -81,16 +81,9 @@ pub fn request_texts(scenario: &scenarios::Scenario) -> Vec<String> {
         }
     }
     let mut texts = Vec::new();
-    for step in &scenario.steps {
-        let calls = match &step.kind {
-            scenarios::StepKind::Call(call) => std::slice::from_ref(call),
-            scenarios::StepKind::Concurrent(calls) => calls.as_slice(),
-            _ => &[],
-        };
-        for call in calls {
-            if let Ok(arguments) = serde_json::from_str::<serde_json::Value>(&call.arguments) {
-                strings(&arguments, &mut texts);
-            }
+    for call in scenario.calls() {
+        if let Ok(arguments) = serde_json::from_str::<serde_json::Value>(&call.arguments) {
+            strings(&arguments, &mut texts);
         }
     }
     texts.sort_by_key(|text| std::cmp::Reverse(text.len()));

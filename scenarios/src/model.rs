@@ -483,6 +483,16 @@ impl Scenario {
         (1..=self.workers).map(|n| format!("worker-{n}")).collect()
     }
 
+    /// Every tool call the scenario makes, in step order (those of `concurrent` steps
+    /// included).
+    pub fn calls(&self) -> impl Iterator<Item = &CallStep> {
+        self.steps.iter().flat_map(|step| match &step.kind {
+            StepKind::Call(call) => std::slice::from_ref(call),
+            StepKind::Concurrent(calls) => calls.as_slice(),
+            _ => &[],
+        })
+    }
+
     /// What the scenario needs of the executor under test: the tools it calls, a queue
     /// consumer for a queued tool and delayed jobs for a delayed-job tool (as `contracts` say),
     /// a webhook receiver when the downstream sends webhooks for its jobs, and `reconcile` when the agent
@@ -493,12 +503,7 @@ impl Scenario {
             reconcile: self.steps.iter().any(|step| matches!(step.kind, StepKind::Reconcile { .. })),
             ..Needs::default()
         };
-        let calls = self.steps.iter().flat_map(|step| match &step.kind {
-            StepKind::Call(call) => std::slice::from_ref(call),
-            StepKind::Concurrent(calls) => calls.as_slice(),
-            _ => &[],
-        });
-        for call in calls {
+        for call in self.calls() {
             needs.tools.insert(call.tool.clone());
             match contracts.get(&call.tool, &call.version).map(|contract| contract.execution) {
                 Some(Execution::Queued) => needs.queue_consumer = true,
