@@ -38,6 +38,7 @@ fn the_reference_passes_every_run_of_the_matrix() {
         scenarios: scenarios::builtin(),
         seeds: size("REPLAYLAB_GATE_SEEDS", 20),
         first_seed: 0,
+        shard: None,
         check_determinism: false,
         jobs: 2,
         commit: None,
@@ -50,7 +51,7 @@ fn the_reference_passes_every_run_of_the_matrix() {
         .iter()
         .filter(|scenario| scenario.verdict != Verdict::Pass || scenario.seeds_run != config.seeds)
         .map(|scenario| {
-            let first = scenario.first_failure.as_ref().map_or_else(String::new, |run| {
+            let first = scenario.failures.first().map_or_else(String::new, |run| {
                 let why: Vec<&str> = run
                     .violations
                     .iter()

@@ -58,6 +58,10 @@ enum Command {
         /// Run each seed twice and fail on any history difference.
         #[arg(long)]
         check_determinism: bool,
+        /// Run only the seeds of shard I of N (`2/4`: seed % N == I - 1), for one CI machine
+        /// of N; `replaylab merge` joins the shards' reports into the whole run's.
+        #[arg(long)]
+        shard: Option<String>,
         /// Threads (default and most: the machine's cores; no more than there are runs).
         #[arg(long)]
         jobs: Option<usize>,
@@ -372,10 +376,16 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
             format,
             scenario_files,
             check_determinism,
+            shard,
             jobs,
             log,
         } => {
             let executor = registry.find(&executor)?;
+            let shard = shard
+                .as_deref()
+                .map(parse_shard)
+                .transpose()?
+                .map(|(index, count)| reports::Shard { index, count });
             let log = crate::log::LogFilter::from_flag_or_env(log.as_deref())
                 .map_err(|error| bad_input(anyhow::anyhow!("{error}")))?
                 .unwrap_or_else(crate::log::LogFilter::default_for_reports);
@@ -384,8 +394,17 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
                 reports::RenderOptions::from_env().map_err(|error| bad_input(error.into()))?;
             check_matrix_seeds(seeds)?;
             last_seed(first_seed, seeds, "--first-seed and --seeds")?;
+            if let Some(shard) = shard.filter(|shard| shard.count > seeds) {
+                return Err(bad_input(anyhow::anyhow!(
+                    "--shard {shard} splits {seeds} seed(s) {} ways: some shard would run nothing; use at most {seeds} shards",
+                    shard.count
+                )));
+            }
             let scenarios = load_scenarios(&scenario_files)?;
-            let runs = (scenarios.len() as u64).saturating_mul(seeds);
+            let seeds_here = shard.map_or(seeds, |shard| {
+                (first_seed..first_seed + seeds).filter(|seed| shard.contains(*seed)).count() as u64
+            });
+            let runs = (scenarios.len() as u64).saturating_mul(seeds_here);
             let jobs = jobs_for(jobs, runs)?;
             check_report_dir(&out)?;
             check_step_summary()?;
@@ -395,6 +414,7 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
                 scenarios,
                 seeds,
                 first_seed,
+                shard,
                 check_determinism,
                 jobs,
                 commit,
@@ -522,6 +542,7 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
                 scenarios: load_scenarios(&[])?,
                 seeds,
                 first_seed: 0,
+                shard: None,
                 check_determinism: false,
                 jobs,
                 commit: source_commit(),
@@ -834,16 +855,27 @@ fn render_matrix(result: &MatrixResult) -> String {
     if !skipped.is_empty() {
         text.push_str(&format!("\nnot applicable to {} (not run):\n", result.executor));
         for scenario in skipped {
-            let why = scenario.sample.notes.first().map_or("not applicable", String::as_str);
+            let why = scenario.shown.notes.first().map_or("not applicable", String::as_str);
             text.push_str(&format!("  {}_{}: {why}\n", scenario.id, scenario.name));
         }
     }
     for scenario in &result.scenarios {
-        if let Some(failure) = &scenario.first_failure {
+        if let Some(failure) = scenario.failures.first() {
             text.push_str(&format!(
-                "\n{}_{} first {} at seed {}:\n",
-                scenario.id, scenario.name, failure.verdict, failure.seed
+                "\n{}_{} first {} at seed {} ({} of {} seeds did not pass: {}):\n",
+                scenario.id,
+                scenario.name,
+                failure.verdict,
+                failure.seed,
+                scenario.failures.len(),
+                scenario.seeds_run,
+                failing_seeds_summary(&scenario.failures)
             ));
+            if !scenario.oracle_counts.is_empty() {
+                let counts: Vec<String> =
+                    scenario.oracle_counts.iter().map(|(oracle, runs)| format!("{oracle} x{runs}")).collect();
+                text.push_str(&format!("  oracles over all seeds: {}\n", counts.join(", ")));
+            }
             for violation in &failure.violations {
                 text.push_str(&format!("  violation: {violation}\n"));
             }
@@ -855,6 +887,16 @@ fn render_matrix(result: &MatrixResult) -> String {
     }
     text.push_str(&format!("\nverdict: {}\n", result.verdict));
     text
+}
+
+/// The failing seeds, the first ten and how many more: `3, 5, 7`.
+fn failing_seeds_summary(failures: &[reports::FailedRun]) -> String {
+    const SHOWN: usize = 10;
+    let seeds: Vec<String> = failures.iter().take(SHOWN).map(|failure| failure.seed.to_string()).collect();
+    match failures.len().saturating_sub(SHOWN) {
+        0 => seeds.join(", "),
+        more => format!("{} and {more} more", seeds.join(", ")),
+    }
 }
 
 fn serve_downstream(listen: &str, config_path: Option<&std::path::Path>) -> Result<u8, Failure> {

@@ -56,6 +56,7 @@ pub mod history;
 pub mod log;
 pub mod matrix;
 pub mod mutants;
+pub mod operations;
 pub mod oracles;
 pub mod runner;
 pub mod timeline;

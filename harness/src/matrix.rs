@@ -8,9 +8,9 @@ use std::sync::Mutex;
 use scenarios::{Row, Scenario};
 
 use crate::executors::ExecutorSpec;
-use crate::verdict::{MatrixResult, RowFailure, RowSummary, RunResult, ScenarioSummary, Verdict};
+use crate::verdict::{MatrixResult, RowSummary, RunResult, ScenarioSummary, Verdict};
 use crate::{runner, timeline, world};
-use reports::Timeline;
+use reports::{Shard, Timeline};
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -23,6 +23,9 @@ pub struct MatrixConfig {
     pub seeds: u64,
     /// The first seed.
     pub first_seed: u64,
+    /// Run only the seeds of this shard (`seed % count == index - 1`); `None`: every seed.
+    /// Shards' results merge back into the whole run's ([`merge`]).
+    pub shard: Option<Shard>,
     /// Run each seed twice and fail on any history difference.
     pub check_determinism: bool,
     /// Threads (each runs one simulation at a time).
@@ -53,6 +56,7 @@ impl Default for MatrixConfig {
             scenarios: scenarios::builtin(),
             seeds: 20,
             first_seed: 0,
+            shard: None,
             check_determinism: false,
             jobs: std::thread::available_parallelism().map_or(1, usize::from),
             commit: None,
@@ -76,9 +80,13 @@ pub fn run_and_write(
 
 /// Runs the matrix.
 pub fn run(config: &MatrixConfig) -> MatrixResult {
+    let in_shard = |seed: &u64| config.shard.is_none_or(|shard| shard.contains(*seed));
     let work: Vec<(usize, u64)> = (0..config.scenarios.len())
         .flat_map(|index| {
-            (0..config.seeds).map_while(move |offset| Some((index, config.first_seed.checked_add(offset)?)))
+            (0..config.seeds)
+                .map_while(move |offset| config.first_seed.checked_add(offset))
+                .filter(in_shard)
+                .map(move |seed| (index, seed))
         })
         .collect();
     let next = AtomicUsize::new(0);
@@ -94,9 +102,10 @@ pub fn run(config: &MatrixConfig) -> MatrixResult {
                     || runner::run(scenario, seed, &config.executor).result.history_digest
                         == record.result.history_digest;
                 let keep_timeline =
-                    seed == config.first_seed || record.result.verdict != Verdict::Pass || !deterministic;
-                let timeline =
-                    keep_timeline.then(|| timeline::draw(seed, &scenario.worker_names(), &record.history));
+                    record.result.verdict != Verdict::Pass || !deterministic || first_in(config, seed);
+                let timeline = keep_timeline.then(|| {
+                    timeline::draw(seed, &scenario.worker_names(), &record.history, &record.result.violations)
+                });
                 let finished = Finished { index, seed, result: record.result, deterministic, timeline };
                 results.lock().unwrap_or_else(|p| p.into_inner()).push(finished);
             });
@@ -109,11 +118,55 @@ pub fn run(config: &MatrixConfig) -> MatrixResult {
     for (index, scenario) in config.scenarios.iter().enumerate() {
         let runs: Vec<&Finished> = results.iter().filter(|r| r.index == index).collect();
         let mut summary = summarise(scenario, &runs);
-        if let (Some(filter), Some(failure)) = (&config.log, &summary.first_failure) {
-            attach_log(&mut summary.timeline, scenario, failure, &config.executor, filter);
+        if let (Some(filter), false) = (&config.log, summary.failures.is_empty()) {
+            let shown = summary.shown.clone();
+            attach_log(&mut summary.timeline, scenario, &shown, &config.executor, filter);
         }
         summaries.push(summary);
     }
+    let header = Header {
+        commit: config.commit.clone(),
+        executor: config.executor.name.clone(),
+        executor_version: config.executor.version.clone(),
+        seeds: config.seeds,
+        first_seed: config.first_seed,
+        determinism_checked: config.check_determinism,
+        shard: config.shard,
+    };
+    assemble(header, summaries)
+}
+
+/// Whether `seed` is the first seed the run (or its shard) runs: that run's timeline is kept
+/// to be shown when every seed passes.
+fn first_in(config: &MatrixConfig, seed: u64) -> bool {
+    match config.shard {
+        None => seed == config.first_seed,
+        Some(shard) => shard.contains(seed) && seed - config.first_seed < shard.count,
+    }
+}
+
+/// What a matrix result says about its run, besides the scenarios.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header {
+    /// The source commit.
+    pub commit: Option<String>,
+    /// The executor's name.
+    pub executor: String,
+    /// Its version.
+    pub executor_version: String,
+    /// Seeds per scenario (before sharding).
+    pub seeds: u64,
+    /// The first seed.
+    pub first_seed: u64,
+    /// Whether each seed ran twice.
+    pub determinism_checked: bool,
+    /// The shard run, if any.
+    pub shard: Option<Shard>,
+}
+
+/// The matrix result of these scenario summaries: the rows rolled up from them, and the
+/// verdict. The one roll-up behind [`run`] and [`merge`].
+pub fn assemble(header: Header, summaries: Vec<ScenarioSummary>) -> MatrixResult {
     // The two tables' rows, then each scenario of the prose as a row of its own, so that a
     // failing scenario always shows as a failing row.
     let table_rows = Row::all().into_iter().map(|row| row.to_string());
@@ -129,22 +182,12 @@ pub fn run(config: &MatrixConfig) -> MatrixResult {
             } else {
                 covering.iter().fold(Verdict::NotApplicable, |worst, s| worst.worst(s.verdict))
             };
-            let first_failure = covering.iter().find_map(|s| {
-                s.first_failure.as_ref().map(|run| RowFailure {
-                    scenario: format!("{}_{}", s.id, s.name),
-                    seed: run.seed,
-                    verdict: run.verdict,
-                    violations: run.violations.clone(),
-                    notes: run.notes.clone(),
-                    reproduce: run.reproduce.clone(),
-                })
-            });
             RowSummary {
                 row,
                 verdict,
                 scenarios: covering.iter().map(|s| s.id.clone()).collect(),
                 seeds_run: covering.iter().map(|s| s.seeds_run).sum(),
-                first_failure,
+                first_failure: covering.iter().find_map(|s| s.failures.first().cloned()),
             }
         })
         .collect();
@@ -156,13 +199,14 @@ pub fn run(config: &MatrixConfig) -> MatrixResult {
     MatrixResult {
         schema_version: reports::SCHEMA_VERSION,
         harness_version: env!("CARGO_PKG_VERSION").to_owned(),
-        commit: config.commit.clone(),
+        commit: header.commit,
         parameters: world::parameters(),
-        executor: config.executor.name.clone(),
-        executor_version: config.executor.version.clone(),
-        seeds: config.seeds,
-        first_seed: config.first_seed,
-        determinism_checked: config.check_determinism,
+        executor: header.executor,
+        executor_version: header.executor_version,
+        seeds: header.seeds,
+        first_seed: header.first_seed,
+        determinism_checked: header.determinism_checked,
+        shard: header.shard,
         rows,
         scenarios: summaries,
         verdict,
@@ -206,37 +250,43 @@ struct Finished {
 
 fn summarise(scenario: &Scenario, runs: &[&Finished]) -> ScenarioSummary {
     let mut counts = BTreeMap::new();
+    let mut oracle_counts = BTreeMap::new();
     let mut statuses = BTreeMap::new();
     let mut verdict = Verdict::NotApplicable;
-    let mut first_failure = None;
+    let mut failures = Vec::new();
+    let mut shown: Option<(RunResult, Option<Timeline>)> = None;
     let mut nondeterministic_seeds = Vec::new();
-    let mut timeline = None;
     for finished in runs {
-        let (seed, deterministic) = (finished.seed, finished.deterministic);
-        let mut run_verdict = finished.result.verdict;
         let mut result = finished.result.clone();
-        if !deterministic {
-            nondeterministic_seeds.push(seed);
-            run_verdict = Verdict::Fail;
+        if !finished.deterministic {
+            nondeterministic_seeds.push(finished.seed);
             result.verdict = Verdict::Fail;
             result.notes.push("two runs of this seed gave different histories".into());
         }
-        *counts.entry(run_verdict).or_insert(0) += 1;
-        for (_, status) in &result.statuses {
-            *statuses.entry(status.clone()).or_insert(0) += 1;
+        *counts.entry(result.verdict).or_insert(0) += 1;
+        for oracle in result.oracles() {
+            *oracle_counts.entry(oracle).or_insert(0) += 1;
         }
-        if !matches!(run_verdict, Verdict::Pass | Verdict::NotApplicable) && first_failure.is_none() {
-            first_failure = Some(result.clone());
-            timeline = finished.timeline.clone();
+        for answer in result.answers() {
+            if let Some(status) = &answer.status {
+                *statuses.entry(status.clone()).or_insert(0) += 1;
+            }
         }
-        verdict = verdict.worst(run_verdict);
+        verdict = verdict.worst(result.verdict);
+        if !matches!(result.verdict, Verdict::Pass | Verdict::NotApplicable) {
+            failures.push(result.failed_run());
+            if failures.len() == 1 {
+                shown = Some((result, finished.timeline.clone()));
+            }
+        }
     }
     let first = runs.first().expect("at least one seed runs");
-    let sample = first.result.clone();
-    let timeline = timeline.or_else(|| first.timeline.clone()).unwrap_or(Timeline {
-        seed: first.seed,
+    let (shown, timeline) = shown.unwrap_or_else(|| (first.result.clone(), first.timeline.clone()));
+    let timeline = timeline.unwrap_or(Timeline {
+        seed: shown.seed,
         lanes: Vec::new(),
         marks: Vec::new(),
+        bands: Vec::new(),
     });
     ScenarioSummary {
         id: scenario.id.clone(),
@@ -247,11 +297,12 @@ fn summarise(scenario: &Scenario, runs: &[&Finished]) -> ScenarioSummary {
         verdict,
         seeds_run: runs.iter().filter(|r| r.result.verdict != Verdict::NotApplicable).count() as u64,
         counts,
+        oracle_counts,
         effects_min: runs.iter().map(|r| r.result.effects).min().unwrap_or(0),
         effects_max: runs.iter().map(|r| r.result.effects).max().unwrap_or(0),
         statuses,
-        sample,
-        first_failure,
+        failures,
+        shown,
         nondeterministic_seeds,
         timeline,
     }

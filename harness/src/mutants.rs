@@ -78,7 +78,7 @@ fn row(mutant: &executor::mutants::Mutant, result: &MatrixResult) -> MutantRow {
     let failing: Vec<&reports::ScenarioSummary> =
         result.scenarios.iter().filter(|s| s.verdict == Verdict::Fail).collect();
     let chosen = failing.iter().find(|s| expected.contains(&s.id)).copied();
-    let failure = chosen.and_then(|s| s.first_failure.as_ref());
+    let failure = chosen.and_then(|s| s.failures.first());
     let mut oracles: Vec<String> = Vec::new();
     for violation in failure.map(|f| f.violations.as_slice()).unwrap_or_default() {
         let name = if violation.oracle == "expect" {

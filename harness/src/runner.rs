@@ -962,24 +962,7 @@ impl Runner {
         }
         let business: Vec<&Effect> =
             ledger.iter().filter(|e| e.kind != fake_downstream::EffectKind::TicketEditedByHuman).collect();
-        let statuses = history
-            .iter()
-            .filter_map(|event| match &event.kind {
-                EventKind::Answered { label, outcome, .. } => {
-                    Some((label.clone(), outcome.status.as_str().to_owned()))
-                }
-                _ => None,
-            })
-            .collect();
-        let fingerprints = history
-            .iter()
-            .filter_map(|event| match &event.kind {
-                EventKind::CallSent { label, fingerprint: Some(fingerprint), .. } => {
-                    Some((label.clone(), fingerprint.clone()))
-                }
-                _ => None,
-            })
-            .collect();
+        let operations = crate::operations::records(&history, &violations);
         let result = RunResult {
             scenario: scenario.id.clone(),
             scenario_name: scenario.name.clone(),
@@ -991,8 +974,7 @@ impl Runner {
             history_digest: history::digest(&history),
             effects: business.len() as u64,
             effect_references: business.iter().map(|e| e.effect_reference.clone()).collect(),
-            statuses,
-            fingerprints,
+            operations,
             reproduce: reproduce_command(scenario, seed, executor),
         };
         RunRecord { result, history, ledger, stepped: self.sim.elapsed(), coverage, log: Vec::new() }
@@ -1025,8 +1007,7 @@ fn not_run(
         history_digest: history::digest(&[]),
         effects: 0,
         effect_references: Vec::new(),
-        statuses: Vec::new(),
-        fingerprints: Vec::new(),
+        operations: Vec::new(),
         reproduce: reproduce_command(scenario, seed, executor),
     };
     RunRecord {

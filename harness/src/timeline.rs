@@ -1,21 +1,93 @@
 //! Draws a run's history as a timeline for the reports: lanes for the agent, each worker,
 //! the downstream and the store, and one mark per event worth seeing.
 
-use reports::{Mark, MarkKind, Timeline};
+use std::collections::BTreeMap;
 
+use reports::{Band, Mark, MarkKind, Timeline, Violation};
+
+use crate::attribution::Attribution;
 use crate::history::{Event, EventKind};
+use crate::operations::violated_positions;
 
-/// The timeline of a run with `workers` workers.
-pub fn draw(seed: u64, workers: &[String], history: &[Event]) -> Timeline {
+/// The timeline of a run with `workers` workers; the positions `violations` name are marked
+/// with their oracles.
+pub fn draw(seed: u64, workers: &[String], history: &[Event], violations: &[Violation]) -> Timeline {
     let mut lanes = vec!["agent".to_owned()];
     lanes.extend(workers.iter().cloned());
     lanes.push("downstream".to_owned());
     lanes.push("store".to_owned());
-    let marks = history.iter().filter_map(mark).collect();
-    Timeline { seed, lanes, marks }
+    let context = Context::of(history);
+    let violated = violated_positions(violations);
+    let mut marks: Vec<Mark> = Vec::new();
+    let mut bands: Vec<Band> = Vec::new();
+    for event in history {
+        match &event.kind {
+            EventKind::FaultInstalled { rule } => bands.push(Band {
+                lane: "downstream".to_owned(),
+                from_seq: event.seq,
+                to_seq: None,
+                label: format!("fault: {}", rule.get("action").and_then(|a| a.as_str()).unwrap_or("?")),
+            }),
+            EventKind::FaultsHealed => {
+                for band in bands.iter_mut().filter(|band| band.to_seq.is_none()) {
+                    band.to_seq = Some(event.seq);
+                }
+            }
+            _ => {}
+        }
+        if let Some(mut mark) = mark(event, &context) {
+            mark.violated = violated.get(&event.seq).cloned().unwrap_or_default();
+            marks.push(mark);
+        }
+    }
+    Timeline { seed, lanes, marks, bands }
 }
 
-fn mark(event: &Event) -> Option<Mark> {
+/// What a mark's lane or label needs from elsewhere in the history.
+struct Context<'a> {
+    /// Pause name -> the worker it paused.
+    paused: BTreeMap<&'a str, &'a str>,
+    /// Whether any fault rule was installed (else "faults healed" says nothing).
+    any_fault: bool,
+    /// Ledger position -> the label of the first request of the operation it belongs to.
+    effect_owner: BTreeMap<u64, String>,
+}
+
+impl<'a> Context<'a> {
+    fn of(history: &'a [Event]) -> Context<'a> {
+        let mut paused = BTreeMap::new();
+        let mut any_fault = false;
+        let mut first_label: BTreeMap<&str, &str> = BTreeMap::new();
+        let mut effects = Vec::new();
+        for event in history {
+            match &event.kind {
+                EventKind::Paused { name, worker, .. } => {
+                    paused.insert(name.as_str(), worker.as_str());
+                }
+                EventKind::FaultInstalled { .. } => any_fault = true,
+                EventKind::CallSent { label, operation, .. }
+                | EventKind::OperationQuery { label, operation, .. } => {
+                    first_label.entry(operation.as_str()).or_insert(label.as_str());
+                }
+                EventKind::Effect { effect } => effects.push(effect.seq),
+                _ => {}
+            }
+        }
+        let mut effect_owner = BTreeMap::new();
+        if !effects.is_empty() {
+            let attribution = Attribution::build(history);
+            for seq in effects {
+                if let Some(label) = attribution.effect(seq).and_then(|operation| first_label.get(operation))
+                {
+                    effect_owner.insert(seq, (*label).to_owned());
+                }
+            }
+        }
+        Context { paused, any_fault, effect_owner }
+    }
+}
+
+fn mark(event: &Event, context: &Context<'_>) -> Option<Mark> {
     let make = |lane: &str, to_lane: Option<&str>, kind: MarkKind, label: String| Mark {
         seq: event.seq,
         at_ms: event.at_ms,
@@ -24,6 +96,7 @@ fn mark(event: &Event) -> Option<Mark> {
         kind,
         label,
         log: Vec::new(),
+        violated: Vec::new(),
     };
     Some(match &event.kind {
         EventKind::CallSent { label, worker, tool, .. } => {
@@ -77,9 +150,14 @@ fn mark(event: &Event) -> Option<Mark> {
             None,
             MarkKind::Effect,
             format!(
-                "ledger: {} {}",
+                "ledger: {} {}{}",
                 serde_json::to_value(effect.kind).ok()?.as_str()?.to_owned(),
-                effect.effect_reference
+                effect.effect_reference,
+                match context.effect_owner.get(&effect.seq) {
+                    Some(label) => format!(" for {label}"),
+                    None if effect.kind == fake_downstream::EffectKind::TicketEditedByHuman => String::new(),
+                    None => " for no known operation".to_owned(),
+                }
             ),
         ),
         EventKind::Authorization { worker, actor, allowed, .. } => {
@@ -100,11 +178,17 @@ fn mark(event: &Event) -> Option<Mark> {
         EventKind::HoldReleased { name } => {
             make("downstream", None, MarkKind::Fault, format!("release {name}"))
         }
+        EventKind::FaultsHealed if !context.any_fault => return None,
         EventKind::FaultsHealed => make("downstream", None, MarkKind::Fault, "faults healed".into()),
         EventKind::Paused { worker, point, .. } => {
             make(worker, None, MarkKind::Pause, format!("paused at {point}"))
         }
-        EventKind::Released { name } => make("agent", None, MarkKind::Pause, format!("release {name}")),
+        EventKind::Released { name } => make(
+            context.paused.get(name.as_str()).copied().unwrap_or("agent"),
+            None,
+            MarkKind::Pause,
+            format!("released from {name}"),
+        ),
         EventKind::Crashed { worker, .. } => make(worker, None, MarkKind::Crash, "crash".into()),
         EventKind::Restarted { worker } => make(worker, None, MarkKind::Restart, "restart".into()),
         EventKind::ClockAdvanced { by_ms } => {

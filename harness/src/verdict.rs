@@ -1,4 +1,4 @@
 //! Verdicts and results: the types live in the `reports` crate (the lowest crate that needs
 //! them); the harness fills them.
 
-pub use reports::{MatrixResult, RowFailure, RowSummary, RunResult, ScenarioSummary, Verdict, Violation};
+pub use reports::{FailedRun, MatrixResult, RowSummary, RunResult, ScenarioSummary, Verdict, Violation};

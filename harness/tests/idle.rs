@@ -22,7 +22,7 @@ fn builtin(id: &str) -> scenarios::Scenario {
 fn one_ticket_call(before: &str) -> scenarios::Scenario {
     let text = format!(
         r#"
-id = "T1"
+id = "T01"
 name = "one_call"
 rows = ["C1"]
 summary = "One call, then the world settles."

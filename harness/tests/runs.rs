@@ -346,7 +346,7 @@ fn scenarios_an_executor_cannot_support_are_not_applicable_never_pass() {
     assert_eq!(s10.verdict, reports::Verdict::NotApplicable);
     assert_eq!(s10.counts.get(&reports::Verdict::NotApplicable), Some(&2));
     assert_eq!(s10.seeds_run, 0, "nothing ran");
-    assert!(s10.first_failure.is_none());
+    assert!(s10.failures.is_empty());
     for covered in result.rows.iter().filter(|row| !row.scenarios.is_empty()) {
         assert!(
             matches!(covered.verdict, reports::Verdict::Pass | reports::Verdict::NotApplicable),

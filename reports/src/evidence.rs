@@ -2,7 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::model::{MatrixResult, RowFailure, RunResult, ScenarioSummary, Verdict};
+use crate::model::{
+    Answer, FailedRun, LedgerEntry, MatrixResult, OperationRecord, RunResult, ScenarioSummary, Verdict,
+};
 
 /// A few words naming what a row is about (our wording): a row of the source document's
 /// tables, or a scenario of its prose, which is a row of its own (named by the scenario).
@@ -122,13 +124,23 @@ pub(crate) fn statuses_text(statuses: &BTreeMap<String, u64>) -> String {
 
 /// How the calls' fingerprints compare, when there are at least two: labels with equal
 /// fingerprints joined by `=`, groups that differ by `≠` (`first = retry ≠ changed`).
-pub(crate) fn fingerprint_relation(fingerprints: &[(String, String)]) -> Option<String> {
+pub(crate) fn fingerprint_relation(run: &RunResult) -> Option<String> {
+    let fingerprints: Vec<(&str, &str)> = run
+        .answers()
+        .into_iter()
+        .filter_map(|answer| Some((answer.label.as_str(), answer.fingerprint.as_deref()?)))
+        .collect();
+    group_relation(&fingerprints)
+}
+
+/// Labels with equal values joined by `=`, groups that differ by `≠`, for two or more pairs.
+fn group_relation(fingerprints: &[(&str, &str)]) -> Option<String> {
     if fingerprints.len() < 2 {
         return None;
     }
     let mut groups: Vec<(&str, Vec<&str>)> = Vec::new();
-    for (label, fingerprint) in fingerprints {
-        match groups.iter_mut().find(|(seen, _)| *seen == fingerprint.as_str()) {
+    for &(label, fingerprint) in fingerprints {
+        match groups.iter_mut().find(|(seen, _)| *seen == fingerprint) {
             Some((_, labels)) => labels.push(label),
             None => groups.push((fingerprint, vec![label])),
         }
@@ -137,25 +149,29 @@ pub(crate) fn fingerprint_relation(fingerprints: &[(String, String)]) -> Option<
     Some(text.join(" ≠ "))
 }
 
+/// Why a scenario was not run (what it needs that the executor does not declare).
+pub(crate) fn not_applicable_reason(scenario: &ScenarioSummary) -> &str {
+    scenario.shown.notes.first().map(String::as_str).unwrap_or("not applicable")
+}
+
 /// The evidence a scenario keeps, one short item each: effects, answers, fingerprints and
-/// the sample run's ledger references.
+/// the shown run's ledger references.
 pub(crate) fn scenario_evidence(scenario: &ScenarioSummary) -> Vec<String> {
     if scenario.verdict == Verdict::NotApplicable {
-        // Not run: the note says what the scenario needs that the executor does not declare.
-        return scenario.sample.notes.iter().take(1).cloned().collect();
+        return vec![not_applicable_reason(scenario).to_owned()];
     }
     let mut items = vec![
         format!("effects per run: {}", effects_text(scenario)),
         format!("answers: {}", statuses_text(&scenario.statuses)),
     ];
-    if let Some(relation) = fingerprint_relation(&scenario.sample.fingerprints) {
+    if let Some(relation) = fingerprint_relation(&scenario.shown) {
         items.push(format!("fingerprints: {relation}"));
     }
-    if !scenario.sample.effect_references.is_empty() {
+    if !scenario.shown.effect_references.is_empty() {
         items.push(format!(
             "ledger (seed {}): {}",
-            scenario.sample.seed,
-            scenario.sample.effect_references.join(", ")
+            scenario.shown.seed,
+            scenario.shown.effect_references.join(", ")
         ));
     }
     if !scenario.nondeterministic_seeds.is_empty() {
@@ -167,7 +183,7 @@ pub(crate) fn scenario_evidence(scenario: &ScenarioSummary) -> Vec<String> {
 
 /// The one line that says why a run or row did not pass: the first violation, else the first
 /// note, else the verdict.
-pub(crate) fn first_reason(failure: &RowFailure) -> String {
+pub(crate) fn first_reason(failure: &FailedRun) -> String {
     failure
         .violations
         .first()
@@ -176,26 +192,55 @@ pub(crate) fn first_reason(failure: &RowFailure) -> String {
         .unwrap_or_else(|| format!("the run's verdict is {}", failure.verdict))
 }
 
-/// A failing run as a row failure (same fields), so rows and scenarios share one wording.
-pub(crate) fn run_failure(scenario: &ScenarioSummary, run: &RunResult) -> RowFailure {
-    RowFailure {
-        scenario: format!("{}_{}", scenario.id, scenario.name),
-        seed: run.seed,
-        verdict: run.verdict,
-        violations: run.violations.clone(),
-        notes: run.notes.clone(),
-        reproduce: run.reproduce.clone(),
-    }
+/// How often each oracle fired over a scenario's runs, most first: `O1 in 12 runs, O8 in 2`.
+pub(crate) fn oracle_counts_text(counts: &BTreeMap<String, u64>) -> String {
+    let mut counts: Vec<(&String, &u64)> = counts.iter().collect();
+    counts.sort_by(|a, b| b.1.cmp(a.1).then_with(|| oracle_order(a.0).cmp(&oracle_order(b.0))));
+    let parts: Vec<String> = counts
+        .iter()
+        .map(|(oracle, count)| format!("{oracle} in {count} run{}", if **count == 1 { "" } else { "s" }))
+        .collect();
+    parts.join(", ")
 }
 
-/// Shortens `text` to at most `limit` characters, ending with `…` when cut.
-pub(crate) fn shorten(text: &str, limit: usize) -> String {
-    if text.chars().count() <= limit {
-        return text.to_owned();
+/// `O2` before `O10`; `expect` last.
+fn oracle_order(oracle: &str) -> (u64, String) {
+    let number = oracle.strip_prefix('O').and_then(|n| n.parse().ok()).unwrap_or(u64::MAX);
+    (number, oracle.to_owned())
+}
+
+/// What one answer said, in a few words: `applied charge_1 (result sha256:ab12…)`, or
+/// `no answer (timeout)`.
+pub(crate) fn answer_text(answer: &Answer) -> String {
+    let mut text = match (&answer.status, &answer.no_answer) {
+        (Some(status), _) => status.clone(),
+        (None, Some(reason)) => format!("no answer ({reason})"),
+        (None, None) => "not answered".to_owned(),
+    };
+    if let Some(reference) = &answer.reference {
+        text.push(' ');
+        text.push_str(reference);
     }
-    let mut short: String = text.chars().take(limit.saturating_sub(1)).collect();
-    short.push('…');
-    short
+    if let Some(digest) = &answer.result_digest {
+        text.push_str(&format!(" (result {digest})"));
+    }
+    text
+}
+
+/// One ledger effect in a few words: `charge_created charge_2 (#19)`.
+pub(crate) fn ledger_text(entry: &LedgerEntry) -> String {
+    format!("{} {} (#{})", entry.kind, entry.reference, entry.seq)
+}
+
+/// The operation's name for people: its path, or `no known operation`.
+pub(crate) fn operation_name(record: &OperationRecord) -> &str {
+    record.operation.as_deref().unwrap_or("no known operation")
+}
+
+/// The failing runs' seeds, listed: `3, 5, 7` (all of them).
+pub(crate) fn failing_seeds_text(failures: &[FailedRun]) -> String {
+    let seeds: Vec<String> = failures.iter().map(|failure| failure.seed.to_string()).collect();
+    seeds.join(", ")
 }
 
 #[cfg(test)]
@@ -205,9 +250,7 @@ mod tests {
     #[test]
     fn fingerprints_are_grouped_by_equality_in_order() {
         let check = |pairs: &[(&str, &str)], expected: Option<&str>| {
-            let owned: Vec<(String, String)> =
-                pairs.iter().map(|(l, f)| (l.to_string(), f.to_string())).collect();
-            assert_eq!(fingerprint_relation(&owned).as_deref(), expected, "{pairs:?}");
+            assert_eq!(group_relation(pairs).as_deref(), expected, "{pairs:?}");
         };
         check(&[], None);
         check(&[("first", "a")], None);
@@ -231,8 +274,17 @@ mod tests {
     }
 
     #[test]
-    fn shortening_counts_characters_not_bytes() {
-        assert_eq!(shorten("abc", 3), "abc");
-        assert_eq!(shorten("ééééé", 3), "éé…");
+    fn oracle_counts_read_most_first_then_by_number() {
+        let counts = BTreeMap::from([
+            ("O10".to_owned(), 2),
+            ("O2".to_owned(), 2),
+            ("O1".to_owned(), 5),
+            ("expect".to_owned(), 2),
+        ]);
+        assert_eq!(
+            oracle_counts_text(&counts),
+            "O1 in 5 runs, O2 in 2 runs, O10 in 2 runs, expect in 2 runs"
+        );
+        assert_eq!(oracle_counts_text(&BTreeMap::from([("O8".to_owned(), 1)])), "O8 in 1 run");
     }
 }

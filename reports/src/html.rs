@@ -1,50 +1,42 @@
 //! `report.html`: one self-contained page (inline CSS and SVG, no scripts, nothing loaded
-//! from elsewhere) with the summary, the matrix and a timeline per scenario. The page is a
-//! minijinja template (`templates/report.html.j2`) over a view model computed here; every
-//! text goes through the template's HTML autoescape.
+//! from elsewhere). Failures come first, each explaining itself: the failing seeds with their
+//! oracles and reproduce commands, what every operation was answered beside what the ledger
+//! holds, and the run drawn as a sequence diagram whose violating events are marked. Then the
+//! rows and scenarios, then the passing scenarios, collapsed. The page is a minijinja template
+//! (`templates/report.html.j2`) over a view model computed here; every text goes through the
+//! template's HTML autoescape.
+//!
+//! A timeline is a CSS grid, not a picture: time runs down, one row per event, one column per
+//! participant (agent, workers, downstream, store). A message spans the columns from its
+//! sender to its receiver with an arrow; every label is whole and wraps. A narrow column at the
+//! left draws each request as a bar from the moment it was sent to its answer (Jepsen's
+//! timeline, turned on its side), coloured by how it ended. Fault windows are shaded bands on
+//! the downstream's column. The lane names stay visible while the timeline scrolls.
+
+use std::collections::BTreeMap;
 
 use serde::Serialize;
 
 use crate::evidence::{
-    counts_text, covering, effects_text, first_reason, pass_counts, row_topic, run_failure,
-    scenario_evidence, seeds_text, shorten, statuses_text,
+    answer_text, counts_text, covering, effects_text, failing_seeds_text, first_reason, ledger_text,
+    operation_name, oracle_counts_text, pass_counts, row_topic, scenario_evidence, seeds_text, statuses_text,
 };
 use crate::format::RenderOptions;
 use crate::json::matrix_sha256;
-use crate::model::{MarkKind, MatrixResult, RowFailure, ScenarioSummary, Timeline, Verdict};
+use crate::model::{FailedRun, MarkKind, MatrixResult, RunResult, ScenarioSummary, Timeline, Verdict};
 
 /// The page template; its name ends in `.html`, so autoescape is HTML.
 const TEMPLATE_NAME: &str = "report.html";
 const TEMPLATE: &str = include_str!("../templates/report.html.j2");
 
-/// Width of the lane names at the left of a timeline, in pixels.
-const LANE_NAME_WIDTH_PX: i64 = 104;
-/// Horizontal room per mark: marks are placed in time order, one column each, so marks at
-/// the same millisecond never overlap.
-const COLUMN_WIDTH_PX: i64 = 24;
-/// A quiet stretch at least this long between two marks is drawn as a break of fixed width
-/// (settle phases wait 20 s of simulated time; drawn to scale they would hide the rest).
+/// A quiet stretch at least this long between two events gets a row of its own saying so
+/// (settle phases wait 20 s of simulated time).
 const IDLE_BREAK_MS: u64 = 1_000;
-/// The width of such a break, in pixels.
-const BREAK_WIDTH_PX: i64 = 44;
-/// Height of one lane, in pixels.
-const LANE_HEIGHT_PX: i64 = 44;
-/// Labels are written at a slant above the lanes, cut to this many characters (the full
-/// text is in the mark's tooltip and in the table under the timeline).
-const LABEL_LIMIT_CHARS: usize = 40;
-/// The slant of those labels, in degrees (negative: rising to the right).
-const LABEL_ANGLE_DEG: i64 = -50;
-/// Vertical and horizontal room per label character at that slant (a bold 11 px character
-/// is at most 7 px wide; sin 50° ≈ 0.77, cos 50° ≈ 0.64), in tenths of a pixel.
-const LABEL_RISE_PER_CHAR_DECIPX: i64 = 54;
-const LABEL_RUN_PER_CHAR_DECIPX: i64 = 45;
-/// Room above the longest label and beside the lanes' top, in pixels.
-const LABEL_BAND_MARGIN_PX: i64 = 16;
-/// Height of the time axis under the lanes, in pixels.
-const AXIS_HEIGHT_PX: i64 = 64;
-/// Arrowhead length and half width, in pixels.
-const ARROW_LENGTH_PX: i64 = 8;
-const ARROW_HALF_WIDTH_PX: i64 = 4;
+/// The grid's first columns: time, history position, request bars; lanes follow.
+const FIRST_LANE_COLUMN: usize = 4;
+/// How many failing seeds a scenario lists before saying how many more there are (the JSON
+/// lists them all).
+const FAILING_SEEDS_SHOWN: usize = 50;
 
 /// `report.html`: a self-contained page with the summary, the rows, the scenarios and one
 /// timeline per scenario.
@@ -74,6 +66,7 @@ struct Page {
     commit: Option<String>,
     seeds: u64,
     seeds_text: String,
+    shard: Option<String>,
     determinism_checked: bool,
     world: String,
     sha256: String,
@@ -85,7 +78,12 @@ struct Page {
     not_applicable: String,
     scenarios_total: usize,
     rows: Vec<RowView>,
+    /// Every scenario, in matrix order (the index table).
     scenarios: Vec<ScenarioView>,
+    /// The scenarios that did not pass, worst first (fail, crashed, unknown), shown open.
+    failing: Vec<ScenarioView>,
+    /// The passing scenarios, then those not applicable, collapsed.
+    settled: Vec<ScenarioView>,
     legend: Vec<LegendItem>,
 }
 
@@ -105,6 +103,7 @@ struct FailureView {
     scenario: String,
     seed: u64,
     verdict: &'static str,
+    oracles: String,
     reason: String,
     violations: Vec<String>,
     notes: Vec<String>,
@@ -119,78 +118,122 @@ struct ScenarioView {
     summary: String,
     expected: String,
     verdict: &'static str,
+    /// `fail`, `undecided` (unknown, not applicable), `crashed` or `pass`: how it is styled.
+    tone: &'static str,
     runs: String,
     effects: String,
     statuses: String,
     evidence: Vec<String>,
-    fingerprints: Vec<(String, String)>,
-    effect_references: String,
-    history_digest: String,
-    sample_seed: u64,
+    oracle_counts: String,
+    /// Every seed that did not pass (up to [`FAILING_SEEDS_SHOWN`]).
+    failures: Vec<FailureView>,
+    /// How many more there are than listed.
+    failures_more: usize,
+    failing_seeds: String,
+    /// The shown run's first failure, with every violation and note.
     failure: Option<FailureView>,
+    operations: Vec<OperationView>,
+    history_digest: String,
+    shown_seed: u64,
     timeline_caption: String,
     timeline: TimelineView,
 }
 
 #[derive(Debug, Serialize)]
+struct OperationView {
+    operation: String,
+    answers: Vec<EntryView>,
+    ledger: Vec<EntryView>,
+    /// Whether an oracle names anything of it.
+    violated: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct EntryView {
+    /// The request's label (answers only).
+    label: String,
+    text: String,
+    seq: u64,
+    violated: String,
+    /// `ok`, `undecided`, `none` for answers; `effect` for ledger entries; `wrong` when an
+    /// oracle names it.
+    tone: &'static str,
+}
+
+#[derive(Debug, Serialize)]
 struct TimelineView {
     seed: u64,
-    width: i64,
-    height: i64,
-    lanes_left: i64,
-    label_angle: i64,
-    lanes_top: i64,
-    lanes_bottom: i64,
-    lane_height: i64,
+    /// `grid-template-columns`.
+    columns: String,
     lanes: Vec<LaneView>,
+    /// Grid rows: 1 is the header; events and quiet stretches follow.
+    rows: Vec<GridRow>,
     marks: Vec<MarkView>,
-    breaks: Vec<BreakView>,
-    ticks: Vec<TickView>,
+    bars: Vec<BarView>,
+    bands: Vec<BandView>,
+    /// The last grid row.
+    last_row: usize,
 }
 
 #[derive(Debug, Serialize)]
 struct LaneView {
     name: String,
-    top: i64,
-    y: i64,
+    column: usize,
     stripe: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct GridRow {
+    row: usize,
+    /// `0.050 s` when the time changed since the row above, else empty.
+    time: String,
+    seq: Option<u64>,
+    /// For a quiet stretch: `20.000 s quiet`.
+    quiet: Option<String>,
+    violated: bool,
 }
 
 #[derive(Debug, Serialize)]
 struct MarkView {
     seq: u64,
     at_ms: u64,
+    row: usize,
     lane: String,
     to_lane: Option<String>,
     kind: &'static str,
     kind_text: &'static str,
-    x: i64,
-    y: i64,
-    /// For messages: the receiving lane's centre.
-    y2: Option<i64>,
-    /// For messages: the arrowhead's three points.
-    head: Option<String>,
-    /// The top of the mark (where the guide from its label ends).
-    top: i64,
+    /// First and last grid column it spans (a message spans sender to receiver).
+    column_start: usize,
+    column_end: usize,
+    /// `right` or `left` for a message, else empty.
+    direction: &'static str,
+    /// How many lanes a message spans (its arrow starts and ends on their centres).
+    span: usize,
     label: String,
     /// The executor's events that led to it.
     log: Vec<String>,
-    short_label: String,
     /// For outcomes: `applied`, `replayed`, `in_flight`, `rejected`, `unknown`, `expired`.
     status: Option<String>,
+    /// The oracles whose violations name it (`O1, O8`), else empty.
+    violated: String,
 }
 
 #[derive(Debug, Serialize)]
-struct BreakView {
-    x: i64,
-    width: i64,
-    text: String,
+struct BarView {
+    track: usize,
+    row_start: usize,
+    row_end: usize,
+    /// `ok`, `undecided`, `none` (no answer) or `wrong`.
+    tone: &'static str,
+    title: String,
 }
 
 #[derive(Debug, Serialize)]
-struct TickView {
-    x: i64,
-    text: String,
+struct BandView {
+    column: usize,
+    row_start: usize,
+    row_end: usize,
+    label: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -203,6 +246,17 @@ struct LegendItem {
 fn page(result: &MatrixResult, options: &RenderOptions) -> Page {
     let (rows_passed, rows_total, scenarios_passed, scenarios_total) = pass_counts(result);
     let p = &result.parameters;
+    let badness = |verdict: Verdict| match verdict {
+        Verdict::Fail => 0,
+        Verdict::Crashed => 1,
+        Verdict::Unknown => 2,
+        Verdict::Pass => 3,
+        Verdict::NotApplicable => 4,
+    };
+    let mut order: Vec<&ScenarioSummary> = result.scenarios.iter().collect();
+    order.sort_by_key(|scenario| badness(scenario.verdict));
+    let (failing, settled): (Vec<&ScenarioSummary>, Vec<&ScenarioSummary>) =
+        order.into_iter().partition(|scenario| badness(scenario.verdict) < badness(Verdict::Pass));
     Page {
         verdict: result.verdict.as_str(),
         executor: result.executor.clone(),
@@ -212,6 +266,7 @@ fn page(result: &MatrixResult, options: &RenderOptions) -> Page {
         commit: result.commit.clone(),
         seeds: result.seeds,
         seeds_text: seeds_text(result),
+        shard: result.shard.map(|shard| shard.to_string()),
         determinism_checked: result.determinism_checked,
         world: format!(
             "tick {} ms, latency {}-{} ms, agent timeout {} ms, run limit {} ms",
@@ -240,7 +295,9 @@ fn page(result: &MatrixResult, options: &RenderOptions) -> Page {
                 failure: row.first_failure.as_ref().map(failure_view),
             })
             .collect(),
-        scenarios: result.scenarios.iter().map(scenario_view).collect(),
+        scenarios: result.scenarios.iter().map(index_view).collect(),
+        failing: failing.into_iter().map(scenario_view).collect(),
+        settled: settled.into_iter().map(scenario_view).collect(),
         legend: MarkKind::ALL
             .iter()
             .map(|&kind| LegendItem { kind: kind.as_str(), text: kind_text(kind), arrow: is_message(kind) })
@@ -248,11 +305,12 @@ fn page(result: &MatrixResult, options: &RenderOptions) -> Page {
     }
 }
 
-fn failure_view(failure: &RowFailure) -> FailureView {
+fn failure_view(failure: &FailedRun) -> FailureView {
     FailureView {
         scenario: failure.scenario.clone(),
         seed: failure.seed,
         verdict: failure.verdict.as_str(),
+        oracles: failure.oracles.join(", "),
         reason: first_reason(failure),
         violations: failure.violations.iter().map(ToString::to_string).collect(),
         notes: failure.notes.clone(),
@@ -260,16 +318,38 @@ fn failure_view(failure: &RowFailure) -> FailureView {
     }
 }
 
+fn tone(verdict: Verdict) -> &'static str {
+    match verdict {
+        Verdict::Fail => "fail",
+        Verdict::Crashed => "crashed",
+        Verdict::Unknown | Verdict::NotApplicable => "undecided",
+        Verdict::Pass => "pass",
+    }
+}
+
+/// A scenario for the index table only (no timeline).
+fn index_view(scenario: &ScenarioSummary) -> ScenarioView {
+    let mut view = scenario_view_with(scenario, false);
+    view.failures.clear();
+    view
+}
+
 fn scenario_view(scenario: &ScenarioSummary) -> ScenarioView {
-    let failure = scenario.first_failure.as_ref().map(|run| failure_view(&run_failure(scenario, run)));
-    let drawn_failing = scenario.first_failure.as_ref().is_some_and(|run| run.seed == scenario.timeline.seed);
+    scenario_view_with(scenario, true)
+}
+
+fn scenario_view_with(scenario: &ScenarioSummary, draw: bool) -> ScenarioView {
+    let drawn_failing = scenario.failures.first().is_some_and(|run| run.seed == scenario.timeline.seed);
     let timeline_caption = if drawn_failing {
-        format!("Timeline of seed {}, the first run that did not pass.", scenario.timeline.seed)
+        format!("Seed {}, the first run that did not pass, as a sequence diagram.", scenario.timeline.seed)
     } else if scenario.verdict == Verdict::Pass {
-        format!("Timeline of seed {}, the first seed's run.", scenario.timeline.seed)
+        format!("Seed {}, the first seed's run, as a sequence diagram.", scenario.timeline.seed)
     } else {
-        format!("Timeline of seed {}.", scenario.timeline.seed)
+        format!("Seed {}, as a sequence diagram.", scenario.timeline.seed)
     };
+    let shown = &scenario.shown;
+    let empty =
+        Timeline { seed: scenario.timeline.seed, lanes: Vec::new(), marks: Vec::new(), bands: Vec::new() };
     ScenarioView {
         id: scenario.id.clone(),
         name: scenario.name.clone(),
@@ -277,17 +357,71 @@ fn scenario_view(scenario: &ScenarioSummary) -> ScenarioView {
         summary: scenario.summary.clone(),
         expected: scenario.expected.clone(),
         verdict: scenario.verdict.as_str(),
+        tone: tone(scenario.verdict),
         runs: counts_text(&scenario.counts),
         effects: effects_text(scenario),
         statuses: statuses_text(&scenario.statuses),
         evidence: scenario_evidence(scenario),
-        fingerprints: scenario.sample.fingerprints.clone(),
-        effect_references: scenario.sample.effect_references.join(", "),
-        history_digest: scenario.sample.history_digest.clone(),
-        sample_seed: scenario.sample.seed,
-        failure,
+        oracle_counts: oracle_counts_text(&scenario.oracle_counts),
+        failures: scenario.failures.iter().take(FAILING_SEEDS_SHOWN).map(failure_view).collect(),
+        failures_more: scenario.failures.len().saturating_sub(FAILING_SEEDS_SHOWN),
+        failing_seeds: failing_seeds_text(&scenario.failures),
+        failure: scenario.failures.first().map(failure_view),
+        operations: if scenario.verdict == Verdict::NotApplicable {
+            Vec::new()
+        } else {
+            operations_view(shown)
+        },
+        history_digest: shown.history_digest.clone(),
+        shown_seed: shown.seed,
         timeline_caption,
-        timeline: layout(&scenario.timeline),
+        timeline: layout(
+            if draw { &scenario.timeline } else { &empty },
+            if draw { Some(shown) } else { None },
+        ),
+    }
+}
+
+fn operations_view(run: &RunResult) -> Vec<OperationView> {
+    run.operations
+        .iter()
+        .map(|record| {
+            let answers: Vec<EntryView> = record
+                .answers
+                .iter()
+                .map(|answer| EntryView {
+                    label: answer.label.clone(),
+                    text: answer_text(answer),
+                    seq: answer.answered_seq.unwrap_or(answer.seq),
+                    violated: answer.violated.join(", "),
+                    tone: answer_tone(answer.status.as_deref(), !answer.violated.is_empty()),
+                })
+                .collect();
+            let ledger: Vec<EntryView> = record
+                .ledger
+                .iter()
+                .map(|entry| EntryView {
+                    label: String::new(),
+                    text: ledger_text(entry),
+                    seq: entry.seq,
+                    violated: entry.violated.join(", "),
+                    tone: if entry.violated.is_empty() { "effect" } else { "wrong" },
+                })
+                .collect();
+            let violated = answers.iter().chain(&ledger).any(|entry| !entry.violated.is_empty());
+            OperationView { operation: operation_name(record).to_owned(), answers, ledger, violated }
+        })
+        .collect()
+}
+
+/// How an answer is drawn: `wrong` when an oracle names it, `none` without an answer,
+/// `undecided` for `unknown` and `in_flight`, else `ok`.
+fn answer_tone(status: Option<&str>, violated: bool) -> &'static str {
+    match status {
+        _ if violated => "wrong",
+        None => "none",
+        Some("unknown" | "in_flight") => "undecided",
+        Some(_) => "ok",
     }
 }
 
@@ -314,7 +448,7 @@ fn kind_text(kind: MarkKind) -> &'static str {
         MarkKind::DownstreamAnswer => "downstream answer arrives",
         MarkKind::DownstreamLost => "downstream answer lost",
         MarkKind::Effect => "effect committed (ledger)",
-        MarkKind::Fault => "fault rule installed or fired",
+        MarkKind::Fault => "fault rule installed, fired or healed",
         MarkKind::Pause => "worker paused or released",
         MarkKind::Crash => "worker crashed",
         MarkKind::Restart => "worker restarted",
@@ -340,11 +474,11 @@ fn outcome_status(label: &str) -> Option<String> {
         .then(|| word.to_owned())
 }
 
-/// Places a timeline: one lane per entry of `lanes` (plus any lane a mark names that is not
-/// listed), one column per mark in (time, history) order, and a fixed-width break for every
-/// quiet stretch of at least [`IDLE_BREAK_MS`]. So x grows with simulated time, but is not
-/// proportional to it.
-fn layout(timeline: &Timeline) -> TimelineView {
+/// Lays a timeline out on a grid: one column per entry of `lanes` (plus any lane a mark names
+/// that is not listed), one row per mark in (time, history) order, a row saying so for every
+/// quiet stretch of at least [`IDLE_BREAK_MS`], a bar per request of `run` (the run drawn)
+/// from its row to its answer's, and a band per fault window.
+fn layout(timeline: &Timeline, run: Option<&RunResult>) -> TimelineView {
     let mut lane_names: Vec<String> = timeline.lanes.clone();
     for mark in &timeline.marks {
         for lane in std::iter::once(&mark.lane).chain(mark.to_lane.as_ref()) {
@@ -353,106 +487,135 @@ fn layout(timeline: &Timeline) -> TimelineView {
             }
         }
     }
-    let longest_label_chars = timeline
-        .marks
-        .iter()
-        .map(|mark| mark.label.chars().count().min(LABEL_LIMIT_CHARS))
-        .max()
-        .unwrap_or(0) as i64;
-    let lanes_top = longest_label_chars * LABEL_RISE_PER_CHAR_DECIPX / 10 + LABEL_BAND_MARGIN_PX;
-    let label_overhang = longest_label_chars * LABEL_RUN_PER_CHAR_DECIPX / 10 + LABEL_BAND_MARGIN_PX;
-    let lane_y = |name: &str| -> i64 {
-        let index = lane_names.iter().position(|lane| lane == name).unwrap_or(0) as i64;
-        lanes_top + index * LANE_HEIGHT_PX + LANE_HEIGHT_PX / 2
+    let column_of = |name: &str| -> usize {
+        FIRST_LANE_COLUMN + lane_names.iter().position(|lane| lane == name).unwrap_or(0)
     };
-    let lanes: Vec<LaneView> = lane_names
-        .iter()
-        .enumerate()
-        .map(|(index, name)| LaneView {
-            name: name.clone(),
-            top: lanes_top + index as i64 * LANE_HEIGHT_PX,
-            y: lane_y(name),
-            stripe: index % 2 == 0,
-        })
-        .collect();
-    let lanes_bottom = lanes_top + lane_names.len() as i64 * LANE_HEIGHT_PX;
-
     let mut ordered: Vec<&crate::model::Mark> = timeline.marks.iter().collect();
     ordered.sort_by_key(|mark| (mark.at_ms, mark.seq));
 
+    let mut rows = Vec::with_capacity(ordered.len());
     let mut marks = Vec::with_capacity(ordered.len());
-    let mut breaks = Vec::new();
-    let mut ticks = Vec::new();
-    let mut x = LANE_NAME_WIDTH_PX + COLUMN_WIDTH_PX / 2;
+    let mut row_of_seq: BTreeMap<u64, usize> = BTreeMap::new();
+    let mut row = 1;
     let mut previous_ms: Option<u64> = None;
-    for (index, mark) in ordered.iter().enumerate() {
-        if index > 0 {
-            x += COLUMN_WIDTH_PX;
-        }
+    for mark in &ordered {
         if let Some(previous) = previous_ms {
             let quiet_ms = mark.at_ms - previous;
             if quiet_ms >= IDLE_BREAK_MS {
-                let start = x - COLUMN_WIDTH_PX / 2;
-                breaks.push(BreakView {
-                    x: start,
-                    width: BREAK_WIDTH_PX,
-                    text: format!("{} quiet", seconds_text(quiet_ms)),
+                row += 1;
+                rows.push(GridRow {
+                    row,
+                    time: String::new(),
+                    seq: None,
+                    quiet: Some(format!("{} quiet", seconds_text(quiet_ms))),
+                    violated: false,
                 });
-                x += BREAK_WIDTH_PX;
             }
         }
-        if previous_ms != Some(mark.at_ms) {
-            ticks.push(TickView { x, text: seconds_text(mark.at_ms) });
-        }
-        previous_ms = Some(mark.at_ms);
-
-        let y = lane_y(&mark.lane);
-        let y2 = mark.to_lane.as_deref().filter(|to| is_message(mark.kind) && *to != mark.lane).map(lane_y);
-        let head = y2.map(|y2| {
-            let direction = if y2 > y { 1 } else { -1 };
-            let base = y2 - direction * ARROW_LENGTH_PX;
-            format!("{},{} {},{} {},{}", x - ARROW_HALF_WIDTH_PX, base, x + ARROW_HALF_WIDTH_PX, base, x, y2)
+        row += 1;
+        rows.push(GridRow {
+            row,
+            time: if previous_ms == Some(mark.at_ms) { String::new() } else { seconds_text(mark.at_ms) },
+            seq: Some(mark.seq),
+            quiet: None,
+            violated: !mark.violated.is_empty(),
         });
-        let top = y2.map_or(y, |y2| y.min(y2)) - 8;
+        previous_ms = Some(mark.at_ms);
+        row_of_seq.insert(mark.seq, row);
+
+        let from = column_of(&mark.lane);
+        let to =
+            mark.to_lane.as_deref().filter(|to| is_message(mark.kind) && *to != mark.lane).map(column_of);
+        let (column_start, column_end, direction) = match to {
+            Some(to) if to > from => (from, to, "right"),
+            Some(to) => (to, from, "left"),
+            None => (from, from, ""),
+        };
         marks.push(MarkView {
             seq: mark.seq,
             at_ms: mark.at_ms,
+            row,
             lane: mark.lane.clone(),
             to_lane: mark.to_lane.clone(),
             kind: mark.kind.as_str(),
             kind_text: kind_text(mark.kind),
-            x,
-            y,
-            y2,
-            head,
-            top,
+            column_start,
+            column_end,
+            direction,
+            span: column_end - column_start + 1,
             label: mark.label.clone(),
             log: mark.log.clone(),
-            short_label: shorten(&mark.label, LABEL_LIMIT_CHARS),
             status: (mark.kind == MarkKind::Outcome).then(|| outcome_status(&mark.label)).flatten(),
+            violated: mark.violated.join(", "),
         });
     }
-    let width = x + COLUMN_WIDTH_PX / 2 + label_overhang;
+    let last_row = row;
+    // The row at or after a history position (marks not drawn fall to the next one drawn).
+    let row_at = |seq: u64| row_of_seq.range(seq..).next().map_or(last_row, |(_, row)| *row);
+
+    let mut bars = Vec::new();
+    let mut track_free_after: Vec<usize> = Vec::new();
+    if let Some(run) = run.filter(|run| run.seed == timeline.seed && !marks.is_empty()) {
+        for answer in run.answers() {
+            let row_start = row_at(answer.seq);
+            let row_end = answer.answered_seq.map_or(last_row, row_at).max(row_start);
+            let track = match track_free_after.iter().position(|free| *free < row_start) {
+                Some(track) => track,
+                None => {
+                    track_free_after.push(0);
+                    track_free_after.len() - 1
+                }
+            };
+            track_free_after[track] = row_end;
+            bars.push(BarView {
+                track: track + 1,
+                row_start,
+                row_end,
+                tone: answer_tone(answer.status.as_deref(), !answer.violated.is_empty()),
+                title: format!("{}: {}", answer.label, answer_text(answer)),
+            });
+        }
+    }
+    let bands = timeline
+        .bands
+        .iter()
+        .filter(|_| !marks.is_empty())
+        .map(|band| BandView {
+            column: column_of(&band.lane),
+            row_start: row_at(band.from_seq),
+            row_end: band.to_seq.map_or(last_row, row_at),
+            label: band.label.clone(),
+        })
+        .collect();
+    let tracks = track_free_after.len().max(1);
     TimelineView {
         seed: timeline.seed,
-        width,
-        height: lanes_bottom + AXIS_HEIGHT_PX,
-        lanes_left: LANE_NAME_WIDTH_PX - 4,
-        label_angle: LABEL_ANGLE_DEG,
-        lanes_top,
-        lanes_bottom,
-        lane_height: LANE_HEIGHT_PX,
-        lanes,
+        columns: format!(
+            "5.2em 3em max(2.8em, {}px) repeat({}, minmax(9.5em, 1fr))",
+            tracks * 9 + 6,
+            lane_names.len().max(1)
+        ),
+        lanes: lane_names
+            .iter()
+            .enumerate()
+            .map(|(index, name)| LaneView {
+                name: name.clone(),
+                column: FIRST_LANE_COLUMN + index,
+                stripe: index % 2 == 0,
+            })
+            .collect(),
+        rows,
         marks,
-        breaks,
-        ticks,
+        bars,
+        bands,
+        last_row,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Mark;
+    use crate::model::{Band, Mark};
 
     fn mark(seq: u64, at_ms: u64, lane: &str, to_lane: Option<&str>, kind: MarkKind) -> Mark {
         Mark {
@@ -463,44 +626,100 @@ mod tests {
             kind,
             label: format!("m{seq}"),
             log: Vec::new(),
+            violated: Vec::new(),
+        }
+    }
+
+    fn timeline(marks: Vec<Mark>, bands: Vec<Band>) -> Timeline {
+        Timeline {
+            seed: 0,
+            lanes: vec!["agent".into(), "worker-1".into(), "downstream".into()],
+            marks,
+            bands,
         }
     }
 
     #[test]
-    fn columns_follow_time_and_long_quiet_stretches_become_fixed_breaks() {
-        let timeline = Timeline {
-            seed: 0,
-            lanes: vec!["agent".into(), "worker-1".into(), "downstream".into()],
-            marks: vec![
-                mark(1, 0, "agent", Some("worker-1"), MarkKind::Request),
-                mark(2, 0, "downstream", None, MarkKind::Fault),
-                mark(3, 10, "downstream", None, MarkKind::Effect),
-                mark(4, 20_010, "worker-1", Some("agent"), MarkKind::Outcome),
-            ],
-        };
-        let view = layout(&timeline);
-        let xs: Vec<i64> = view.marks.iter().map(|m| m.x).collect();
-        assert_eq!(xs[1] - xs[0], COLUMN_WIDTH_PX, "same millisecond: next column");
-        assert_eq!(xs[2] - xs[1], COLUMN_WIDTH_PX);
-        assert_eq!(xs[3] - xs[2], COLUMN_WIDTH_PX + BREAK_WIDTH_PX, "20 s quiet: one fixed break");
-        assert_eq!(view.breaks.len(), 1);
-        assert_eq!(view.breaks[0].text, "20.000 s quiet");
-        assert_eq!(view.ticks.len(), 3, "one tick per distinct time");
-        assert!(view.marks[3].y2.is_some_and(|y2| y2 < view.marks[3].y), "outcome arrow points up");
-        assert_eq!(view.marks[3].status, None, "label m4 has no status word");
+    fn rows_follow_time_and_long_quiet_stretches_get_a_row_of_their_own() {
+        let view = layout(
+            &timeline(
+                vec![
+                    mark(1, 0, "agent", Some("worker-1"), MarkKind::Request),
+                    mark(2, 0, "downstream", None, MarkKind::Fault),
+                    mark(3, 10, "downstream", None, MarkKind::Effect),
+                    mark(4, 20_010, "worker-1", Some("agent"), MarkKind::Outcome),
+                ],
+                Vec::new(),
+            ),
+            None,
+        );
+        let rows: Vec<usize> = view.marks.iter().map(|m| m.row).collect();
+        assert_eq!(rows, [2, 3, 4, 6], "row 1 is the header; row 5 says the 20 s were quiet");
+        assert_eq!(view.rows[3].quiet.as_deref(), Some("20.000 s quiet"));
+        let times: Vec<&str> = view.rows.iter().map(|row| row.time.as_str()).collect();
+        assert_eq!(times, ["0.000 s", "", "0.010 s", "", "20.010 s"], "a time only when it changes");
+        assert_eq!(view.last_row, 6);
     }
 
     #[test]
-    fn lanes_named_only_by_marks_are_added_below() {
+    fn messages_span_from_sender_to_receiver_in_either_direction() {
+        let view = layout(
+            &timeline(
+                vec![
+                    mark(1, 0, "agent", Some("downstream"), MarkKind::Request),
+                    mark(2, 1, "downstream", Some("agent"), MarkKind::Outcome),
+                    mark(3, 2, "worker-1", Some("worker-1"), MarkKind::Store),
+                    mark(4, 3, "worker-1", None, MarkKind::Crash),
+                ],
+                Vec::new(),
+            ),
+            None,
+        );
+        let spans: Vec<(usize, usize, &str, usize)> =
+            view.marks.iter().map(|m| (m.column_start, m.column_end, m.direction, m.span)).collect();
+        assert_eq!(
+            spans,
+            [(4, 6, "right", 3), (4, 6, "left", 3), (5, 5, "", 1), (5, 5, "", 1)],
+            "a message to its own lane is drawn in place"
+        );
+    }
+
+    #[test]
+    fn lanes_named_only_by_marks_are_added_at_the_right() {
         let timeline = Timeline {
             seed: 0,
             lanes: vec!["agent".into()],
             marks: vec![mark(1, 0, "agent", Some("worker-9"), MarkKind::Request)],
+            bands: Vec::new(),
         };
-        let view = layout(&timeline);
+        let view = layout(&timeline, None);
         let names: Vec<&str> = view.lanes.iter().map(|lane| lane.name.as_str()).collect();
         assert_eq!(names, ["agent", "worker-9"]);
-        assert_eq!(view.marks[0].y2, Some(view.lanes[1].y));
+        assert_eq!((view.marks[0].column_start, view.marks[0].column_end), (4, 5));
+    }
+
+    #[test]
+    fn bands_cover_their_window_and_an_open_one_runs_to_the_end() {
+        let band =
+            |from_seq, to_seq| Band { lane: "downstream".into(), from_seq, to_seq, label: "fault".into() };
+        let view = layout(
+            &timeline(
+                vec![
+                    mark(1, 0, "downstream", None, MarkKind::Fault),
+                    mark(5, 1, "downstream", None, MarkKind::Effect),
+                    mark(9, 2, "downstream", None, MarkKind::Fault),
+                ],
+                vec![band(1, Some(9)), band(4, None)],
+            ),
+            None,
+        );
+        let windows: Vec<(usize, usize, usize)> =
+            view.bands.iter().map(|b| (b.column, b.row_start, b.row_end)).collect();
+        assert_eq!(
+            windows,
+            [(6, 2, 4), (6, 3, 4)],
+            "position 4 is not drawn: its band starts at the next row"
+        );
     }
 
     #[test]
@@ -508,5 +727,13 @@ mod tests {
         assert_eq!(outcome_status("retry: replayed ticket_1").as_deref(), Some("replayed"));
         assert_eq!(outcome_status("final-poll:acme/x: in_flight").as_deref(), Some("in_flight"));
         assert_eq!(outcome_status("first: weird"), None);
+    }
+
+    #[test]
+    fn an_answer_an_oracle_names_is_wrong_whatever_it_said() {
+        assert_eq!(answer_tone(Some("replayed"), true), "wrong");
+        assert_eq!(answer_tone(Some("replayed"), false), "ok");
+        assert_eq!(answer_tone(Some("unknown"), false), "undecided");
+        assert_eq!(answer_tone(None, false), "none");
     }
 }

@@ -6,12 +6,12 @@
 use quick_junit::{NonSuccessKind, Property, Report, TestCase, TestCaseStatus, TestSuite};
 
 use crate::evidence::{
-    counts_text, covering, first_reason, row_topic, run_failure, scenario_evidence, scenario_title,
+    counts_text, covering, first_reason, not_applicable_reason, row_topic, scenario_evidence, scenario_title,
     seeds_text,
 };
 use crate::format::RenderOptions;
 use crate::json::matrix_sha256;
-use crate::model::{MatrixResult, RowFailure, Verdict};
+use crate::model::{FailedRun, MatrixResult, Verdict};
 
 /// `junit.xml` with the suites `rows` (19 test cases, C1..C10 then F1..F9) and `scenarios`.
 pub fn render_junit(result: &MatrixResult, options: &RenderOptions) -> String {
@@ -80,12 +80,11 @@ pub fn render_junit(result: &MatrixResult, options: &RenderOptions) -> String {
     let mut scenarios = TestSuite::new("scenarios");
     scenarios.add_properties(suite_properties);
     for scenario in &result.scenarios {
-        let status = match &scenario.first_failure {
-            Some(run) => failure_status(scenario.verdict, &run_failure(scenario, run)),
+        let status = match scenario.failures.first() {
+            Some(failure) => failure_status(scenario.verdict, failure),
             None if scenario.verdict == Verdict::Pass => TestCaseStatus::success(),
             None if scenario.verdict == Verdict::NotApplicable => {
-                let why = scenario.sample.notes.first().cloned().unwrap_or_else(|| "not applicable".into());
-                no_run_status(scenario.verdict, why)
+                no_run_status(scenario.verdict, not_applicable_reason(scenario).to_owned())
             }
             None => no_run_status(scenario.verdict, format!("runs: {}", counts_text(&scenario.counts))),
         };
@@ -93,8 +92,8 @@ pub fn render_junit(result: &MatrixResult, options: &RenderOptions) -> String {
         case.set_classname("replaylab.scenarios");
         case.add_properties(case_properties(scenario.seeds_run));
         case.add_property(Property::new("rows", scenario.rows.join(",")));
-        case.add_property(Property::new("sample_history", scenario.sample.history_digest.as_str()));
-        if let Some(run) = &scenario.first_failure {
+        case.add_property(Property::new("sample_history", scenario.shown.history_digest.as_str()));
+        if let Some(run) = scenario.failures.first() {
             case.add_property(Property::new("failing_seed", run.seed.to_string()));
         }
         case.set_system_out(format!(
@@ -123,7 +122,7 @@ pub fn render_junit(result: &MatrixResult, options: &RenderOptions) -> String {
 
 /// A failure (verdict fail) or an error (crashed, unknown) carrying every violation, every
 /// note and the reproduce command.
-fn failure_status(verdict: Verdict, failure: &RowFailure) -> TestCaseStatus {
+fn failure_status(verdict: Verdict, failure: &FailedRun) -> TestCaseStatus {
     let kind = if verdict == Verdict::Fail { NonSuccessKind::Failure } else { NonSuccessKind::Error };
     let mut status = TestCaseStatus::non_success(kind);
     status.set_type(verdict.as_str());

@@ -4,12 +4,13 @@
 use std::fmt::Write as _;
 
 use crate::evidence::{
-    counts_text, covering, effects_text, first_reason, pass_counts, row_topic, run_failure,
-    scenario_evidence, scenario_title, seeds_text, statuses_text,
+    answer_text, counts_text, covering, effects_text, first_reason, ledger_text, not_applicable_reason,
+    operation_name, oracle_counts_text, pass_counts, row_topic, scenario_evidence, scenario_title,
+    seeds_text, statuses_text,
 };
 use crate::format::RenderOptions;
 use crate::json::matrix_sha256;
-use crate::model::{MatrixResult, RowFailure, Verdict};
+use crate::model::{FailedRun, MatrixResult, RunResult, Verdict};
 
 /// `matrix.md`: a summary, the rows C1..C10 then F1..F9 with their evidence, the
 /// scenarios, then every failure in detail with the command that reproduces it.
@@ -107,8 +108,8 @@ fn write_markdown(out: &mut String, result: &MatrixResult, options: &RenderOptio
     writeln!(out, "| scenario | rows | verdict | runs | effects per run | answers | fingerprints |")?;
     writeln!(out, "|---|---|---|---|---|---|---|")?;
     for scenario in &result.scenarios {
-        let fingerprints = crate::evidence::fingerprint_relation(&scenario.sample.fingerprints)
-            .unwrap_or_else(|| "-".to_owned());
+        let fingerprints =
+            crate::evidence::fingerprint_relation(&scenario.shown).unwrap_or_else(|| "-".to_owned());
         writeln!(
             out,
             "| {} | {} | {} | {} | {} | {} | {} |",
@@ -149,8 +150,12 @@ fn write_markdown(out: &mut String, result: &MatrixResult, options: &RenderOptio
         writeln!(out, "Not applicable to `{}` (not run, not passed):", code(&result.executor))?;
         writeln!(out)?;
         for scenario in skipped {
-            let why = scenario.sample.notes.first().map(String::as_str).unwrap_or("not applicable");
-            writeln!(out, "- {}: {}", text(&scenario_title(scenario)), text(why))?;
+            writeln!(
+                out,
+                "- {}: {}",
+                text(&scenario_title(scenario)),
+                text(not_applicable_reason(scenario))
+            )?;
         }
         writeln!(out)?;
     }
@@ -161,32 +166,43 @@ fn write_markdown(out: &mut String, result: &MatrixResult, options: &RenderOptio
         writeln!(out, "- setup: {}", text(&scenario.summary))?;
         writeln!(out, "- expected: {}", text(&scenario.expected))?;
         writeln!(out, "- runs: {}", counts_text(&scenario.counts))?;
-        if let Some(run) = &scenario.first_failure {
-            let failure = run_failure(scenario, run);
+        if !scenario.oracle_counts.is_empty() {
+            writeln!(out, "- oracles: {}", text(&oracle_counts_text(&scenario.oracle_counts)))?;
+        }
+        if let Some(failure) = scenario.failures.first() {
+            let run = &scenario.shown;
             writeln!(out, "- first failing seed: {} ({})", failure.seed, failure.verdict)?;
+            writeln!(out)?;
+            write_operations(out, run)?;
             for violation in &failure.violations {
                 writeln!(out, "- violation: `{}`", code(&violation.to_string()))?;
             }
             for note in &failure.notes {
                 writeln!(out, "- note: {}", text(note))?;
             }
-            writeln!(
-                out,
-                "- ledger: {} effect(s){}",
-                run.effects,
-                if run.effect_references.is_empty() {
-                    String::new()
-                } else {
-                    format!(" ({})", text(&run.effect_references.join(", ")))
-                }
-            )?;
             writeln!(out, "- history: `{}`", code(&run.history_digest))?;
             writeln!(out)?;
             writeln!(out, "Reproduce:")?;
             writeln!(out)?;
             writeln!(out, "```sh")?;
-            writeln!(out, "{}", run.reproduce)?;
+            writeln!(out, "{}", failure.reproduce)?;
             writeln!(out, "```")?;
+            writeln!(out)?;
+            writeln!(out, "Every seed that did not pass ({}):", scenario.failures.len())?;
+            writeln!(out)?;
+            writeln!(out, "| seed | verdict | oracles | reproduce |")?;
+            writeln!(out, "|---|---|---|---|")?;
+            for failure in &scenario.failures {
+                writeln!(
+                    out,
+                    "| {} | {} | {} | `{}` |",
+                    failure.seed,
+                    verdict_cell(failure.verdict),
+                    if failure.oracles.is_empty() { "-".to_owned() } else { failure.oracles.join(", ") },
+                    code(&failure.reproduce)
+                )?;
+            }
+            writeln!(out)?;
         }
         if !scenario.nondeterministic_seeds.is_empty() {
             let seeds: Vec<String> = scenario.nondeterministic_seeds.iter().map(u64::to_string).collect();
@@ -197,8 +213,46 @@ fn write_markdown(out: &mut String, result: &MatrixResult, options: &RenderOptio
     Ok(())
 }
 
+/// What each operation of the run was answered, beside what the ledger holds for it; entries
+/// an oracle names are marked with it (**⚠ O1**).
+fn write_operations(out: &mut String, run: &RunResult) -> std::fmt::Result {
+    writeln!(out, "| operation | answered (executor's words) | ledger (ground truth) |")?;
+    writeln!(out, "|---|---|---|")?;
+    for record in &run.operations {
+        let answers: Vec<String> = record
+            .answers
+            .iter()
+            .map(|answer| {
+                format!("{}: {}{}", text(&answer.label), text(&answer_text(answer)), flag(&answer.violated))
+            })
+            .collect();
+        let ledger: Vec<String> = record
+            .ledger
+            .iter()
+            .map(|entry| format!("{}{}", text(&ledger_text(entry)), flag(&entry.violated)))
+            .collect();
+        writeln!(
+            out,
+            "| {} | {} | {} |",
+            text(operation_name(record)),
+            if answers.is_empty() { "-".to_owned() } else { answers.join("<br>") },
+            if ledger.is_empty() { "no effect".to_owned() } else { ledger.join("<br>") }
+        )?;
+    }
+    writeln!(out)
+}
+
+/// ` **⚠ O1, O8**` after an entry the oracles name, else nothing.
+fn flag(oracles: &[String]) -> String {
+    if oracles.is_empty() {
+        String::new()
+    } else {
+        format!(" **⚠ {}**", oracles.join(", "))
+    }
+}
+
 /// A row's failure in one table cell: the first reason and the reproduce command.
-fn failure_cell(failure: &RowFailure) -> String {
+fn failure_cell(failure: &FailedRun) -> String {
     format!(
         "**first failure** {} seed {}: `{}`<br>reproduce: `{}`",
         text(&failure.scenario),

@@ -70,8 +70,10 @@ impl std::fmt::Display for Verdict {
 
 /// The result of one run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct RunResult {
     /// `S02`.
+    #[schemars(regex(pattern = r"^[A-Z][0-9]{2,}$"))]
     pub scenario: String,
     /// `lost_response_after_commit`.
     pub scenario_name: String,
@@ -91,18 +93,160 @@ pub struct RunResult {
     pub effects: u64,
     /// Effect references in the ledger, in order.
     pub effect_references: Vec<String>,
-    /// What each labelled request was answered (label, status).
-    pub statuses: Vec<(String, String)>,
-    /// The harness's fingerprints of the calls (label, fingerprint).
-    pub fingerprints: Vec<(String, String)>,
+    /// Per operation, what each of its calls was answered beside what the ledger holds for
+    /// it (the effects the harness attributes to it from what it controls, never from the
+    /// executor's words); effects it could tie to no operation come last, without one.
+    pub operations: Vec<OperationRecord>,
     /// One command that reproduces this run.
+    pub reproduce: String,
+}
+
+impl RunResult {
+    /// Every answer of the run, in history order (label, status), `no answer` included.
+    pub fn answers(&self) -> Vec<&Answer> {
+        let mut answers: Vec<&Answer> = self.operations.iter().flat_map(|op| &op.answers).collect();
+        answers.sort_by_key(|answer| answer.seq);
+        answers
+    }
+
+    /// The oracles (and `expect`) that fired, each once, in the order of their first
+    /// violation.
+    pub fn oracles(&self) -> Vec<String> {
+        let mut oracles: Vec<String> = Vec::new();
+        for violation in &self.violations {
+            if !oracles.contains(&violation.oracle) {
+                oracles.push(violation.oracle.clone());
+            }
+        }
+        oracles
+    }
+
+    /// This run as a failure: the one shape a failing (crashed, unknown) run has in rows,
+    /// scenarios and every report.
+    pub fn failed_run(&self) -> FailedRun {
+        FailedRun {
+            scenario: self.scenario.clone(),
+            scenario_name: self.scenario_name.clone(),
+            seed: self.seed,
+            verdict: self.verdict,
+            oracles: self.oracles(),
+            violations: self.violations.clone(),
+            notes: self.notes.clone(),
+            reproduce: self.reproduce.clone(),
+        }
+    }
+}
+
+/// One operation of a run: what the executor answered for it, and what the ledger holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OperationRecord {
+    /// `tenant/environment/workflow/step`; none for effects the harness could tie to no
+    /// operation.
+    pub operation: Option<String>,
+    /// Its calls, polls and reconciliations, in the order they were sent.
+    pub answers: Vec<Answer>,
+    /// The ledger's business effects attributed to it, in ledger order.
+    pub ledger: Vec<LedgerEntry>,
+}
+
+/// What one request of an operation was answered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Answer {
+    /// The scenario's label for the request.
+    pub label: String,
+    /// `call`, `poll` or `reconcile`.
+    pub kind: RequestKind,
+    /// History position of the request.
+    pub seq: u64,
+    /// History position of the answer, or of the agent giving up on one (none when the run
+    /// ended first).
+    pub answered_seq: Option<u64>,
+    /// The outcome label (`applied`, `replayed`, `unknown`, ...); none when there was no
+    /// answer.
+    pub status: Option<String>,
+    /// Why there was no answer (`timeout`, ...).
+    pub no_answer: Option<String>,
+    /// The effect reference the answer named.
+    pub reference: Option<String>,
+    /// `sha256:` (first 16 hex digits) of the business result the answer carried, as
+    /// canonical JSON (RFC 8785).
+    pub result_digest: Option<String>,
+    /// The harness's fingerprint of the material request (calls only).
+    pub fingerprint: Option<String>,
+    /// The oracles whose violations name this answer's position.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub violated: Vec<String>,
+}
+
+/// What a request to an executor was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RequestKind {
+    /// A tool call.
+    Call,
+    /// A status poll.
+    Poll,
+    /// A reconciliation request.
+    Reconcile,
+}
+
+impl RequestKind {
+    /// `call`, `poll`, `reconcile`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RequestKind::Call => "call",
+            RequestKind::Poll => "poll",
+            RequestKind::Reconcile => "reconcile",
+        }
+    }
+}
+
+/// One business effect in the ledger.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LedgerEntry {
+    /// History position of the commit.
+    pub seq: u64,
+    /// `ticket_created`, `payment_captured`, ...
+    pub kind: String,
+    /// The effect reference the downstream gave it.
+    pub reference: String,
+    /// The oracles whose violations name this effect's position.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub violated: Vec<String>,
+}
+
+/// A run that did not pass (fail, crashed or unknown), as every report shows one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FailedRun {
+    /// `S05`.
+    #[schemars(regex(pattern = r"^[A-Z][0-9]{2,}$"))]
+    pub scenario: String,
+    /// `concurrent_first_delivery`.
+    pub scenario_name: String,
+    /// The seed.
+    pub seed: u64,
+    /// Fail, crashed or unknown.
+    pub verdict: Verdict,
+    /// The oracles (and `expect`) that fired, each once, in order.
+    pub oracles: Vec<String>,
+    /// What broke.
+    pub violations: Vec<Violation>,
+    /// Why it was unknown or crashed.
+    pub notes: Vec<String>,
+    /// The command that reproduces it.
     pub reproduce: String,
 }
 
 /// One broken invariant.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct Violation {
-    /// `O1`..`O12`, or `expect` for a scenario expectation.
+    /// `O1`..`O13`, or `expect` for a scenario expectation.
+    #[schemars(regex(pattern = r"^(O([1-9]|1[0-3])|expect)$"))]
     pub oracle: String,
     /// `single_effect`, ... (or the scenario line for expectations).
     pub name: String,
@@ -130,12 +274,15 @@ impl std::fmt::Display for Violation {
 
 /// A scenario's roll-up.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ScenarioSummary {
     /// `S02`.
+    #[schemars(regex(pattern = r"^[A-Z][0-9]{2,}$"))]
     pub id: String,
     /// `lost_response_after_commit`.
     pub name: String,
-    /// Rows it covers.
+    /// Rows it covers (`C1`..`C10`, `F1`..`F9`, or `prose`).
+    #[schemars(inner(regex(pattern = r"^(C([1-9]|10)|F[1-9]|prose)$")))]
     pub rows: Vec<String>,
     /// What it does.
     pub summary: String,
@@ -147,62 +294,55 @@ pub struct ScenarioSummary {
     pub seeds_run: u64,
     /// Runs per verdict.
     pub counts: BTreeMap<Verdict, u64>,
+    /// In how many runs each oracle (or `expect`) fired.
+    pub oracle_counts: BTreeMap<String, u64>,
     /// Effects in the ledger, per seed (min and max).
     pub effects_min: u64,
     /// Effects in the ledger, per seed (max).
     pub effects_max: u64,
     /// Every status the executor answered, with how many times.
     pub statuses: BTreeMap<String, u64>,
-    /// The first seed's run, as evidence (effect references, fingerprints, statuses).
-    pub sample: RunResult,
-    /// The first failing (or crashed, or unknown) run, if any.
-    pub first_failure: Option<RunResult>,
+    /// Every run that did not pass (fail, crashed, unknown), in seed order.
+    pub failures: Vec<FailedRun>,
+    /// The run the reports show: the first that did not pass, else the first seed's.
+    pub shown: RunResult,
     /// Seeds whose two runs gave different histories (with `--check-determinism`).
     pub nondeterministic_seeds: Vec<u64>,
-    /// The first failing run drawn as a timeline, or the first seed's run when all passed.
+    /// The shown run drawn as a timeline.
     pub timeline: Timeline,
 }
 
 /// A row's roll-up.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct RowSummary {
     /// `C1`..`C10`, `F1`..`F9`, or the id of a scenario from the document's prose (`S13`..).
+    #[schemars(regex(pattern = r"^(C([1-9]|10)|F[1-9]|[A-Z][0-9]{2,})$"))]
     pub row: String,
     /// The worst verdict of the scenarios that cover it (unknown when none does).
     pub verdict: Verdict,
     /// The scenarios that decided it.
+    #[schemars(inner(regex(pattern = r"^[A-Z][0-9]{2,}$")))]
     pub scenarios: Vec<String>,
     /// Runs behind it (scenarios not applicable to the executor run none).
     pub seeds_run: u64,
-    /// The first failing run among its scenarios.
-    pub first_failure: Option<RowFailure>,
-}
-
-/// Where a row failed.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct RowFailure {
-    /// The scenario.
-    pub scenario: String,
-    /// The seed.
-    pub seed: u64,
-    /// Its verdict.
-    pub verdict: Verdict,
-    /// What broke.
-    pub violations: Vec<Violation>,
-    /// Why it was unknown or crashed.
-    pub notes: Vec<String>,
-    /// The command that reproduces it.
-    pub reproduce: String,
+    /// The first run among its scenarios that did not pass (scenario order, then seed).
+    pub first_failure: Option<FailedRun>,
 }
 
 /// The version of the `matrix.json` format; bump it on any incompatible change. 2: the
-/// verdict `not_applicable` (a scenario needing what the executor does not declare).
-pub const SCHEMA_VERSION: u32 = 2;
+/// verdict `not_applicable` (a scenario needing what the executor does not declare). 3: every
+/// failing seed (`failures`), per-oracle counts, the per-operation answers beside the ledger,
+/// violations marked on the timeline, one shape for a failure (`FailedRun`), the shard a
+/// partial run covers, and no unknown fields.
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// The result of a matrix run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct MatrixResult {
     /// [`SCHEMA_VERSION`].
+    #[schemars(range(min = 3, max = 3))]
     pub schema_version: u32,
     /// The replaylab version that ran it.
     pub harness_version: String,
@@ -220,6 +360,9 @@ pub struct MatrixResult {
     pub first_seed: u64,
     /// Whether each seed was run twice and compared.
     pub determinism_checked: bool,
+    /// The shard of the seeds this result covers (`matrix --shard I/N`: the seeds with
+    /// `seed % N == I - 1`); none for a whole run, or shards merged back into one.
+    pub shard: Option<Shard>,
     /// The rows: C1..C10, F1..F9, then one per scenario from the document's prose.
     pub rows: Vec<RowSummary>,
     /// The scenarios, in order.
@@ -228,8 +371,34 @@ pub struct MatrixResult {
     pub verdict: Verdict,
 }
 
+/// Shard `index` of `count` (1-based).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Shard {
+    /// From 1.
+    #[schemars(range(min = 1))]
+    pub index: u64,
+    /// How many shards.
+    #[schemars(range(min = 1))]
+    pub count: u64,
+}
+
+impl Shard {
+    /// Whether `seed` is in this shard.
+    pub fn contains(self, seed: u64) -> bool {
+        seed % self.count == self.index - 1
+    }
+}
+
+impl std::fmt::Display for Shard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.index, self.count)
+    }
+}
+
 /// The fixed parameters of the simulated world a matrix ran in.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct WorldParameters {
     /// Simulated time per step, in milliseconds.
     pub tick_ms: u64,
@@ -332,6 +501,7 @@ impl MarkKind {
 
 /// One mark on a timeline.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct Mark {
     /// History position.
     pub seq: u64,
@@ -349,10 +519,29 @@ pub struct Mark {
     /// text; only for the failing run a scenario shows.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub log: Vec<String>,
+    /// The oracles whose violations name this position (a wrong answer, a duplicate effect).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub violated: Vec<String>,
+}
+
+/// A stretch of a run drawn as a shaded band on one lane (a fault rule from its installation
+/// to its healing).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Band {
+    /// The lane.
+    pub lane: Lane,
+    /// History position where it begins.
+    pub from_seq: u64,
+    /// History position where it ends; none when it lasted to the end of the run.
+    pub to_seq: Option<u64>,
+    /// What it is.
+    pub label: String,
 }
 
 /// One run drawn as lanes and marks (agent, workers, downstream, store).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct Timeline {
     /// The seed of the run drawn.
     pub seed: u64,
@@ -360,4 +549,7 @@ pub struct Timeline {
     pub lanes: Vec<Lane>,
     /// The marks, in history order.
     pub marks: Vec<Mark>,
+    /// Shaded stretches (fault windows), in the order they began.
+    #[serde(default)]
+    pub bands: Vec<Band>,
 }

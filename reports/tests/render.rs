@@ -178,10 +178,33 @@ fn html_is_self_contained_and_escapes_labels() {
     }
     assert!(!html.contains("<b>drop</b>"), "a label's HTML reached the page");
     assert!(html.contains("fault &lt;b&gt;drop&lt;&#x2f;b&gt; &amp; &quot;close&quot;"), "escaped label");
-    assert_eq!(html.matches("<svg class=\"timeline\"").count(), 2, "one timeline per scenario");
-    assert!(html.contains("20.000 s quiet"), "the settle wait is a break, not 20 s of width");
+    assert_eq!(html.matches("<div class=\"tl\"").count(), 2, "one timeline per scenario");
+    assert!(html.contains("20.000 s quiet"), "the settle wait is a row of its own, not 20 s of height");
     assert!(html.contains(fixture::REPRODUCE));
     assert!(html.contains("class=\"row-fail\""));
+}
+
+#[test]
+fn html_puts_failures_first_marks_violations_and_collapses_passes() {
+    let html = render_html(&fixture::matrix(), &RenderOptions::new());
+    let position = |needle: &str| html.find(needle).unwrap_or_else(|| panic!("report.html lacks {needle:?}"));
+    assert!(position("<section class=\"scenario tone-fail\" id=\"S02\">") < position("<h2>Rows</h2>"));
+    assert!(position("<details class=\"scenario tone-pass\" id=\"S01\">") > position("<h2>Scenarios</h2>"));
+    // The per-operation table comes before the timeline and flags both ledger effects.
+    let section = &html[position("id=\"S02\">")..position("<h2>Rows</h2>")];
+    let table = section.find("<table class=\"ops\">").expect("S02 has its operations table");
+    assert!(table < section.find("<div class=\"tl\"").expect("S02 has its timeline"));
+    assert_eq!(section.matches("<li class=\"e-wrong\">ticket_created").count(), 2, "both effects flagged");
+    assert!(section.contains("<strong>retry</strong>: applied ticket_2"));
+    // The timeline marks the violating positions: their rows and their marks.
+    assert_eq!(section.matches("class=\"tc bad\"").count(), 2, "positions 7 and 18");
+    assert_eq!(section.matches(" bad\" id=\"S02-e").count(), 2);
+    assert!(section.contains("&#9888; O1"));
+    // Every seed that did not pass is listed with its oracles and reproduce command.
+    assert!(section.contains("Every seed that did not pass (1: 1)"));
+    assert!(section.contains("<td data-label=\"oracles\">O1, expect</td>"));
+    // The fault's window is one band, from the rule to the healing.
+    assert_eq!(section.matches("<div class=\"band\"").count(), 1);
 }
 
 #[test]
@@ -249,12 +272,11 @@ fn step_summary_is_appended_only_when_the_variable_is_set() {
 fn a_scenario_not_applicable_is_shown_as_such_in_every_report() {
     let mut result = fixture::matrix();
     let why = "not applicable: the scenario needs tool payments.charge, which executor tiny does not declare";
-    let scenario =
-        result.scenarios.iter_mut().find(|s| s.first_failure.is_none()).expect("a passing scenario");
+    let scenario = result.scenarios.iter_mut().find(|s| s.failures.is_empty()).expect("a passing scenario");
     scenario.verdict = reports::Verdict::NotApplicable;
     scenario.counts = [(reports::Verdict::NotApplicable, scenario.seeds_run)].into();
-    scenario.sample.verdict = reports::Verdict::NotApplicable;
-    scenario.sample.notes = vec![why.to_owned()];
+    scenario.shown.verdict = reports::Verdict::NotApplicable;
+    scenario.shown.notes = vec![why.to_owned()];
     let title = format!("{} {}", scenario.id, scenario.name);
 
     let junit = render_junit(&result, &RenderOptions::new());

@@ -315,7 +315,10 @@ impl Validator<'_> {
         if !is_scenario_id(&form.id) {
             return err(
                 "id",
-                format!("`id` must look like S01 (a capital letter and digits), not {:?}", form.id),
+                format!(
+                    "`id` must look like S01 (a capital letter and two or more digits), not {:?}",
+                    form.id
+                ),
             );
         }
         if form.name.is_empty()
@@ -724,7 +727,7 @@ impl StepContext {
 }
 
 fn is_scenario_id(id: &str) -> bool {
-    id.len() >= 2
+    id.len() >= 3
         && id.starts_with(|c: char| c.is_ascii_uppercase())
         && id[1..].chars().all(|c| c.is_ascii_digit())
 }
