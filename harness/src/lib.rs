@@ -58,6 +58,7 @@ pub mod matrix;
 pub mod mutants;
 pub mod oracles;
 pub mod runner;
+pub mod text;
 pub mod timeline;
 pub mod verdict;
 mod worker;

@@ -29,12 +29,9 @@ fn mark(event: &Event) -> Option<Mark> {
         EventKind::CallSent { label, worker, tool, .. } => {
             make("agent", Some(worker), MarkKind::Request, format!("call {label} ({tool})"))
         }
-        EventKind::OperationQuery { label, kind, worker, .. } => make(
-            "agent",
-            Some(worker),
-            MarkKind::Request,
-            format!("{} {label}", format!("{kind:?}").to_lowercase()),
-        ),
+        EventKind::OperationQuery { label, kind, worker, .. } => {
+            make("agent", Some(worker), MarkKind::Request, format!("{} {label}", kind.as_str()))
+        }
         EventKind::Answered { label, worker, outcome } => make(
             worker,
             Some("agent"),
@@ -76,11 +73,7 @@ fn mark(event: &Event) -> Option<Mark> {
             "downstream",
             None,
             MarkKind::Effect,
-            format!(
-                "ledger: {} {}",
-                serde_json::to_value(effect.kind).ok()?.as_str()?.to_owned(),
-                effect.effect_reference
-            ),
+            format!("ledger: {} {}", effect.kind.as_str(), effect.effect_reference),
         ),
         EventKind::Authorization { worker, actor, allowed, .. } => {
             if *allowed {
