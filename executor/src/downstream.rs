@@ -228,6 +228,26 @@ pub enum Answer {
     Ambiguous(String),
 }
 
+impl Answer {
+    /// What the answer says, in a few words: `the downstream refused the request with 422`.
+    pub fn describe(&self) -> String {
+        match self {
+            Answer::Receipt { reference, replayed: false, .. } => {
+                format!("the downstream confirmed {reference}")
+            }
+            Answer::Receipt { reference, replayed: true, .. } => {
+                format!("the downstream confirmed {reference} (replayed from an earlier request)")
+            }
+            Answer::PreconditionFailed => "the downstream answered 412: the target changed".into(),
+            Answer::Refused { status } => format!("the downstream refused the request with {status}"),
+            Answer::KeyInProgress => {
+                "the downstream answered 409: a request with this key is still being processed".into()
+            }
+            Answer::Ambiguous(why) => why.clone(),
+        }
+    }
+}
+
 /// Classifies the answer to a mutating request of `kind`.
 pub fn classify(kind: ToolKind, sent: Sent) -> Answer {
     let Sent::Response(response) = sent else { return Answer::Ambiguous(sent.why()) };
@@ -427,6 +447,26 @@ mod tests {
         ] {
             let shown = format!("{ambiguous:?}");
             assert!(matches!(classify(kind, ambiguous), Answer::Ambiguous(_)), "{shown}");
+        }
+    }
+
+    #[test]
+    fn an_answer_is_described_in_words() {
+        let receipt =
+            |replayed| Answer::Receipt { reference: "message_1".into(), result: json!({}), replayed };
+        let described = [
+            (receipt(false), "the downstream confirmed message_1"),
+            (receipt(true), "the downstream confirmed message_1 (replayed from an earlier request)"),
+            (Answer::PreconditionFailed, "the downstream answered 412: the target changed"),
+            (Answer::Refused { status: 422 }, "the downstream refused the request with 422"),
+            (
+                Answer::KeyInProgress,
+                "the downstream answered 409: a request with this key is still being processed",
+            ),
+            (Answer::Ambiguous("the downstream answered 503".into()), "the downstream answered 503"),
+        ];
+        for (answer, text) in described {
+            assert_eq!(answer.describe(), text);
         }
     }
 

@@ -359,10 +359,7 @@ fn stored_reason(record: &OperationRecord) -> ReasonCode {
 }
 
 fn reason_text(reason: ReasonCode) -> String {
-    match serde_json::to_value(reason) {
-        Ok(Value::String(text)) => text,
-        _ => unreachable!("a reason code serialises to its snake_case name"),
-    }
+    reason.as_str().to_owned()
 }
 
 fn seconds_until(now_ms: u64, until_ms: u64) -> u32 {
@@ -486,7 +483,7 @@ impl Machine {
     /// Hands an operation the executor cannot settle on its own to people: files `finding`
     /// (already kept in the store's table) to the operators' queue.
     async fn hand_over(&self, tenant: &str, operation_key: &str, about: FindingAbout, finding: &str) {
-        tracing::info!(key = operation_key, about = ?about, finding, "handing over to people");
+        tracing::info!(key = operation_key, about = about.as_str(), finding, "handing over to people");
         if (self.strategies.file_findings)(about) {
             let entry = ReconciliationEntry {
                 tenant: tenant.to_owned(),
@@ -577,7 +574,7 @@ impl Machine {
         match &claimed {
             Claimed::New(_) => tracing::debug!(key, "claim won: a new record, ours"),
             Claimed::Existing(record) => {
-                tracing::debug!(key, status = ?record.status, "claim found an existing record")
+                tracing::debug!(key, status = record.status.as_str(), "claim found an existing record")
             }
         }
         if !self.allowed_at(AuthPoint::AfterClaim { new_claim }, &call.tenant, &call.actor, &call.tool).await
@@ -1208,7 +1205,7 @@ impl Machine {
                 continue;
             }
             for (record, contract) in due {
-                tracing::debug!(key = %record.operation_key, status = ?record.status, "reconciling in the background");
+                tracing::debug!(key = %record.operation_key, status = record.status.as_str(), "reconciling in the background");
                 let request = self.kept_request(&record);
                 if let Some(owned) = self.take_over(&record, contract).await {
                     self.recover(&owned, &record, contract, request.as_ref()).await;
@@ -1406,7 +1403,8 @@ impl Machine {
     async fn announce(&self, tenant: &str, key: &str, job_id: &str, request: wire::HttpRequest) {
         let answer = classify(ToolKind::MessagesSend, self.send(request).await);
         if !matches!(answer, Answer::Receipt { .. }) {
-            let finding = format!("the completion notice for {job_id} was not confirmed: {answer:?}");
+            let finding =
+                format!("the completion notice for {job_id} was not confirmed: {}", answer.describe());
             self.note(tenant, key, &finding).await;
             self.hand_over(tenant, key, FindingAbout::CompletionNotice, &finding).await;
         }

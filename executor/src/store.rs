@@ -121,7 +121,7 @@ impl std::fmt::Display for StoreLocation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             StoreLocation::File(path) => write!(f, "file {}", path.display()),
-            StoreLocation::SharedMemory(name) => write!(f, "shared memory database {name:?}"),
+            StoreLocation::SharedMemory(name) => write!(f, "shared memory database \"{name}\""),
             StoreLocation::PrivateMemory => write!(f, "private memory database"),
         }
     }
@@ -448,7 +448,7 @@ fn reconciliation(row: &Row<'_>) -> rusqlite::Result<Reconciliation> {
 fn checked(raw: RawRecord) -> Result<OperationRecord, StoreError> {
     let status = RecordStatus::parse(&raw.status_text).ok_or_else(|| {
         StoreError::Corrupt(format!(
-            "operation {:?} has status {:?}",
+            "operation \"{}\" has status \"{}\"",
             raw.record.operation_key, raw.status_text
         ))
     })?;

@@ -199,6 +199,17 @@ pub enum FindingAbout {
     CompletionNotice,
 }
 
+impl FindingAbout {
+    /// The snake_case name, for logs: `operation`, `unreconciled`, `completion_notice`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FindingAbout::Operation => "operation",
+            FindingAbout::Unreconciled => "unreconciled",
+            FindingAbout::CompletionNotice => "completion_notice",
+        }
+    }
+}
+
 /// Whether findings about `FindingAbout` are filed to the operators' queue as well as kept in
 /// the executor's own table.
 pub type FileFindingsFn = Rc<dyn Fn(FindingAbout) -> bool>;

@@ -23,6 +23,20 @@ pub enum EffectKind {
     JobAccepted,
 }
 
+impl EffectKind {
+    /// The snake_case name (as serialised): `ticket_created`, `charge_created`, ...
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EffectKind::TicketCreated => "ticket_created",
+            EffectKind::TicketStatusChanged => "ticket_status_changed",
+            EffectKind::TicketEditedByHuman => "ticket_edited_by_human",
+            EffectKind::ChargeCreated => "charge_created",
+            EffectKind::MessageSent => "message_sent",
+            EffectKind::JobAccepted => "job_accepted",
+        }
+    }
+}
+
 /// One business effect. The ledger is append-only and numbered from 1. A replayed
 /// response is not an effect.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -108,6 +122,27 @@ pub enum Disposition {
     Admin,
 }
 
+impl Disposition {
+    /// The snake_case name (as serialised): `committed`, `key_in_progress`, ...
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Disposition::Committed => "committed",
+            Disposition::Replayed => "replayed",
+            Disposition::Read => "read",
+            Disposition::Unchanged => "unchanged",
+            Disposition::KeyInProgress => "key_in_progress",
+            Disposition::KeyReusedWithDifferentRequest => "key_reused_with_different_request",
+            Disposition::PreconditionFailed => "precondition_failed",
+            Disposition::Invalid => "invalid",
+            Disposition::NotFound => "not_found",
+            Disposition::Unsupported => "unsupported",
+            Disposition::DroppedBeforeCommit => "dropped_before_commit",
+            Disposition::ResetBeforeCommit => "reset_before_commit",
+            Disposition::Admin => "admin",
+        }
+    }
+}
+
 /// One request received, journaled when the service decided what to do with it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RequestRecord {
@@ -160,4 +195,48 @@ pub struct WebhookDelivery {
     pub attempt: u32,
     /// The status the receiver answered, or `None` when it did not answer.
     pub status: Option<u16>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn serialised<T: Serialize>(value: T) -> String {
+        serde_json::to_value(value).expect("serialises").as_str().expect("a string").to_owned()
+    }
+
+    #[test]
+    fn the_names_people_read_are_the_serialised_ones() {
+        use EffectKind as K;
+        let kinds = [
+            K::TicketCreated,
+            K::TicketStatusChanged,
+            K::TicketEditedByHuman,
+            K::ChargeCreated,
+            K::MessageSent,
+            K::JobAccepted,
+        ];
+        for kind in kinds {
+            assert_eq!(kind.as_str(), serialised(kind));
+        }
+        use Disposition as D;
+        let dispositions = [
+            D::Committed,
+            D::Replayed,
+            D::Read,
+            D::Unchanged,
+            D::KeyInProgress,
+            D::KeyReusedWithDifferentRequest,
+            D::PreconditionFailed,
+            D::Invalid,
+            D::NotFound,
+            D::Unsupported,
+            D::DroppedBeforeCommit,
+            D::ResetBeforeCommit,
+            D::Admin,
+        ];
+        for disposition in dispositions {
+            assert_eq!(disposition.as_str(), serialised(disposition));
+        }
+    }
 }

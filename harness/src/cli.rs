@@ -15,6 +15,7 @@ use crate::executors::{self, ExecutorSpec};
 use crate::exit;
 use crate::matrix::{self, MatrixConfig};
 use crate::runner;
+use crate::text::quoted;
 use crate::verdict::{MatrixResult, RunResult, Verdict};
 use scenarios::Scenario;
 
@@ -324,8 +325,8 @@ impl Registry {
             }
             if executors.iter().any(|known| known.name == spec.name) {
                 return Err(bad_input(anyhow::anyhow!(
-                    "executor name {:?} is taken; give yours another name",
-                    spec.name
+                    "executor name {} is taken; give yours another name",
+                    quoted(&spec.name)
                 )));
             }
             executors.push(spec);
@@ -339,7 +340,7 @@ impl Registry {
     fn find(&self, name: &str) -> Result<ExecutorSpec, Failure> {
         self.executors.iter().find(|spec| spec.name == name).cloned().ok_or_else(|| {
             let known: Vec<&str> = self.executors.iter().map(|spec| spec.name.as_str()).collect();
-            bad_input(anyhow::anyhow!("unknown executor {name:?}; known: {}", known.join(", ")))
+            bad_input(anyhow::anyhow!("unknown executor {}; known: {}", quoted(name), known.join(", ")))
         })
     }
 }
@@ -470,7 +471,8 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
                         .ok_or_else(|| {
                             let known: Vec<String> = scenarios.iter().map(|s| s.id.clone()).collect();
                             bad_input(anyhow::anyhow!(
-                                "no scenario {scenario:?}; known: {}",
+                                "no scenario {}; known: {}",
+                                quoted(&scenario),
                                 known.join(", ")
                             ))
                         })?;
@@ -590,7 +592,7 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
             let chosen = scenarios
                 .iter()
                 .find(|s| s.id == scenario || s.name == scenario || s.full_name() == scenario)
-                .ok_or_else(|| bad_input(anyhow::anyhow!("no scenario {scenario:?}")))?;
+                .ok_or_else(|| bad_input(anyhow::anyhow!("no scenario {}", quoted(&scenario))))?;
             let jobs = jobs_for(jobs, runs)?;
             let result = crate::bench::sim(chosen, &executor, runs, jobs);
             println!(
@@ -735,7 +737,7 @@ fn check_step_summary() -> Result<(), Failure> {
 
 /// Parses `I/N` (1-based shard I of N).
 fn parse_shard(text: &str) -> Result<(u64, u64), Failure> {
-    let invalid = || bad_input(anyhow::anyhow!("--shard {text:?} must look like 2/4 (shard 2 of 4)"));
+    let invalid = || bad_input(anyhow::anyhow!("--shard {} must look like 2/4 (shard 2 of 4)", quoted(text)));
     let (index, count) = text.split_once('/').ok_or_else(invalid)?;
     let (index, count): (u64, u64) =
         (index.parse().map_err(|_| invalid())?, count.parse().map_err(|_| invalid())?);
@@ -808,7 +810,12 @@ fn render_run(result: &RunResult) -> String {
     for note in &result.notes {
         text.push_str(&format!("  note: {note}\n"));
     }
-    text.push_str(&format!("  effects in the ledger: {} {:?}\n", result.effects, result.effect_references));
+    let references = if result.effect_references.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", result.effect_references.join(", "))
+    };
+    text.push_str(&format!("  effects in the ledger: {}{references}\n", result.effects));
     text.push_str(&format!("  history: {}\n", result.history_digest));
     if result.verdict != Verdict::Pass {
         text.push_str(&format!("  reproduce: {}\n", result.reproduce));
@@ -902,7 +909,7 @@ fn failing_seeds_summary(failures: &[reports::FailedRun]) -> String {
 fn serve_downstream(listen: &str, config_path: Option<&std::path::Path>) -> Result<u8, Failure> {
     let address: SocketAddr = listen
         .parse()
-        .with_context(|| format!("--listen {listen:?} is not an address like 127.0.0.1:8080"))
+        .with_context(|| format!("--listen {} is not an address like 127.0.0.1:8080", quoted(listen)))
         .map_err(bad_input)?;
     let config = match config_path {
         None => DownstreamConfig::default(),

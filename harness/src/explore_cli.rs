@@ -438,8 +438,9 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
         } else {
             failed = true;
             println!(
-                "determinism: {} seed(s) gave different histories: {nondeterministic:?}",
-                nondeterministic.len()
+                "determinism: {} seed(s) gave different histories: {}",
+                nondeterministic.len(),
+                nondeterministic.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
             );
         }
     }

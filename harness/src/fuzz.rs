@@ -159,7 +159,11 @@ impl FuzzConfig {
         } else {
             let known: Vec<&str> = Target::ALL.iter().map(|target| target.name()).collect();
             vec![Target::parse(target).ok_or_else(|| {
-                anyhow::anyhow!("--target {target:?} is not a target; known: all, {}", known.join(", "))
+                anyhow::anyhow!(
+                    "--target {} is not a target; known: all, {}",
+                    crate::text::quoted(target),
+                    known.join(", ")
+                )
             })?]
         };
         if inputs == 0 {
@@ -2268,7 +2272,7 @@ impl Fuzz for DownstreamFuzz {
                 return broken(
                     "hang",
                     format!("no answer in time to {route}"),
-                    format!("{request_line}: no answer within {timeout:?}"),
+                    format!("{request_line}: no answer within {}", crate::text::duration(timeout)),
                 );
             }
             Ok(Err(error)) => {
@@ -2324,15 +2328,16 @@ impl Fuzz for DownstreamFuzz {
             if !head {
                 match parsed {
                     Ok(Value::Object(problem)) => {
-                        let claimed = problem.get("status").and_then(Value::as_u64);
+                        let status = problem.get("status").and_then(Value::as_u64);
                         if media.as_deref() == Some("application/problem+json")
-                            && claimed != Some(u64::from(reply.status))
+                            && status != Some(u64::from(reply.status))
                         {
+                            let claimed = status.map_or("missing".to_owned(), |status| status.to_string());
                             return broken(
                                 JSON_ERROR_PROPERTY,
-                                format!("{described}: problem status {claimed:?}"),
+                                format!("{described}: problem status {claimed}"),
                                 format!(
-                                    "{request_line}: {}, but the problem's `status` is {claimed:?}: {}",
+                                    "{request_line}: {}, but the problem's `status` is {claimed}: {}",
                                     reply.status,
                                     escape(&reply.body, 200)
                                 ),
@@ -2894,7 +2899,7 @@ impl Fuzz for CaseFuzz {
             return broken(
                 "verdict",
                 format!("unknown verdict {name}"),
-                format!("the run's verdict is {name:?}"),
+                format!("the run's verdict is {name}"),
             );
         }
         for violation in &record.result.violations {
@@ -2906,7 +2911,10 @@ impl Fuzz for CaseFuzz {
             return broken(
                 "verdict",
                 "pass with violations",
-                format!("the run passed with violations: {:?}", record.result.violations),
+                format!(
+                    "the run passed with violations: {}",
+                    record.result.violations.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+                ),
             );
         }
         Checked::Fine

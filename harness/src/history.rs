@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::clock::WorldClock;
+use crate::text::quoted;
 
 /// One entry of the history.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -34,6 +35,17 @@ pub enum RequestKind {
     Poll,
     /// A reconciliation request.
     Reconcile,
+}
+
+impl RequestKind {
+    /// The snake_case name (as serialised): `call`, `poll`, `reconcile`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RequestKind::Call => "call",
+            RequestKind::Poll => "poll",
+            RequestKind::Reconcile => "reconcile",
+        }
+    }
 }
 
 /// What happened.
@@ -484,27 +496,25 @@ impl Event {
     pub fn to_line(&self) -> String {
         let what = match &self.kind {
             EventKind::CallSent { label, worker, operation, tool, tool_version, call_id, actor, .. } => {
-                format!("agent -> {worker}: call {label:?} {tool}@{tool_version} for {operation} by {actor} (call id {call_id})")
+                format!(
+                    "agent -> {worker}: call {} {tool}@{tool_version} for {operation} by {actor} (call id {call_id})",
+                    quoted(label)
+                )
             }
             EventKind::OperationQuery { label, kind, worker, operation, .. } => {
-                format!("agent -> {worker}: {kind:?} {label:?} for {operation}").to_lowercase()
+                format!("agent -> {worker}: {} {} for {operation}", kind.as_str(), quoted(label))
             }
             EventKind::Answered { label, worker, outcome } => format!(
-                "{worker} -> agent: {label:?} {}{}{}",
+                "{worker} -> agent: {} {}{}{}",
+                quoted(label),
                 outcome.status.as_str(),
-                outcome
-                    .reason
-                    .map(|r| format!(
-                        " ({})",
-                        serde_json::to_string(&r).unwrap_or_default().trim_matches('"')
-                    ))
-                    .unwrap_or_default(),
+                outcome.reason.map(|r| format!(" ({})", r.as_str())).unwrap_or_default(),
                 outcome.effect_reference.as_ref().map(|r| format!(" ref={r}")).unwrap_or_default()
             ),
-            EventKind::CallReceived { label, worker } => format!("{worker}: handling call {label:?}"),
-            EventKind::AgentReceived { label } => format!("agent received {label:?}"),
+            EventKind::CallReceived { label, worker } => format!("{worker}: handling call {}", quoted(label)),
+            EventKind::AgentReceived { label } => format!("agent received {}", quoted(label)),
             EventKind::AgentGotNoAnswer { label, reason } => {
-                format!("agent got no answer to {label:?}: {reason}")
+                format!("agent got no answer to {}: {reason}", quoted(label))
             }
             EventKind::ExecutorPanicked { worker, during, message } => {
                 format!("{worker}: executor PANICKED during {during}: {message}")
@@ -517,21 +527,22 @@ impl Event {
                 origin.as_ref().map(|o| format!(" [{o}]")).unwrap_or_default()
             ),
             EventKind::DownstreamAnswered { worker, request, status, references, .. } => {
-                format!("downstream -> {worker}: {status} to {request} {references:?}")
+                format!("downstream -> {worker}: {status} to {request}{}", naming(references))
             }
             EventKind::DownstreamFailed { worker, request, error, .. } => {
                 format!("downstream -> {worker}: no answer to {request}: {error}")
             }
             EventKind::DownstreamHandled { journal_seq, request, disposition, status, fault, .. } => format!(
-                "downstream: request #{journal_seq} {request} -> {disposition:?}, answer {}{}",
+                "downstream: request #{journal_seq} {request} -> {}, answer {}{}",
+                disposition.as_str(),
                 status.map_or("none".to_owned(), |s| s.to_string()),
                 fault.as_ref().map(|f| format!(" (fault {f})")).unwrap_or_default()
             ),
             EventKind::Effect { effect } => {
                 format!(
-                    "LEDGER #{}: {:?} {} for {}{}{}{}",
+                    "LEDGER #{}: {} {} for {}{}{}{}",
                     effect.seq,
-                    effect.kind,
+                    effect.kind.as_str(),
                     effect.effect_reference,
                     effect.tenant,
                     effect.idempotency_key.as_ref().map(|k| format!(" key={k}")).unwrap_or_default(),
@@ -553,10 +564,12 @@ impl Event {
                 format!("permission revoked: {actor} for {}", tool.as_deref().unwrap_or("every tool"))
             }
             EventKind::FaultInstalled { rule } => format!("fault installed: {rule}"),
-            EventKind::HoldReleased { name } => format!("held requests of {name:?} released"),
+            EventKind::HoldReleased { name } => format!("held requests of {} released", quoted(name)),
             EventKind::FaultsHealed => "all faults healed".to_owned(),
-            EventKind::Paused { name, worker, point } => format!("{worker} PAUSED at {point} ({name:?})"),
-            EventKind::Released { name } => format!("pause {name:?} released"),
+            EventKind::Paused { name, worker, point } => {
+                format!("{worker} PAUSED at {point} ({})", quoted(name))
+            }
+            EventKind::Released { name } => format!("pause {} released", quoted(name)),
             EventKind::Crashed { worker, paused_at, after_commit } => format!(
                 "{worker} CRASHED{}{}",
                 paused_at.as_ref().map(|point| format!(" while paused at {point}")).unwrap_or_default(),
@@ -582,8 +595,9 @@ impl Event {
             }
             EventKind::WebhookReceived { worker, event_id, references, .. } => {
                 format!(
-                    "downstream -> {worker}: webhook {} {references:?}",
-                    event_id.as_deref().unwrap_or("?")
+                    "downstream -> {worker}: webhook {}{}",
+                    event_id.as_deref().unwrap_or("?"),
+                    naming(references)
                 )
             }
             EventKind::WebhookHandled { worker, event_id, ack } => {
@@ -594,6 +608,16 @@ impl Event {
             EventKind::LimitReached { what } => format!("LIMIT: {what}"),
         };
         format!("{:>8}ms #{:<4} {what}", self.at_ms, self.seq)
+    }
+}
+
+/// `: ticket_1, charge_2` for the effect references an answer or a webhook named; nothing
+/// for none.
+fn naming(references: &[String]) -> String {
+    if references.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", references.join(", "))
     }
 }
 

@@ -59,6 +59,7 @@ pub mod mutants;
 pub mod operations;
 pub mod oracles;
 pub mod runner;
+pub mod text;
 pub mod timeline;
 pub mod verdict;
 mod worker;

@@ -39,7 +39,10 @@ impl LogFilter {
     /// Parses a filter; the error says what is wrong.
     pub fn parse(text: &str) -> Result<Self, String> {
         let targets: Targets = text.parse().map_err(|error| {
-            format!("log filter {text:?}: {error} (try `debug` or `executor=debug,warn`)")
+            format!(
+                "log filter {}: {error} (try `debug` or `executor=debug,warn`)",
+                crate::text::quoted(text)
+            )
         })?;
         Ok(Self { targets, text: text.to_owned() })
     }

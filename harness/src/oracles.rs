@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use crate::attribution::{tool_effect_kind, Attribution, RequestClass};
 use crate::history::{Event, EventKind};
+use crate::text::{self, quoted};
 
 /// The oracles, by id and name, in order.
 pub const ORACLES: [(&str, &str); 13] = [
@@ -421,10 +422,6 @@ impl Judgement {
     }
 }
 
-fn kind_name(kind: EffectKind) -> String {
-    serde_json::to_value(kind).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
-}
-
 /// O1: per operation and effect kind, at most one effect (jobs are O10's). An effect no
 /// operation can be found for is a violation too (the harness cannot vouch for it), and so is a
 /// ledger at the end that differs from the effects the harness saw committed.
@@ -453,7 +450,7 @@ fn single_effect(facts: &Facts<'_>, judgement: &mut Judgement) {
                 vec![fact.position],
                 format!(
                     "the downstream made {} {} that no operation's request carried",
-                    kind_name(fact.effect.kind),
+                    fact.effect.kind.as_str(),
                     fact.effect.effect_reference
                 ),
             ),
@@ -469,7 +466,7 @@ fn single_effect(facts: &Facts<'_>, judgement: &mut Judgement) {
                 format!(
                     "one operation made {} {} effects in the ledger ({}), where at most one is allowed",
                     effects.len(),
-                    kind_name(kind),
+                    kind.as_str(),
                     references.join(", ")
                 ),
             );
@@ -484,9 +481,9 @@ fn ledger_difference(observed: &[Effect], ledger: &[Effect]) -> Option<String> {
             return Some(format!(
                 "entry {} was {} {} when committed and is {} {} now",
                 index + 1,
-                kind_name(seen.kind),
+                seen.kind.as_str(),
                 seen.effect_reference,
-                kind_name(kept.kind),
+                kept.kind.as_str(),
                 kept.effect_reference
             ));
         }
@@ -507,7 +504,7 @@ fn no_phantom_success(facts: &Facts<'_>, judgement: &mut Judgement) {
                 2,
                 Some(operation),
                 vec![answer.seq],
-                format!("{:?} was answered {status} without any effect reference", answer.label),
+                format!("{} was answered {status} without any effect reference", quoted(&answer.label)),
             );
             continue;
         };
@@ -523,14 +520,14 @@ fn no_phantom_success(facts: &Facts<'_>, judgement: &mut Judgement) {
                 .iter()
                 .any(|(op, ticket)| op.as_deref() == Some(operation) && ticket == reference);
         if !made && !already_so {
-            let what = kind.map(kind_name).unwrap_or_else(|| "effect".into());
+            let what = kind.map_or("effect", EffectKind::as_str);
             judgement.violate(
                 2,
                 Some(operation),
                 vec![answer.seq],
                 format!(
-                    "{:?} was answered {status} with {reference}, but the ledger has no {what} {reference} made by this operation for this tenant",
-                    answer.label
+                    "{} was answered {status} with {reference}, but the ledger has no {what} {reference} made by this operation for this tenant",
+                    quoted(&answer.label)
                 ),
             );
         }
@@ -585,9 +582,9 @@ fn mismatch_no_effect(facts: &Facts<'_>, judgement: &mut Judgement) {
                     Some(&call.operation),
                     vec![call.seq, answer.seq],
                     format!(
-                        "{:?} changed the material request of an existing operation (first sent as {:?}) but was answered {} instead of rejected",
-                        call.label,
-                        original.label,
+                        "{} changed the material request of an existing operation (first sent as {}) but was answered {} instead of rejected",
+                        quoted(&call.label),
+                        quoted(&original.label),
                         answer.outcome.status.as_str()
                     ),
                 );
@@ -609,10 +606,10 @@ fn mismatch_no_effect(facts: &Facts<'_>, judgement: &mut Judgement) {
                 Some(&call.operation),
                 std::iter::once(call.seq).chain(carried.iter().map(|e| e.position)).collect(),
                 format!(
-                    "the changed request {:?} was carried out: {} made from its content, under a key first used by {:?}",
-                    call.label,
+                    "the changed request {} was carried out: {} made from its content, under a key first used by {}",
+                    quoted(&call.label),
                     carried.iter().map(|e| e.effect.effect_reference.as_str()).collect::<Vec<_>>().join(", "),
-                    original.label
+                    quoted(&original.label)
                 ),
             );
         }
@@ -637,8 +634,8 @@ fn no_success_from_ambiguity(facts: &Facts<'_>, judgement: &mut Judgement) {
                 Some(operation),
                 vec![answer.seq],
                 format!(
-                    "{:?} was answered {} with {reference}, but no executor had seen a receipt for it in this operation (an answer to the change itself or a receipt lookup)",
-                    answer.label,
+                    "{} was answered {} with {reference}, but no executor had seen a receipt for it in this operation (an answer to the change itself or a receipt lookup)",
+                    quoted(&answer.label),
                     answer.outcome.status.as_str()
                 ),
             );
@@ -689,8 +686,8 @@ fn authorization(facts: &Facts<'_>, judgement: &mut Judgement) {
                         Some(&call.operation),
                         vec![*revoked_at, call.seq, answer.seq],
                         format!(
-                            "{:?} by {actor} came after the revocation but was answered {} instead of rejected",
-                            call.label,
+                            "{} by {actor} came after the revocation but was answered {} instead of rejected",
+                            quoted(&call.label),
                             answer.outcome.status.as_str()
                         ),
                     );
@@ -726,9 +723,10 @@ fn no_orphan_pending(facts: &Facts<'_>, judgement: &mut Judgement) {
         let outcome = &answer.outcome;
         let problem = match outcome.status {
             OutcomeStatus::InFlight => Some("still in_flight".to_owned()),
-            OutcomeStatus::Unknown if outcome.next_action != NextAction::Reconcile => {
-                Some(format!("unknown with next action {:?} instead of reconcile", outcome.next_action))
-            }
+            OutcomeStatus::Unknown if outcome.next_action != NextAction::Reconcile => Some(format!(
+                "unknown with next action {} instead of reconcile",
+                outcome.next_action.as_str()
+            )),
             OutcomeStatus::Unknown
                 if !looked_up(facts, operation, &label) && can_look_up(facts, operation) =>
             {
@@ -811,9 +809,9 @@ fn in_flight_names_a_live_owner(facts: &Facts<'_>, judgement: &mut Judgement) {
             Some(operation),
             vec![answer.seq],
             format!(
-                "{:?} was answered in_flight, but nobody could be carrying the operation out: nothing was done \
+                "{} was answered in_flight, but nobody could be carrying the operation out: nothing was done \
                  for it by anyone else within its {} ms lease, and no downstream request for it was open",
-                answer.label,
+                quoted(&answer.label),
                 contract.lease.as_millis()
             ),
         );
@@ -1040,9 +1038,9 @@ fn answers_what_it_can_find_out(facts: &Facts<'_>, judgement: &mut Judgement) {
             Some(operation),
             vec![asked_seq, answer.seq],
             format!(
-                "{:?} was answered unknown though every downstream request made for it was answered cleanly and {means}: \
+                "{} was answered unknown though every downstream request made for it was answered cleanly and {means}: \
                  the executor could have found out",
-                answer.label
+                quoted(&answer.label)
             ),
         );
     }
@@ -1136,9 +1134,9 @@ fn late_calls_reconcile_first(
                 Some(operation),
                 vec![call.seq, answer.seq],
                 format!(
-                    "{:?} arrived after retention and was answered expired without asking the downstream, \
+                    "{} arrived after retention and was answered expired without asking the downstream, \
                      but the contract's late-arrival policy is reconcile_first",
-                    call.label
+                    quoted(&call.label)
                 ),
             );
         }
@@ -1169,8 +1167,8 @@ fn replay_fidelity(facts: &Facts<'_>, judgement: &mut Judgement) {
                     Some(operation),
                     vec![original.position, answer.seq],
                     format!(
-                        "{:?} replayed {}, but the operation's effect is {reference}",
-                        answer.label,
+                        "{} replayed {}, but the operation's effect is {reference}",
+                        quoted(&answer.label),
                         answer.outcome.effect_reference.as_deref().unwrap_or("no reference")
                     ),
                 );
@@ -1188,8 +1186,8 @@ fn replay_fidelity(facts: &Facts<'_>, judgement: &mut Judgement) {
                         Some(operation),
                         vec![original.position, answer.seq],
                         format!(
-                            "{:?} replayed a business result whose {} differ from what the downstream committed for {reference}",
-                            answer.label,
+                            "{} replayed a business result whose {} differ from what the downstream committed for {reference}",
+                            quoted(&answer.label),
                             differs.join(", ")
                         ),
                     );
@@ -1210,8 +1208,9 @@ fn replay_fidelity(facts: &Facts<'_>, judgement: &mut Judgement) {
                     Some(operation),
                     vec![applied.seq, answer.seq],
                     format!(
-                        "{:?} replayed a different business result than {:?} applied",
-                        answer.label, applied.label
+                        "{} replayed a different business result than {} applied",
+                        quoted(&answer.label),
+                        quoted(&applied.label)
                     ),
                 );
             }
@@ -1271,9 +1270,9 @@ fn results_carry_what_was_committed(facts: &Facts<'_>, judgement: &mut Judgement
                 Some(operation),
                 vec![original.position, answer.seq],
                 format!(
-                    "{:?} answered {}, but its result {} (the fields its contract names, as the downstream \
+                    "{} answered {}, but its result {} (the fields its contract names, as the downstream \
                      committed them for {})",
-                    answer.label,
+                    quoted(&answer.label),
                     answer.outcome.status.as_str(),
                     problems.join(" and "),
                     original.effect.effect_reference
@@ -1317,18 +1316,16 @@ fn rejections_keep_their_reason(facts: &Facts<'_>, judgement: &mut Judgement) {
             judgement.exercise(8);
             let earned = revoked && later.outcome.reason == Some(ReasonCode::Unauthorized);
             if later.outcome.reason != reason && !earned {
-                let name =
-                    |reason: Option<ReasonCode>| reason.map_or("no reason".to_owned(), |r| format!("{r:?}"));
                 judgement.violate(
                     8,
                     Some(operation),
                     vec![first.seq, later.seq],
                     format!(
-                        "{:?} replays the refusal of {:?} with {} instead of its reason, {}",
-                        later.label,
-                        first.label,
-                        name(later.outcome.reason),
-                        name(reason)
+                        "{} replays the refusal of {} with {} instead of its reason, {}",
+                        quoted(&later.label),
+                        quoted(&first.label),
+                        text::reason(later.outcome.reason),
+                        text::reason(reason)
                     ),
                 );
             }
@@ -1377,8 +1374,10 @@ fn tenant_isolation(facts: &Facts<'_>, judgement: &mut Judgement) {
                 Some(operation),
                 position.into_iter().chain([answer.seq]).collect(),
                 format!(
-                    "{:?} for tenant {tenant} revealed {}, an effect of tenant {}",
-                    answer.label, foreign.effect_reference, foreign.tenant
+                    "{} for tenant {tenant} revealed {}, an effect of tenant {}",
+                    quoted(&answer.label),
+                    foreign.effect_reference,
+                    foreign.tenant
                 ),
             );
         }
@@ -1516,13 +1515,9 @@ fn no_disowned_effect(facts: &Facts<'_>, judgement: &mut Judgement) {
                 format!(
                     "the operation made {}, but the executor finally answers rejected{}: it disowns an effect that happened",
                     effect.effect.effect_reference,
-                    outcome.reason.map(|r| format!(" ({})", reason_name(r))).unwrap_or_default()
+                    outcome.reason.map(|r| format!(" ({})", r.as_str())).unwrap_or_default()
                 ),
             );
         }
     }
-}
-
-fn reason_name(reason: ReasonCode) -> String {
-    serde_json::to_value(reason).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
 }

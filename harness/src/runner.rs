@@ -20,6 +20,7 @@ use crate::attribution::tool_effect_kind;
 use crate::executors::ExecutorSpec;
 use crate::history::{self, Event, EventKind, RequestKind};
 use crate::oracles::{self, Violation, FINAL_POLL_PREFIX};
+use crate::text::{self, quoted, quoted_all};
 use crate::verdict::{RunResult, Verdict};
 use crate::world::{self, AgentCommand, AgentResult, PointReached, Shared};
 
@@ -372,7 +373,7 @@ impl Runner {
         if answered {
             Ok(())
         } else {
-            Err(Stop::Limit(format!("the agent never settled {labels:?}")))
+            Err(Stop::Limit(format!("the agent never settled {}", quoted_all(&labels))))
         }
     }
 
@@ -406,8 +407,9 @@ impl Runner {
         for name in scenarios::ticket_placeholders(&step.arguments) {
             let Some(ticket) = self.ticket_of(&name) else {
                 self.undecided.push(format!(
-                    "line {line}: call {:?} updates the ticket of {name:?}, which created no ticket",
-                    step.id
+                    "line {line}: call {} updates the ticket of {}, which created no ticket",
+                    quoted(&step.id),
+                    quoted(&name)
                 ));
                 return None;
             };
@@ -424,7 +426,7 @@ impl Runner {
         let attempt = self.attempts.entry(operation.path()).or_insert(0);
         *attempt += 1;
         let arguments = RawValue::from_string(arguments)
-            .map_err(|error| Stop::Undecided(format!("call {:?}: arguments: {error}", step.id)))?;
+            .map_err(|error| Stop::Undecided(format!("call {}: arguments: {error}", quoted(&step.id))))?;
         let call = ToolCall {
             tenant: operation.tenant.clone(),
             environment: operation.environment.clone(),
@@ -576,9 +578,11 @@ impl Runner {
                     // The scenario's premise did not happen (the executor never got there). The
                     // run goes on, so every oracle still judges it, but cannot pass.
                     self.undecided.push(format!(
-                        "line {line}: {} never reached the pause point {} of {name:?} within {PAUSE_PATIENCE:?}",
+                        "line {line}: {} never reached the pause point {} of {} within {}",
                         worker.as_deref().unwrap_or("no worker"),
-                        point.describe()
+                        point.describe(),
+                        quoted(name),
+                        text::duration(PAUSE_PATIENCE)
                     ));
                     return Ok(());
                 };
@@ -625,8 +629,10 @@ impl Runner {
             }
             StepKind::HumanEdit { ticket_of } => {
                 let Some(ticket) = self.ticket_of(ticket_of) else {
-                    self.undecided
-                        .push(format!("line {line}: operation {ticket_of:?} created no ticket to edit"));
+                    self.undecided.push(format!(
+                        "line {line}: operation {} created no ticket to edit",
+                        quoted(ticket_of)
+                    ));
                     return Ok(());
                 };
                 let version = self
@@ -679,14 +685,15 @@ impl Runner {
             .collect();
         for (label, received, answered) in &spans {
             let Some(received) = received else {
-                return Some(format!("the concurrent call {label:?} never reached its worker"));
+                return Some(format!("the concurrent call {} never reached its worker", quoted(label)));
             };
             let overlapped = spans.iter().any(|(other, other_received, other_answered)| {
                 other != label && other_received.is_some_and(|r| r < *answered) && *received < *other_answered
             });
             if !overlapped {
                 return Some(format!(
-                    "the concurrent calls did not overlap: {label:?} was handled while no other one was"
+                    "the concurrent calls did not overlap: {} was handled while no other one was",
+                    quoted(label)
                 ));
             }
         }
@@ -722,11 +729,17 @@ impl Runner {
     fn check_expectation(&self, expect: &scenarios::ExpectOutcome, line: usize) -> Option<Violation> {
         let wanted: Vec<&str> = expect.status.iter().map(|status| status.as_str()).collect();
         let outcome = match self.outcome_of(&expect.call) {
-            None => return Some(self.expectation(line, format!("{:?} was never answered", expect.call))),
+            None => {
+                return Some(self.expectation(line, format!("{} was never answered", quoted(&expect.call))))
+            }
             Some(AgentResult::NoAnswer(reason)) => {
                 return Some(self.expectation(
                     line,
-                    format!("{:?} got no answer ({reason}); expected {}", expect.call, wanted.join(" or ")),
+                    format!(
+                        "{} got no answer ({reason}); expected {}",
+                        quoted(&expect.call),
+                        wanted.join(" or ")
+                    ),
                 ))
             }
             Some(AgentResult::Answered(outcome)) => outcome,
@@ -735,8 +748,8 @@ impl Runner {
             return Some(self.expectation(
                 line,
                 format!(
-                    "{:?} was answered {}; expected {}",
-                    expect.call,
+                    "{} was answered {}; expected {}",
+                    quoted(&expect.call),
                     outcome.status.as_str(),
                     wanted.join(" or ")
                 ),
@@ -746,7 +759,12 @@ impl Runner {
             if outcome.reason != Some(reason) {
                 return Some(self.expectation(
                     line,
-                    format!("{:?} was rejected for {:?}; expected {:?}", expect.call, outcome.reason, reason),
+                    format!(
+                        "{} was rejected for {}; expected {}",
+                        quoted(&expect.call),
+                        text::reason(outcome.reason),
+                        reason.as_str()
+                    ),
                 ));
             }
         }
@@ -759,8 +777,11 @@ impl Runner {
                 return Some(self.expectation(
                     line,
                     format!(
-                        "{:?} named {:?}, but {other:?} named {:?}; expected the same effect reference",
-                        expect.call, outcome.effect_reference, other_reference
+                        "{} named {}, but {} named {}; expected the same effect reference",
+                        quoted(&expect.call),
+                        text::effect_reference(outcome.effect_reference.as_deref()),
+                        quoted(other),
+                        text::effect_reference(other_reference.as_deref())
                     ),
                 ));
             }
@@ -783,15 +804,7 @@ impl Runner {
             .into_iter()
             .filter(|effect| effect.kind != fake_downstream::EffectKind::TicketEditedByHuman)
             .filter(|effect| origin.is_none() || effect.origin == origin)
-            .filter(|effect| {
-                kind.is_none_or(|kind| {
-                    serde_json::to_value(effect.kind)
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_owned))
-                        .as_deref()
-                        == Some(kind)
-                })
-            })
+            .filter(|effect| kind.is_none_or(|kind| effect.kind.as_str() == kind))
             .count() as u32;
         (found != count).then(|| {
             self.expectation(
@@ -909,7 +922,7 @@ impl Runner {
         if done {
             Ok(())
         } else {
-            Err(Stop::Limit(format!("the agent never settled {labels:?}")))
+            Err(Stop::Limit(format!("the agent never settled {}", quoted_all(&labels))))
         }
     }
 

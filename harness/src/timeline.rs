@@ -102,12 +102,9 @@ fn mark(event: &Event, context: &Context<'_>) -> Option<Mark> {
         EventKind::CallSent { label, worker, tool, .. } => {
             make("agent", Some(worker), MarkKind::Request, format!("call {label} ({tool})"))
         }
-        EventKind::OperationQuery { label, kind, worker, .. } => make(
-            "agent",
-            Some(worker),
-            MarkKind::Request,
-            format!("{} {label}", format!("{kind:?}").to_lowercase()),
-        ),
+        EventKind::OperationQuery { label, kind, worker, .. } => {
+            make("agent", Some(worker), MarkKind::Request, format!("{} {label}", kind.as_str()))
+        }
         EventKind::Answered { label, worker, outcome } => make(
             worker,
             Some("agent"),
@@ -151,7 +148,7 @@ fn mark(event: &Event, context: &Context<'_>) -> Option<Mark> {
             MarkKind::Effect,
             format!(
                 "ledger: {} {}{}",
-                serde_json::to_value(effect.kind).ok()?.as_str()?.to_owned(),
+                effect.kind.as_str(),
                 effect.effect_reference,
                 match context.effect_owner.get(&effect.seq) {
                     Some(label) => format!(" for {label}"),

@@ -138,6 +138,23 @@ pub enum ReasonCode {
     DownstreamRejected,
 }
 
+impl ReasonCode {
+    /// The snake_case name (as serialised): `unauthorized`, `precondition_failed`, ...
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReasonCode::InvalidRequest => "invalid_request",
+            ReasonCode::IdempotencyKeyReusedWithDifferentRequest => {
+                "idempotency_key_reused_with_different_request"
+            }
+            ReasonCode::ToolVersionChanged => "tool_version_changed",
+            ReasonCode::Unauthorized => "unauthorized",
+            ReasonCode::ApprovalRequired => "approval_required",
+            ReasonCode::PreconditionFailed => "precondition_failed",
+            ReasonCode::DownstreamRejected => "downstream_rejected",
+        }
+    }
+}
+
 /// What the agent may do next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -152,6 +169,19 @@ pub enum NextAction {
     AskForApproval,
     /// Look at the existing operation (mismatch, version change).
     InspectOperation,
+}
+
+impl NextAction {
+    /// The snake_case name (as serialised): `none`, `poll`, `reconcile`, ...
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NextAction::None => "none",
+            NextAction::Poll => "poll",
+            NextAction::Reconcile => "reconcile",
+            NextAction::AskForApproval => "ask_for_approval",
+            NextAction::InspectOperation => "inspect_operation",
+        }
+    }
 }
 
 /// What a worker answers to a call, a poll or a reconciliation.
@@ -273,4 +303,38 @@ pub enum WebhookAck {
     Unmatched,
     /// The body could not be read.
     Invalid,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn serialised<T: Serialize>(value: T) -> String {
+        serde_json::to_value(value).expect("serialises").as_str().expect("a string").to_owned()
+    }
+
+    #[test]
+    fn the_names_people_read_are_the_serialised_ones() {
+        use OutcomeStatus as S;
+        for status in [S::Applied, S::Replayed, S::InFlight, S::Rejected, S::Unknown, S::Expired] {
+            assert_eq!(status.as_str(), serialised(status));
+        }
+        use ReasonCode as R;
+        let reasons = [
+            R::InvalidRequest,
+            R::IdempotencyKeyReusedWithDifferentRequest,
+            R::ToolVersionChanged,
+            R::Unauthorized,
+            R::ApprovalRequired,
+            R::PreconditionFailed,
+            R::DownstreamRejected,
+        ];
+        for reason in reasons {
+            assert_eq!(reason.as_str(), serialised(reason));
+        }
+        use NextAction as N;
+        for action in [N::None, N::Poll, N::Reconcile, N::AskForApproval, N::InspectOperation] {
+            assert_eq!(action.as_str(), serialised(action));
+        }
+    }
 }

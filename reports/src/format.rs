@@ -145,7 +145,7 @@ impl RenderOptions {
 #[non_exhaustive]
 pub enum ReportError {
     /// A format name is not one of `json`, `md`, `junit`, `html`.
-    #[error("recognise the report format {name:?} (expected json, md, junit, html or all)")]
+    #[error("recognise the report format \"{name}\" (expected json, md, junit, html or all)")]
     UnknownFormat {
         /// The name given.
         name: String,

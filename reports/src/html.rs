@@ -591,7 +591,7 @@ fn layout(timeline: &Timeline, run: Option<&RunResult>) -> TimelineView {
     TimelineView {
         seed: timeline.seed,
         columns: format!(
-            "5.2em 3em max(2.8em, {}px) repeat({}, minmax(9.5em, 1fr))",
+            "5.2em 3em max(3.4em, {}px) repeat({}, minmax(9.5em, 1fr))",
             tracks * 9 + 6,
             lane_names.len().max(1)
         ),

@@ -202,6 +202,10 @@ fn html_puts_failures_first_marks_violations_and_collapses_passes() {
     assert!(section.contains("&#9888; O1"));
     // Every seed that did not pass is listed with its oracles and reproduce command.
     assert!(section.contains("Every seed that did not pass (1: 1)"));
+    assert!(section.contains(&format!(
+        "<td data-label=\"reproduce\"><code class=\"command\">{}</code>",
+        fixture::REPRODUCE
+    )));
     assert!(section.contains("<td data-label=\"oracles\">O1, expect</td>"));
     // The fault's window is one band, from the rule to the healing.
     assert_eq!(section.matches("<div class=\"band\"").count(), 1);

@@ -267,7 +267,7 @@ impl std::fmt::Display for WorkerRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             WorkerRef::Named(name) => f.write_str(name),
-            WorkerRef::PausedAt(pause) => write!(f, "the worker paused at {pause:?}"),
+            WorkerRef::PausedAt(pause) => write!(f, "the worker paused at \"{pause}\""),
         }
     }
 }

@@ -24,9 +24,9 @@ const MAX_DURATION: Duration = Duration::from_secs(24 * 60 * 60);
 /// Parses a scenario duration (`"5s"`, `"1500ms"`), at most [`MAX_DURATION`].
 fn parse_duration(key: &str, text: &str) -> Result<Duration, String> {
     let duration = humantime::parse_duration(text)
-        .map_err(|error| format!("`{key}` = {text:?} is not a duration like \"5s\": {error}"))?;
+        .map_err(|error| format!("`{key}` = {} is not a duration like \"5s\": {error}", quoted(text)))?;
     if duration > MAX_DURATION {
-        return Err(format!("`{key}` = {text:?} is longer than a scenario may run (at most 24h)"));
+        return Err(format!("`{key}` = {} is longer than a scenario may run (at most 24h)", quoted(text)));
     }
     Ok(duration)
 }
@@ -316,22 +316,27 @@ impl Validator<'_> {
             return err(
                 "id",
                 format!(
-                    "`id` must look like S01 (a capital letter and two or more digits), not {:?}",
-                    form.id
+                    "`id` must look like S01 (a capital letter and two or more digits), not {}",
+                    quoted(&form.id)
                 ),
             );
         }
         if form.name.is_empty()
             || !form.name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
         {
-            return err("name", format!("`name` must be snake_case, not {:?}", form.name));
+            return err("name", format!("`name` must be snake_case, not {}", quoted(&form.name)));
         }
         let mut rows = Vec::new();
         for row in &form.rows {
             match Row::parse(row) {
                 Some(parsed) if !rows.contains(&parsed) => rows.push(parsed),
                 Some(_) => return err("rows", format!("`rows` names {row} twice")),
-                None => return err("rows", format!("`rows` has {row:?}: use C1..C10, F1..F9 or \"prose\"")),
+                None => {
+                    return err(
+                        "rows",
+                        format!("`rows` has {}: use C1..C10, F1..F9 or \"prose\"", quoted(row)),
+                    )
+                }
             }
         }
         if rows.is_empty() {
@@ -474,14 +479,14 @@ impl Validator<'_> {
             if workers.iter().any(|w| w == name) {
                 Ok(name.to_owned())
             } else {
-                Err(format!("`worker` = {name:?} is not one of {workers:?}"))
+                Err(format!("`worker` = {} is not one of {}", quoted(name), workers.join(", ")))
             }
         };
         let operation = |name: &str| -> Result<String, String> {
             if operations.contains_key(name) {
                 Ok(name.to_owned())
             } else {
-                Err(format!("`operation` = {name:?} is not defined in [operations]"))
+                Err(format!("`operation` = {} is not defined in [operations]", quoted(name)))
             }
         };
         Ok(match form {
@@ -495,8 +500,8 @@ impl Validator<'_> {
                     let call = self.call(call, &worker, &operation, context)?;
                     if !call.wait {
                         return Err(format!(
-                            "call {:?}: calls in `concurrent` are always awaited; drop `wait`",
-                            call.id
+                            "call {}: calls in `concurrent` are always awaited; drop `wait`",
+                            quoted(&call.id)
                         ));
                     }
                     checked.push(call);
@@ -506,7 +511,8 @@ impl Validator<'_> {
             StepForm::Await { call } => {
                 if !context.unawaited.remove(&call) {
                     return Err(format!(
-                        "`await` names {call:?}, which is not an earlier call with wait = false"
+                        "`await` names {}, which is not an earlier call with wait = false",
+                        quoted(&call)
                     ));
                 }
                 StepKind::Await { call }
@@ -523,22 +529,26 @@ impl Validator<'_> {
                 rule.check_path()?;
                 if let Some(name) = &name {
                     if context.faults.insert(name.clone(), rule.action == FaultAction::Hold).is_some() {
-                        return Err(format!("fault name {name:?} is used twice"));
+                        return Err(format!("fault name {} is used twice", quoted(name)));
                     }
                 }
                 StepKind::Fault { name, rule }
             }
             StepForm::ReleaseHold { name } => match context.faults.get(&name) {
                 Some(true) => StepKind::ReleaseHold { name },
-                Some(false) => return Err(format!("fault {name:?} is not a `hold` rule")),
+                Some(false) => return Err(format!("fault {} is not a `hold` rule", quoted(&name))),
                 None => {
-                    return Err(format!("`release_hold` names {name:?}, which is not an earlier named fault"))
+                    return Err(format!(
+                        "`release_hold` names {}, which is not an earlier named fault",
+                        quoted(&name)
+                    ))
                 }
             },
             StepForm::Pause { name, worker: w, point, request, tool, operation: op } => {
                 let mut point = PausePoint::parse(&point).ok_or_else(|| {
                     format!(
-                        "`point` = {point:?}: use downstream:before, downstream:before:effect, downstream:after, downstream:after:committed, store:before:NAME, store:after:NAME or queue:before_ack"
+                        "`point` = {}: use downstream:before, downstream:before:effect, downstream:after, downstream:after:committed, store:before:NAME, store:after:NAME or queue:before_ack",
+                        quoted(&point)
                     )
                 })?;
                 if let PausePoint::Downstream { filter, .. } = &mut point {
@@ -551,7 +561,7 @@ impl Validator<'_> {
                     return Err("`request`, `tool` and `operation` narrow downstream points only".into());
                 }
                 if !context.pauses.insert(name.clone()) {
-                    return Err(format!("pause name {name:?} is used twice"));
+                    return Err(format!("pause name {} is used twice", quoted(&name)));
                 }
                 let worker = if w == ANY_WORKER { None } else { Some(worker(&w)?) };
                 StepKind::Pause { name, worker, point }
@@ -583,14 +593,14 @@ impl Validator<'_> {
                     .iter()
                     .map(|name| {
                         serde_json::from_value::<OutcomeStatus>(serde_json::Value::String(name.clone())).map_err(|_| {
-                            format!("`status` = {name:?}: use applied, replayed, in_flight, rejected, unknown or expired")
+                            format!("`status` = {}: use applied, replayed, in_flight, rejected, unknown or expired", quoted(name))
                         })
                     })
                     .collect::<Result<Vec<_>, _>>()?;
                 let reason = reason
                     .map(|name| {
                         serde_json::from_value::<ReasonCode>(serde_json::Value::String(name.clone()))
-                            .map_err(|_| format!("`reason` = {name:?} is not a reason code"))
+                            .map_err(|_| format!("`reason` = {} is not a reason code", quoted(&name)))
                     })
                     .transpose()?;
                 StepKind::Expect(ExpectOutcome { call, status, reason, same_reference_as })
@@ -600,7 +610,8 @@ impl Validator<'_> {
                     serde_json::from_value::<EffectKind>(serde_json::Value::String(kind.clone())).map_err(
                         |_| {
                             format!(
-                                "`kind` = {kind:?} is not an effect kind (ticket_created, message_sent, ...)"
+                                "`kind` = {} is not an effect kind (ticket_created, message_sent, ...)",
+                                quoted(kind)
                             )
                         },
                     )?;
@@ -619,12 +630,13 @@ impl Validator<'_> {
     ) -> Result<CallStep, String> {
         context.new_id(&form.id)?;
         if form.tool.is_empty() {
-            return Err(format!("call {:?}: `tool` must not be empty", form.id));
+            return Err(format!("call {}: `tool` must not be empty", quoted(&form.id)));
         }
         let arguments = match form.arguments {
             ArgumentsForm::Text(text) => {
-                serde_json::from_str::<serde_json::Value>(&text)
-                    .map_err(|error| format!("call {:?}: `arguments` is not JSON: {error}", form.id))?;
+                serde_json::from_str::<serde_json::Value>(&text).map_err(|error| {
+                    format!("call {}: `arguments` is not JSON: {error}", quoted(&form.id))
+                })?;
                 text
             }
             ArgumentsForm::Table(table) => {
@@ -633,7 +645,10 @@ impl Validator<'_> {
         };
         for name in crate::model::ticket_placeholders(&arguments) {
             operation(&name).map_err(|_| {
-                format!("call {:?}: `${{ticket_of:{name}}}` names no operation of [operations]", form.id)
+                format!(
+                    "call {}: `${{ticket_of:{name}}}` names no operation of [operations]",
+                    quoted(&form.id)
+                )
             })?;
         }
         if !form.wait {
@@ -660,7 +675,8 @@ const ANY_WORKER: &str = "any";
 fn request_filter(text: &str) -> Result<(Option<String>, Option<String>), String> {
     let mut parts = text.split_whitespace();
     let (first, second) = (parts.next(), parts.next());
-    let bad = || format!("`request` = {text:?}: write a method and a path, e.g. \"POST /v1/charges\"");
+    let bad =
+        || format!("`request` = {}: write a method and a path, e.g. \"POST /v1/charges\"", quoted(text));
     if parts.next().is_some() {
         return Err(bad());
     }
@@ -704,7 +720,7 @@ impl StepContext {
             return Err("`id` must not be empty".into());
         }
         if !self.ids.insert(id.to_owned()) {
-            return Err(format!("`id` = {id:?} is used twice"));
+            return Err(format!("`id` = {} is used twice", quoted(id)));
         }
         Ok(())
     }
@@ -713,7 +729,7 @@ impl StepContext {
         if self.pauses.contains(&name) {
             Ok(name)
         } else {
-            Err(format!("no earlier `pause` is named {name:?}"))
+            Err(format!("no earlier `pause` is named {}", quoted(&name)))
         }
     }
 
@@ -721,9 +737,14 @@ impl StepContext {
         if self.ids.contains(id) {
             Ok(())
         } else {
-            Err(format!("{id:?} is not an earlier call, poll or reconcile id"))
+            Err(format!("{} is not an earlier call, poll or reconcile id", quoted(id)))
         }
     }
+}
+
+/// `text` in plain double quotes, for messages: `"first"` (nothing escaped, as the file has it).
+fn quoted(text: &str) -> String {
+    format!("\"{text}\"")
 }
 
 fn is_scenario_id(id: &str) -> bool {
@@ -1047,12 +1068,7 @@ impl Scenario {
                         status: OneOrMany::Many(
                             expect.status.iter().map(|s| s.as_str().to_owned()).collect(),
                         ),
-                        reason: expect.reason.map(|reason| {
-                            serde_json::to_value(reason)
-                                .ok()
-                                .and_then(|v| v.as_str().map(str::to_owned))
-                                .unwrap_or_default()
-                        }),
+                        reason: expect.reason.map(|reason| reason.as_str().to_owned()),
                         same_reference_as: expect.same_reference_as.clone(),
                     },
                     StepKind::ExpectEffects { operation, kind, count } => StepForm::ExpectEffects {
