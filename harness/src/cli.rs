@@ -133,6 +133,19 @@ enum Command {
         #[arg(long)]
         check_determinism: bool,
     },
+    /// Merge the reports of a run's shards (`matrix --shard I/N` on N machines) into the whole
+    /// run's reports: the same bytes the unsharded run writes (with SOURCE_DATE_EPOCH).
+    Merge {
+        /// The shards' report directories (each holding a `matrix.json`), or the files.
+        #[arg(required = true)]
+        shards: Vec<PathBuf>,
+        /// Where to write the merged reports.
+        #[arg(long, default_value = "replaylab-report")]
+        out: PathBuf,
+        /// Which reports to write: any of json, md, junit, html (comma-separated), or all.
+        #[arg(long, default_value = "all")]
+        format: String,
+    },
     /// Run the matrix against the reference and every mutant of the zoo; exit 0 only when the
     /// reference passes every row and every mutant is killed.
     Mutants {
@@ -436,18 +449,24 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
             if result.verdict == Verdict::NotApplicable {
                 println!("no scenario applied to executor {}: nothing was checked", result.executor);
             }
-            let written = reports::write_reports_with(&result, &out, &formats, &render_options)
-                .map_err(|error| Failure { code: exit::CHECK_FAILED, error: error.into() })?;
-            for path in &written {
-                println!("wrote {}", path.display());
-            }
-            let summary = reports::render_markdown(&result, &render_options);
-            if let Some(path) = reports::append_step_summary(&summary)
-                .map_err(|error| Failure { code: exit::CHECK_FAILED, error: error.into() })?
-            {
-                println!("appended the matrix to {}", path.display());
-            }
-            Ok(if result.verdict == Verdict::Pass { exit::SUCCESS } else { exit::CHECK_FAILED })
+            write_matrix_reports(&result, &out, &formats, &render_options)
+        }
+        Command::Merge { shards, out, format } => {
+            let formats = reports::Format::parse_list(&format).map_err(|error| bad_input(error.into()))?;
+            let render_options =
+                reports::RenderOptions::from_env().map_err(|error| bad_input(error.into()))?;
+            let parts = shards
+                .iter()
+                .map(|path| crate::merge::read(path))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|error| bad_input(error.into()))?;
+            let result = crate::merge::merge(parts).map_err(|error| bad_input(error.into()))?;
+            check_report_dir(&out)?;
+            check_step_summary()?;
+            print!("{}", render_matrix(&result));
+            let ran = result.scenarios.iter().map(|s| s.seeds_run).sum::<u64>();
+            println!("merged {} shard(s): {ran} runs", shards.len());
+            write_matrix_reports(&result, &out, &formats, &render_options)
         }
         Command::Run { scenario, seed, case, executor, trace, log, scenario_files, check_determinism } => {
             let executor = registry.find(&executor)?;
@@ -825,8 +844,11 @@ fn render_run(result: &RunResult) -> String {
 
 fn render_matrix(result: &MatrixResult) -> String {
     let mut text = format!(
-        "matrix: executor {} {}, {} seeds per scenario\n\n",
-        result.executor, result.executor_version, result.seeds
+        "matrix: executor {} {}, {} seeds per scenario{}\n\n",
+        result.executor,
+        result.executor_version,
+        result.seeds,
+        result.shard.map(|shard| format!(", shard {shard} only")).unwrap_or_default()
     );
     text.push_str(&format!("{:<5} {:<14} {:<12} {}\n", "row", "verdict", "scenarios", "runs"));
     for row in &result.rows {
@@ -894,6 +916,28 @@ fn render_matrix(result: &MatrixResult) -> String {
     }
     text.push_str(&format!("\nverdict: {}\n", result.verdict));
     text
+}
+
+/// Writes a matrix result's reports, appends the Markdown to `$GITHUB_STEP_SUMMARY` when set,
+/// and gives the exit code its verdict calls for.
+fn write_matrix_reports(
+    result: &MatrixResult,
+    out: &std::path::Path,
+    formats: &[reports::Format],
+    render_options: &reports::RenderOptions,
+) -> Result<u8, Failure> {
+    let written = reports::write_reports_with(result, out, formats, render_options)
+        .map_err(|error| Failure { code: exit::CHECK_FAILED, error: error.into() })?;
+    for path in &written {
+        println!("wrote {}", path.display());
+    }
+    let summary = reports::render_markdown(result, render_options);
+    if let Some(path) = reports::append_step_summary(&summary)
+        .map_err(|error| Failure { code: exit::CHECK_FAILED, error: error.into() })?
+    {
+        println!("appended the matrix to {}", path.display());
+    }
+    Ok(if result.verdict == Verdict::Pass { exit::SUCCESS } else { exit::CHECK_FAILED })
 }
 
 /// The failing seeds, the first ten and how many more: `3, 5, 7`.

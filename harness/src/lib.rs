@@ -55,6 +55,7 @@ pub mod fuzz;
 pub mod history;
 pub mod log;
 pub mod matrix;
+pub mod merge;
 pub mod mutants;
 pub mod operations;
 pub mod oracles;

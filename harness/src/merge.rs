@@ -1,0 +1,185 @@
+//! `replaylab merge`: the `matrix.json` files of a run's shards (`matrix --shard I/N` on N
+//! machines) joined back into the whole run's result. Every field of a scenario summary is a
+//! sum, a minimum, a maximum, a union or the choice of one shard's run by seed, so the merged
+//! result is the unsharded run's, byte for byte once rendered; the rows are rolled up again by
+//! [`crate::matrix::assemble`], the one roll-up.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use reports::{MatrixResult, ScenarioSummary, Verdict, SCHEMA_VERSION};
+
+use crate::matrix::{assemble, Header};
+
+/// Why shards cannot be merged (bad input: exit 2).
+#[derive(Debug)]
+pub enum MergeError {
+    /// A `matrix.json` could not be read or parsed.
+    Unreadable {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+    /// The shards do not make one run.
+    Mismatch(String),
+}
+
+impl std::fmt::Display for MergeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MergeError::Unreadable { path, message } => write!(f, "{}: {message}", path.display()),
+            MergeError::Mismatch(message) => f.write_str(message),
+        }
+    }
+}
+
+impl std::error::Error for MergeError {}
+
+/// Reads `DIR/matrix.json` (or the file itself, when `path` is a file), refusing another
+/// schema version with a message that says which.
+pub fn read(path: &Path) -> Result<MatrixResult, MergeError> {
+    let file = if path.is_dir() { path.join("matrix.json") } else { path.to_path_buf() };
+    let unreadable = |message: String| MergeError::Unreadable { path: file.clone(), message };
+    let text = std::fs::read_to_string(&file).map_err(|error| unreadable(error.to_string()))?;
+    let value: serde_json::Value =
+        serde_json::from_str(&text).map_err(|error| unreadable(format!("not JSON: {error}")))?;
+    match value.get("schema_version").and_then(serde_json::Value::as_u64) {
+        Some(version) if version == u64::from(SCHEMA_VERSION) => {}
+        Some(version) => {
+            return Err(unreadable(format!(
+                "schema version {version}; this replaylab reads version {SCHEMA_VERSION} (run the shards and the merge with one replaylab)"
+            )))
+        }
+        None => return Err(unreadable("no schema_version: not a replaylab matrix.json".into())),
+    }
+    serde_json::from_value(value).map_err(|error| unreadable(format!("not a valid matrix.json: {error}")))
+}
+
+/// Merges the results of shards 1..N of one run (each exactly once, in any order) into the
+/// whole run's result. A single unsharded result merges into itself.
+pub fn merge(parts: Vec<MatrixResult>) -> Result<MatrixResult, MergeError> {
+    let mismatch = |message: String| Err(MergeError::Mismatch(message));
+    let Some(first) = parts.first() else { return mismatch("nothing to merge".into()) };
+    match first.shard {
+        None if parts.len() == 1 => return Ok(parts.into_iter().next().expect("one part")),
+        None => return mismatch("a result that is not a shard (no `shard`) cannot be merged with others".into()),
+        Some(shard) => {
+            let mut indices: Vec<u64> = Vec::new();
+            for part in &parts {
+                match part.shard {
+                    Some(other) if other.count == shard.count => indices.push(other.index),
+                    Some(other) => {
+                        return mismatch(format!(
+                            "shard {other} is of a run split {} ways, shard {shard} of one split {} ways",
+                            other.count, shard.count
+                        ))
+                    }
+                    None => return mismatch("a result that is not a shard cannot be merged with shards".into()),
+                }
+            }
+            indices.sort_unstable();
+            let expected: Vec<u64> = (1..=shard.count).collect();
+            if indices != expected {
+                let have: Vec<String> = indices.iter().map(|index| format!("{index}/{}", shard.count)).collect();
+                return mismatch(format!(
+                    "the shards must be 1/{n} to {n}/{n}, each once; got {}",
+                    have.join(", "),
+                    n = shard.count
+                ));
+            }
+        }
+    }
+    for part in &parts[1..] {
+        let differs = |what: &str| MergeError::Mismatch(format!("the shards differ in {what}: not one run"));
+        let same = [
+            ("harness_version", part.harness_version == first.harness_version),
+            ("commit", part.commit == first.commit),
+            ("parameters", part.parameters == first.parameters),
+            ("executor", part.executor == first.executor),
+            ("executor_version", part.executor_version == first.executor_version),
+            ("seeds", part.seeds == first.seeds && part.first_seed == first.first_seed),
+            ("determinism_checked", part.determinism_checked == first.determinism_checked),
+            (
+                "scenarios",
+                part.scenarios.len() == first.scenarios.len()
+                    && part.scenarios.iter().zip(&first.scenarios).all(|(a, b)| a.id == b.id && a.name == b.name),
+            ),
+        ];
+        if let Some((what, _)) = same.iter().find(|(_, same)| !same) {
+            return Err(differs(what));
+        }
+    }
+    let header = Header {
+        commit: first.commit.clone(),
+        executor: first.executor.clone(),
+        executor_version: first.executor_version.clone(),
+        seeds: first.seeds,
+        first_seed: first.first_seed,
+        determinism_checked: first.determinism_checked,
+        shard: None,
+    };
+    let (harness_version, parameters) = (first.harness_version.clone(), first.parameters.clone());
+    let count = first.scenarios.len();
+    let mut by_scenario: Vec<Vec<ScenarioSummary>> = vec![Vec::new(); count];
+    for part in parts {
+        for (index, scenario) in part.scenarios.into_iter().enumerate() {
+            by_scenario[index].push(scenario);
+        }
+    }
+    let summaries = by_scenario.into_iter().map(merge_scenario).collect();
+    let mut result = assemble(header, summaries);
+    result.harness_version = harness_version;
+    result.parameters = parameters;
+    Ok(result)
+}
+
+/// One scenario's summaries from every shard, as the unsharded run would have summarised it.
+fn merge_scenario(parts: Vec<ScenarioSummary>) -> ScenarioSummary {
+    fn add<K: Ord + Clone>(into: &mut BTreeMap<K, u64>, from: &BTreeMap<K, u64>) {
+        for (key, count) in from {
+            *into.entry(key.clone()).or_insert(0) += count;
+        }
+    }
+    let mut counts = BTreeMap::new();
+    let mut oracle_counts = BTreeMap::new();
+    let mut statuses = BTreeMap::new();
+    let mut failures = Vec::new();
+    let mut nondeterministic_seeds = Vec::new();
+    for part in &parts {
+        add(&mut counts, &part.counts);
+        add(&mut oracle_counts, &part.oracle_counts);
+        add(&mut statuses, &part.statuses);
+        failures.extend(part.failures.iter().cloned());
+        nondeterministic_seeds.extend(part.nondeterministic_seeds.iter().copied());
+    }
+    failures.sort_by_key(|failure| failure.seed);
+    nondeterministic_seeds.sort_unstable();
+    // The run shown: the first failing seed's, else the first seed's, as in `matrix::run`.
+    let shows = |part: &ScenarioSummary| match part.failures.first() {
+        Some(failure) => (0, failure.seed),
+        None => (1, part.shown.seed),
+    };
+    let shown_by = parts.iter().min_by_key(|part| shows(part)).expect("every scenario has a shard");
+    let (shown, timeline) = (shown_by.shown.clone(), shown_by.timeline.clone());
+    let verdict = parts.iter().fold(Verdict::NotApplicable, |worst, part| worst.worst(part.verdict));
+    let first = &parts[0];
+    ScenarioSummary {
+        id: first.id.clone(),
+        name: first.name.clone(),
+        rows: first.rows.clone(),
+        summary: first.summary.clone(),
+        expected: first.expected.clone(),
+        verdict,
+        seeds_run: parts.iter().map(|part| part.seeds_run).sum(),
+        counts,
+        oracle_counts,
+        effects_min: parts.iter().map(|part| part.effects_min).min().unwrap_or(0),
+        effects_max: parts.iter().map(|part| part.effects_max).max().unwrap_or(0),
+        statuses,
+        failures,
+        shown,
+        nondeterministic_seeds,
+        timeline,
+    }
+}
