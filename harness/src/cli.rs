@@ -577,7 +577,7 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
             std::fs::create_dir_all(&out)
                 .with_context(|| format!("failed to create {}", out.display()))
                 .map_err(bad_input)?;
-            let json = serde_json::to_string_pretty(&result).expect("the zoo result serialises") + "\n";
+            let json = crate::mutants::render_json(&result);
             for (name, text) in
                 [("mutants.json", json), ("mutants.md", crate::mutants::render_markdown(&result))]
             {

@@ -994,6 +994,8 @@ impl Case {
             seed: Some(self.seed),
             steps: plan.steps,
             source: "explored case".into(),
+            // `to_toml` writes the id first.
+            line: 1,
         }
     }
 

@@ -1371,10 +1371,11 @@ impl ScenarioFuzz {
     }
 }
 
-/// The scenario with what the text does not decide (its source, its steps' lines) blanked.
+/// The scenario with what the text does not decide (its source, its lines) blanked.
 fn comparable(scenario: &Scenario) -> Scenario {
     let mut copy = scenario.clone();
     copy.source = String::new();
+    copy.line = 0;
     for step in &mut copy.steps {
         step.line = 0;
     }

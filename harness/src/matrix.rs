@@ -291,6 +291,8 @@ fn summarise(scenario: &Scenario, runs: &[&Finished]) -> ScenarioSummary {
     ScenarioSummary {
         id: scenario.id.clone(),
         name: scenario.name.clone(),
+        source: scenario.source.clone(),
+        line: scenario.line as u64,
         rows: scenario.rows.iter().map(ToString::to_string).collect(),
         summary: scenario.summary.clone(),
         expected: scenario.expected.clone(),

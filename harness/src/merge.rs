@@ -63,7 +63,9 @@ pub fn merge(parts: Vec<MatrixResult>) -> Result<MatrixResult, MergeError> {
     let Some(first) = parts.first() else { return mismatch("nothing to merge".into()) };
     match first.shard {
         None if parts.len() == 1 => return Ok(parts.into_iter().next().expect("one part")),
-        None => return mismatch("a result that is not a shard (no `shard`) cannot be merged with others".into()),
+        None => {
+            return mismatch("a result that is not a shard (no `shard`) cannot be merged with others".into())
+        }
         Some(shard) => {
             let mut indices: Vec<u64> = Vec::new();
             for part in &parts {
@@ -75,13 +77,16 @@ pub fn merge(parts: Vec<MatrixResult>) -> Result<MatrixResult, MergeError> {
                             other.count, shard.count
                         ))
                     }
-                    None => return mismatch("a result that is not a shard cannot be merged with shards".into()),
+                    None => {
+                        return mismatch("a result that is not a shard cannot be merged with shards".into())
+                    }
                 }
             }
             indices.sort_unstable();
             let expected: Vec<u64> = (1..=shard.count).collect();
             if indices != expected {
-                let have: Vec<String> = indices.iter().map(|index| format!("{index}/{}", shard.count)).collect();
+                let have: Vec<String> =
+                    indices.iter().map(|index| format!("{index}/{}", shard.count)).collect();
                 return mismatch(format!(
                     "the shards must be 1/{n} to {n}/{n}, each once; got {}",
                     have.join(", "),
@@ -103,7 +108,11 @@ pub fn merge(parts: Vec<MatrixResult>) -> Result<MatrixResult, MergeError> {
             (
                 "scenarios",
                 part.scenarios.len() == first.scenarios.len()
-                    && part.scenarios.iter().zip(&first.scenarios).all(|(a, b)| a.id == b.id && a.name == b.name),
+                    && part
+                        .scenarios
+                        .iter()
+                        .zip(&first.scenarios)
+                        .all(|(a, b)| a.id == b.id && a.name == b.name),
             ),
         ];
         if let Some((what, _)) = same.iter().find(|(_, same)| !same) {
@@ -167,6 +176,8 @@ fn merge_scenario(parts: Vec<ScenarioSummary>) -> ScenarioSummary {
     ScenarioSummary {
         id: first.id.clone(),
         name: first.name.clone(),
+        source: first.source.clone(),
+        line: first.line,
         rows: first.rows.clone(),
         summary: first.summary.clone(),
         expected: first.expected.clone(),

@@ -3,14 +3,37 @@
 //! MATRIX.md expects to kill it (a failure elsewhere does not count: it would hide that the
 //! expected scenario lost its edge), naming the oracle, while the reference passes every row.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::executors::{self, ExecutorSpec};
 use crate::matrix::{self, MatrixConfig};
-use crate::verdict::{MatrixResult, Verdict};
+use crate::verdict::{FailedRun, MatrixResult, ScenarioSummary, Verdict};
+
+/// The version of the `mutants.json` format; bump it on any incompatible change. 1: the first
+/// with a schema (`harness/schema/mutants.schema.json`), every killer listed.
+pub const MUTANTS_SCHEMA_VERSION: u32 = 1;
+
+/// One expected scenario that killed a mutant.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Killer {
+    /// `S02_lost_response_after_commit`.
+    pub scenario: String,
+    /// The oracles (and `expect`, for scenario expectations) that fired on its failing run,
+    /// in order, each once.
+    pub oracles: Vec<String>,
+    /// Its first failing seed.
+    pub seed: u64,
+    /// The first violation there, on one line.
+    pub violation: String,
+    /// One command that reproduces the kill.
+    pub reproduce: String,
+}
 
 /// How one mutant fared.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct MutantRow {
     /// `M05`.
     pub id: String,
@@ -20,25 +43,27 @@ pub struct MutantRow {
     pub defect: String,
     /// The scenarios MATRIX.md says must catch it.
     pub expected_scenarios: Vec<String>,
-    /// Killed: one of the expected scenarios failed it.
+    /// Killed: at least one of the expected scenarios failed it (`killers` is not empty).
     pub killed: bool,
-    /// Every scenario that failed it, expected or not.
+    /// Every scenario that failed it, expected or not, in matrix order.
     pub failing_scenarios: Vec<String>,
-    /// The expected scenario that killed it (the first, in matrix order).
-    pub scenario: Option<String>,
-    /// The oracles (and expectations) that fired there, in order.
-    pub oracles: Vec<String>,
-    /// The first failing seed there.
-    pub seed: Option<u64>,
-    /// The first violation there, in one line.
-    pub violation: Option<String>,
-    /// One command that reproduces the kill.
-    pub reproduce: Option<String>,
+    /// Every expected scenario that failed it, in matrix order.
+    pub killers: Vec<Killer>,
 }
 
-/// The result of `replaylab mutants`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// The result of `replaylab mutants` (`mutants.json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct MutantsResult {
+    /// The format's version ([`MUTANTS_SCHEMA_VERSION`]); the schema admits only its own.
+    #[schemars(extend("const" = MUTANTS_SCHEMA_VERSION))]
+    pub schema_version: u32,
+    /// The replaylab version that ran it.
+    pub harness_version: String,
+    /// The source commit, when known (`REPLAYLAB_COMMIT`, `GITHUB_SHA` or `git rev-parse`, as
+    /// for `matrix.json`); `null` when not.
+    #[schemars(required)]
+    pub commit: Option<String>,
     /// Seeds per scenario.
     pub seeds: u64,
     /// The reference's verdict over every row and scenario.
@@ -51,7 +76,8 @@ pub struct MutantsResult {
     pub verdict: Verdict,
 }
 
-/// Runs the zoo. `base` gives scenarios, seeds and threads; its executor is ignored.
+/// Runs the zoo. `base` gives scenarios, seeds, threads and the commit; its executor is
+/// ignored.
 pub fn run(base: &MatrixConfig) -> MutantsResult {
     let reference = matrix::run(&MatrixConfig { executor: reference_spec(), ..base.clone() });
     let mut rows = Vec::new();
@@ -66,21 +92,66 @@ pub fn run(base: &MatrixConfig) -> MutantsResult {
     } else {
         Verdict::Fail
     };
-    MutantsResult { seeds: base.seeds, reference_verdict: reference.verdict, mutants: rows, killed, verdict }
+    MutantsResult {
+        schema_version: MUTANTS_SCHEMA_VERSION,
+        harness_version: env!("CARGO_PKG_VERSION").to_owned(),
+        commit: base.commit.clone(),
+        seeds: base.seeds,
+        reference_verdict: reference.verdict,
+        mutants: rows,
+        killed,
+        verdict,
+    }
+}
+
+/// `mutants.json`: the result as pretty JSON with a trailing newline.
+pub fn render_json(result: &MutantsResult) -> String {
+    let mut text = serde_json::to_string_pretty(result).expect("the zoo result serialises");
+    text.push('\n');
+    text
+}
+
+/// The JSON Schema of `mutants.json`, generated from the types, as pretty JSON with a
+/// trailing newline (the bytes of `harness/schema/mutants.schema.json`).
+pub fn mutants_schema() -> String {
+    let schema = schemars::schema_for!(MutantsResult);
+    let mut text = serde_json::to_string_pretty(&schema).expect("a JSON Schema serialises");
+    text.push('\n');
+    text
 }
 
 fn reference_spec() -> ExecutorSpec {
     executors::find("reference").expect("the reference executor is registered")
 }
 
+/// The first run of a scenario that failed (not one that was only unknown or crashed).
+fn failing_run(scenario: &ScenarioSummary) -> Option<&FailedRun> {
+    scenario.failures.iter().find(|failure| failure.verdict == Verdict::Fail)
+}
+
 fn row(mutant: &executor::mutants::Mutant, result: &MatrixResult) -> MutantRow {
     let expected: Vec<String> = mutant.caught_by.iter().map(|s| (*s).to_owned()).collect();
-    let failing: Vec<&reports::ScenarioSummary> =
+    let failing: Vec<&ScenarioSummary> =
         result.scenarios.iter().filter(|s| s.verdict == Verdict::Fail).collect();
-    let chosen = failing.iter().find(|s| expected.contains(&s.id)).copied();
-    let failure = chosen.and_then(|s| s.failures.first());
+    let killers: Vec<Killer> = failing
+        .iter()
+        .filter(|s| expected.contains(&s.id))
+        .filter_map(|s| failing_run(s).map(|run| killer(s, run)))
+        .collect();
+    MutantRow {
+        id: mutant.id.to_owned(),
+        name: mutant.name.to_owned(),
+        defect: mutant.defect.to_owned(),
+        killed: !killers.is_empty(),
+        failing_scenarios: failing.iter().map(|s| s.id.clone()).collect(),
+        expected_scenarios: expected,
+        killers,
+    }
+}
+
+fn killer(scenario: &ScenarioSummary, run: &FailedRun) -> Killer {
     let mut oracles: Vec<String> = Vec::new();
-    for violation in failure.map(|f| f.violations.as_slice()).unwrap_or_default() {
+    for violation in &run.violations {
         let name = if violation.oracle == "expect" {
             "expect".to_owned()
         } else {
@@ -90,83 +161,126 @@ fn row(mutant: &executor::mutants::Mutant, result: &MatrixResult) -> MutantRow {
             oracles.push(name);
         }
     }
-    MutantRow {
-        id: mutant.id.to_owned(),
-        name: mutant.name.to_owned(),
-        defect: mutant.defect.to_owned(),
-        killed: chosen.is_some(),
-        failing_scenarios: failing.iter().map(|s| s.id.clone()).collect(),
-        expected_scenarios: expected,
-        scenario: chosen.map(|s| format!("{}_{}", s.id, s.name)),
+    let violation = run
+        .violations
+        .first()
+        .map(ToString::to_string)
+        .or_else(|| run.notes.first().cloned())
+        .unwrap_or_else(|| format!("the run's verdict is {}", run.verdict));
+    Killer {
+        scenario: format!("{}_{}", scenario.id, scenario.name),
         oracles,
-        seed: failure.map(|f| f.seed),
-        violation: failure.and_then(|f| f.violations.first()).map(ToString::to_string),
-        reproduce: failure.map(|f| f.reproduce.clone()),
+        seed: run.seed,
+        violation: violation.split_whitespace().collect::<Vec<_>>().join(" "),
+        reproduce: run.reproduce.clone(),
     }
 }
 
-/// The table as Markdown.
+/// `mutants.md`: a table of every mutant with the expected scenarios that killed it, then, per
+/// killed mutant, every killer with its oracles, first failing seed, first violation and
+/// reproduce command.
 pub fn render_markdown(result: &MutantsResult) -> String {
     let mut text = format!(
-        "# replaylab mutant zoo\n\n{} of {} mutants killed, {} seeds per scenario; the reference executor: {}.\n\n",
+        "# replaylab mutant zoo: {}\n\n{} of {} mutants killed, {} seeds per scenario; the reference executor: {}.\n\n",
+        if result.verdict == Verdict::Pass { "pass".to_owned() } else { format!("**{}**", result.verdict.label().to_uppercase()) },
         result.killed,
         result.mutants.len(),
         result.seeds,
         result.reference_verdict
     );
-    text.push_str("| mutant | defect | killed | by (expected) | oracles | seed | reproduce |\n");
-    text.push_str("|---|---|---|---|---|---|---|\n");
+    text.push_str("| | |\n|---|---|\n");
+    text.push_str(&format!(
+        "| replaylab | {} (mutants.json schema {}) |\n",
+        cell(&result.harness_version),
+        result.schema_version
+    ));
+    match &result.commit {
+        Some(commit) => text.push_str(&format!("| commit | `{}` |\n\n", commit.replace('`', "'"))),
+        None => text.push_str("| commit | not recorded |\n\n"),
+    }
+    text.push_str("| mutant | defect | status | killed by (oracles, first failing seed) | expected |\n");
+    text.push_str("|---|---|---|---|---|\n");
     for row in &result.mutants {
-        let by = match &row.scenario {
-            Some(scenario) => format!("{scenario} (expected: {})", row.expected_scenarios.join(", ")),
-            None if row.failing_scenarios.is_empty() => {
-                format!("— (expected: {})", row.expected_scenarios.join(", "))
-            }
-            None => format!(
-                "— (expected: {}; only {} failed it)",
-                row.expected_scenarios.join(", "),
-                row.failing_scenarios.join(", ")
-            ),
+        let by = if row.killed {
+            let killers: Vec<String> = row
+                .killers
+                .iter()
+                .map(|killer| {
+                    format!("{} ({}; seed {})", killer.scenario, killer.oracles.join(", "), killer.seed)
+                })
+                .collect();
+            killers.join("<br>")
+        } else if row.failing_scenarios.is_empty() {
+            "— (no scenario failed it)".to_owned()
+        } else {
+            format!("— (only {} failed it)", row.failing_scenarios.join(", "))
         };
         text.push_str(&format!(
-            "| {} {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} {} | {} | {} | {} | {} |\n",
             row.id,
             row.name,
-            row.defect.replace('|', "\\|"),
+            cell(&row.defect),
             if row.killed { "killed" } else { "**survived**" },
-            by,
-            row.oracles.join(", "),
-            row.seed.map(|s| s.to_string()).unwrap_or_default(),
-            row.reproduce.as_ref().map(|r| format!("`{r}`")).unwrap_or_default()
+            cell(&by),
+            row.expected_scenarios.join(", ")
         ));
+    }
+    if result.mutants.iter().any(|row| row.killed) {
+        text.push_str("\n## Kills\n");
+    }
+    for row in result.mutants.iter().filter(|row| row.killed) {
+        text.push_str(&format!("\n### {} {}\n\n", row.id, row.name));
+        for killer in &row.killers {
+            text.push_str(&format!(
+                "- {}, first failing seed {}: {}\n  - {}\n  - reproduce: `{}`\n",
+                killer.scenario,
+                killer.seed,
+                killer.oracles.join(", "),
+                killer.violation,
+                killer.reproduce
+            ));
+        }
     }
     text.push_str(&format!("\nverdict: {}\n", result.verdict));
     text
+}
+
+/// Text for a table cell: pipes escaped, line breaks as spaces.
+fn cell(text: &str) -> String {
+    text.replace('|', "\\|").replace(['\n', '\r'], " ")
 }
 
 /// The table for the terminal.
 pub fn render_terminal(result: &MutantsResult) -> String {
     let mut text = format!("reference executor: {}\n\n", result.reference_verdict);
     let width = result.mutants.iter().map(|row| row.id.len() + 1 + row.name.len()).max().unwrap_or(0).max(6);
-    text.push_str(&format!("{:<width$} {:<9} {:<38} {}\n", "mutant", "status", "caught by", "oracles"));
+    text.push_str(&format!("{:<width$} {:<9} {}\n", "mutant", "status", "caught by (oracles)"));
     for row in &result.mutants {
-        let by = row.scenario.clone().unwrap_or_else(|| "-".into());
-        let mark = if !row.killed && !row.failing_scenarios.is_empty() {
-            format!(" (only unexpected scenarios failed it: {})", row.failing_scenarios.join(", "))
+        let by = if row.killed {
+            let killers: Vec<String> = row
+                .killers
+                .iter()
+                .map(|killer| format!("{} ({})", killer.scenario, killer.oracles.join(", ")))
+                .collect();
+            killers.join("; ")
+        } else if row.failing_scenarios.is_empty() {
+            "-".to_owned()
         } else {
-            String::new()
+            format!("- (only unexpected scenarios failed it: {})", row.failing_scenarios.join(", "))
         };
         text.push_str(&format!(
-            "{:<width$} {:<9} {:<38} {}{mark}\n",
+            "{:<width$} {:<9} {by}\n",
             format!("{} {}", row.id, row.name),
             if row.killed { "killed" } else { "SURVIVED" },
-            by,
-            row.oracles.join(", ")
         ));
     }
     for row in result.mutants.iter().filter(|row| row.killed) {
-        if let (Some(violation), Some(reproduce)) = (&row.violation, &row.reproduce) {
-            text.push_str(&format!("\n{} {}: {violation}\n  reproduce: {reproduce}\n", row.id, row.name));
+        text.push_str(&format!("\n{} {}\n", row.id, row.name));
+        for killer in &row.killers {
+            text.push_str(&format!(
+                "  {} seed {}: {}\n    reproduce: {}\n",
+                killer.scenario, killer.seed, killer.violation, killer.reproduce
+            ));
         }
     }
     text.push_str(&format!(
@@ -176,4 +290,103 @@ pub fn render_terminal(result: &MutantsResult) -> String {
         result.verdict
     ));
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn killer(scenario: &str, oracle: &str, seed: u64) -> Killer {
+        Killer {
+            scenario: scenario.to_owned(),
+            oracles: vec![oracle.to_owned(), "expect".to_owned()],
+            seed,
+            violation: format!("{oracle} broke | badly"),
+            reproduce: format!("replaylab run {} --seed {seed} --executor mutant:two", &scenario[..3]),
+        }
+    }
+
+    fn result() -> MutantsResult {
+        let two = MutantRow {
+            id: "M01".into(),
+            name: "two".into(),
+            defect: "killed | twice".into(),
+            expected_scenarios: vec!["S02".into(), "S12".into()],
+            killed: true,
+            failing_scenarios: vec!["S01".into(), "S02".into(), "S12".into()],
+            killers: vec![
+                killer("S02_lost", "O1 single_effect", 0),
+                killer("S12_timeout", "O2 no_phantom_success", 3),
+            ],
+        };
+        let survivor = MutantRow {
+            id: "M02".into(),
+            name: "survivor".into(),
+            defect: "only elsewhere".into(),
+            expected_scenarios: vec!["S05".into()],
+            killed: false,
+            failing_scenarios: vec!["S01".into()],
+            killers: vec![],
+        };
+        MutantsResult {
+            schema_version: MUTANTS_SCHEMA_VERSION,
+            harness_version: "0.1.0".into(),
+            commit: Some("0123abc".into()),
+            seeds: 5,
+            reference_verdict: Verdict::Pass,
+            mutants: vec![two, survivor],
+            killed: 1,
+            verdict: Verdict::Fail,
+        }
+    }
+
+    #[test]
+    fn markdown_lists_every_killer_with_its_oracles_seed_and_command() {
+        let text = render_markdown(&result());
+        assert!(text.starts_with("# replaylab mutant zoo: **FAIL**\n"), "{text}");
+        assert!(text.contains("| replaylab | 0.1.0 (mutants.json schema 1) |"), "{text}");
+        assert!(text.contains("| commit | `0123abc` |"), "{text}");
+        assert!(
+            text.contains(
+                "| M01 two | killed \\| twice | killed | S02_lost (O1 single_effect, expect; seed 0)<br>\
+                 S12_timeout (O2 no_phantom_success, expect; seed 3) | S02, S12 |"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("| M02 survivor | only elsewhere | **survived** | — (only S01 failed it) | S05 |")
+        );
+        for (scenario, seed, oracle, command) in [
+            ("S02_lost", 0, "O1 single_effect", "replaylab run S02 --seed 0 --executor mutant:two"),
+            ("S12_timeout", 3, "O2 no_phantom_success", "replaylab run S12 --seed 3 --executor mutant:two"),
+        ] {
+            let item = format!(
+                "- {scenario}, first failing seed {seed}: {oracle}, expect\n  - {oracle} broke | badly\n  - reproduce: `{command}`\n"
+            );
+            assert!(text.contains(&item), "{item}\nnot in\n{text}");
+        }
+        assert!(!text.contains("### M02"), "a survivor has no kills");
+        assert!(text.ends_with("\nverdict: fail\n"));
+    }
+
+    #[test]
+    fn the_terminal_names_every_killer() {
+        let text = render_terminal(&result());
+        assert!(
+            text.contains("S02_lost (O1 single_effect, expect); S12_timeout (O2 no_phantom_success, expect)")
+        );
+        assert!(text.contains(
+            "  S12_timeout seed 3: O2 no_phantom_success broke | badly\n    reproduce: replaylab run S12"
+        ));
+        assert!(text.contains("SURVIVED  - (only unexpected scenarios failed it: S01)"), "{text}");
+    }
+
+    #[test]
+    fn mutants_json_round_trips_and_refuses_unknown_fields() {
+        let json = render_json(&result());
+        let back: MutantsResult = serde_json::from_str(&json).expect("parses");
+        assert_eq!(back, result());
+        let extra = json.replacen("\"seeds\": 5,", "\"seeds\": 5, \"surprise\": 1,", 1);
+        assert!(serde_json::from_str::<MutantsResult>(&extra).is_err());
+    }
 }

@@ -56,14 +56,24 @@ fn merged_shards_equal_the_unsharded_run_byte_for_byte() {
     let whole = root.join("whole");
     matrix(&whole, None);
     let whole_json: serde_json::Value = serde_json::from_slice(&read(&whole, "matrix.json")).expect("JSON");
-    let s05 = whole_json["scenarios"].as_array().expect("scenarios").iter().find(|s| s["id"] == "S05").expect("S05");
-    let failing: Vec<u64> =
-        s05["failures"].as_array().expect("failures").iter().map(|f| f["seed"].as_u64().expect("a seed")).collect();
+    let s05 = whole_json["scenarios"]
+        .as_array()
+        .expect("scenarios")
+        .iter()
+        .find(|s| s["id"] == "S05")
+        .expect("S05");
+    let failing: Vec<u64> = s05["failures"]
+        .as_array()
+        .expect("failures")
+        .iter()
+        .map(|f| f["seed"].as_u64().expect("a seed"))
+        .collect();
     assert!(failing.len() >= 2, "the premise: S05 fails on several seeds ({failing:?})");
     assert!(failing.len() < 7, "and passes on some ({failing:?})");
 
     for count in [2_u64, 3] {
-        let dirs: Vec<PathBuf> = (1..=count).map(|index| root.join(format!("shard-{index}-of-{count}"))).collect();
+        let dirs: Vec<PathBuf> =
+            (1..=count).map(|index| root.join(format!("shard-{index}-of-{count}"))).collect();
         for (index, dir) in dirs.iter().enumerate() {
             matrix(dir, Some(&format!("{}/{count}", index + 1)));
         }
@@ -71,8 +81,14 @@ fn merged_shards_equal_the_unsharded_run_byte_for_byte() {
         let shard_failing: Vec<usize> = dirs
             .iter()
             .map(|dir| {
-                let json: serde_json::Value = serde_json::from_slice(&read(dir, "matrix.json")).expect("JSON");
-                let s05 = json["scenarios"].as_array().expect("scenarios").iter().find(|s| s["id"] == "S05").cloned();
+                let json: serde_json::Value =
+                    serde_json::from_slice(&read(dir, "matrix.json")).expect("JSON");
+                let s05 = json["scenarios"]
+                    .as_array()
+                    .expect("scenarios")
+                    .iter()
+                    .find(|s| s["id"] == "S05")
+                    .cloned();
                 s05.expect("S05")["failures"].as_array().expect("failures").len()
             })
             .collect();
@@ -88,7 +104,10 @@ fn merged_shards_equal_the_unsharded_run_byte_for_byte() {
         let (code, stdout, stderr) = replaylab(&args);
         assert_eq!(code, 1, "the merged run fails as the whole run does\n{stdout}\n{stderr}");
         for file in ["matrix.json", "matrix.md", "junit.xml", "report.html"] {
-            assert!(read(&merged, file) == read(&whole, file), "{count} shards merged: {file} differs from the unsharded run's");
+            assert!(
+                read(&merged, file) == read(&whole, file),
+                "{count} shards merged: {file} differs from the unsharded run's"
+            );
         }
     }
 }
@@ -119,7 +138,17 @@ fn shards_that_do_not_make_one_run_are_refused_with_exit_2() {
 
     // Shard 2 of a run against another executor.
     let other = root.join("other");
-    let (code, ..) = replaylab(&["matrix", "--executor", "reference", "--seeds", SEEDS, "--shard", "2/2", "--out", &path(&other)]);
+    let (code, ..) = replaylab(&[
+        "matrix",
+        "--executor",
+        "reference",
+        "--seeds",
+        SEEDS,
+        "--shard",
+        "2/2",
+        "--out",
+        &path(&other),
+    ]);
     assert_eq!(code, 0);
     let (code, _, stderr) = merge(&[&one, &other]);
     assert_eq!(code, 2);

@@ -223,3 +223,131 @@ fn a_stale_update_case_calls_the_creator_edits_then_updates_and_catches_lost_upd
     let found = check_case(&case, &mutant).failure();
     assert!(found.as_deref().is_some_and(|oracle| oracle.contains("O11")), "{found:?}");
 }
+
+/// CI runs this as a gate: the checked-in schema of `mutants.json` must be the one the types
+/// generate.
+#[test]
+fn checked_in_mutants_schema_is_current() {
+    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("schema/mutants.schema.json");
+    let generated = harness::mutants::mutants_schema();
+    if std::env::var_os("UPDATE_SCHEMA").is_some_and(|value| value == "1") {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, &generated).unwrap();
+    }
+    let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        checked_in == generated,
+        "{} is stale: the zoo's result types changed. Regenerate it with \
+         `UPDATE_SCHEMA=1 cargo test -p harness --test mutants checked_in_mutants_schema_is_current`, \
+         review the diff, and bump MUTANTS_SCHEMA_VERSION on an incompatible change.",
+        path.display()
+    );
+    // Strict: every object refuses properties it does not name; verdicts are an enum.
+    let schema: serde_json::Value = serde_json::from_str(&generated).unwrap();
+    assert_eq!(schema["title"], "MutantsResult");
+    let mut objects = vec![&schema];
+    objects.extend(schema["$defs"].as_object().expect("definitions").values());
+    let mut strict = 0;
+    for object in objects.iter().filter(|o| o["type"] == "object") {
+        assert_eq!(object["additionalProperties"], false, "{object}");
+        strict += 1;
+    }
+    assert_eq!(strict, 3, "MutantsResult, MutantRow, Killer");
+    let verdicts = schema["$defs"]["Verdict"].to_string();
+    for verdict in ["pass", "fail", "unknown", "crashed", "not_applicable"] {
+        assert!(verdicts.contains(&format!("\"{verdict}\"")), "{verdicts}");
+    }
+}
+
+/// A real `replaylab mutants --seeds 1` writes a `mutants.json` the checked-in schema accepts
+/// (checked with the `jsonschema` crate), naming the schema version, the replaylab version and
+/// the commit, with every expected scenario that killed each mutant; `mutants.md` lists each
+/// of those killers with its reproduce command. (One seed is too few to kill every mutant, so
+/// the command may exit 1; the format is what is checked here, the kills in the tests above
+/// and in CI's mutant gate.)
+#[test]
+fn mutants_json_of_a_real_run_validates_against_its_schema() {
+    const COMMIT: &str = "0123456789abcdef0123456789abcdef01234567";
+    let dir = std::env::temp_dir().join(format!("replaylab-mutants-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let output = Command::new(REPLAYLAB)
+        .args(["mutants", "--seeds", "1", "--jobs", "2", "--out"])
+        .arg(&dir)
+        .env("REPLAYLAB_COMMIT", COMMIT)
+        .output()
+        .expect("replaylab runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        matches!(output.status.code(), Some(0 | 1)),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    let read = |path: std::path::PathBuf| {
+        std::fs::read_to_string(&path).unwrap_or_else(|error| panic!("{}: {error}", path.display()))
+    };
+    let json: serde_json::Value = serde_json::from_str(&read(dir.join("mutants.json"))).expect("JSON");
+    let schema: serde_json::Value = serde_json::from_str(&read(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/mutants.schema.json"),
+    ))
+    .expect("the schema is JSON");
+    let validator = jsonschema::validator_for(&schema).expect("the checked-in schema is a JSON Schema");
+    let errors: Vec<String> = validator.iter_errors(&json).map(|error| error.to_string()).collect();
+    assert!(errors.is_empty(), "mutants.json does not match its schema: {errors:#?}");
+
+    // The schema has teeth: an unknown field anywhere, a verdict outside the enum or another
+    // format version is refused.
+    let refused = |change: &dyn Fn(&mut serde_json::Value), what: &str| {
+        let mut changed = json.clone();
+        change(&mut changed);
+        assert!(!validator.is_valid(&changed), "the schema accepts {what}");
+    };
+    refused(&|v| v["surprise"] = true.into(), "an unknown top-level field");
+    refused(&|v| v["mutants"][0]["surprise"] = true.into(), "an unknown field in a mutant");
+    refused(&|v| v["mutants"][0]["killers"][0]["surprise"] = true.into(), "an unknown field in a killer");
+    refused(&|v| v["verdict"] = "green".into(), "a verdict outside the enum");
+    refused(&|v| v["schema_version"] = 2.into(), "another schema version");
+    refused(&|v| drop(v.as_object_mut().unwrap().remove("commit")), "no commit field");
+
+    let result: harness::mutants::MutantsResult =
+        serde_json::from_value(json).expect("the types read it back");
+    assert_eq!(result.schema_version, harness::mutants::MUTANTS_SCHEMA_VERSION);
+    assert_eq!(result.harness_version, env!("CARGO_PKG_VERSION"));
+    assert_eq!(result.commit.as_deref(), Some(COMMIT), "the commit comes from where matrix.json's does");
+    assert_eq!(result.seeds, 1);
+    assert_eq!(result.mutants.len(), KILLS.len());
+    assert_eq!(result.killed, result.mutants.iter().filter(|row| row.killed).count());
+    let markdown = read(dir.join("mutants.md"));
+    for row in &result.mutants {
+        assert_eq!(row.killed, !row.killers.is_empty(), "{}", row.name);
+        let ids: Vec<&str> = row.killers.iter().map(|killer| &killer.scenario[..3]).collect();
+        // Every expected scenario that failed the mutant is listed, in matrix order.
+        let expected_failing: Vec<&str> = row
+            .failing_scenarios
+            .iter()
+            .map(String::as_str)
+            .filter(|id| row.expected_scenarios.iter().any(|expected| expected == id))
+            .collect();
+        assert_eq!(ids, expected_failing, "{}", row.name);
+        for killer in &row.killers {
+            assert!(!killer.oracles.is_empty(), "{}: {killer:?}", row.name);
+            assert!(
+                killer.reproduce.contains(&format!("--seed {} --executor mutant:{}", killer.seed, row.name)),
+                "{}: {}",
+                row.name,
+                killer.reproduce
+            );
+            assert!(
+                markdown.contains(&format!("  - reproduce: `{}`\n", killer.reproduce)),
+                "{}",
+                killer.reproduce
+            );
+        }
+    }
+    // At one seed already, mutants that two expected scenarios catch show both.
+    assert!(
+        result.mutants.iter().any(|row| row.killers.len() >= 2),
+        "no mutant with two killers:\n{markdown}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

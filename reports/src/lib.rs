@@ -7,7 +7,9 @@
 //!   [`matrix_schema`], checked in at `reports/schema/matrix.schema.json`;
 //! - `matrix.md` ([`render_markdown`]): the rows C1..C10 and F1..F9, the scenarios, the
 //!   failures in detail (also for `$GITHUB_STEP_SUMMARY`, see [`append_step_summary`]);
-//! - `junit.xml` ([`render_junit`]): one test case per row and per scenario;
+//! - `junit.xml` ([`render_junit`]): one test case per scenario (its file and line for CI
+//!   annotations), the rows as suite properties, a test case of its own for a row no scenario
+//!   decides; valid against the Jenkins `junit-10.xsd` but for `file` and `line`;
 //! - `report.html` ([`render_html`]): one self-contained page with a timeline per scenario.
 //!
 //! Every text report names the SHA-256 of the `matrix.json` bytes ([`matrix_sha256`]), so

@@ -281,6 +281,11 @@ pub struct ScenarioSummary {
     pub id: String,
     /// `lost_response_after_commit`.
     pub name: String,
+    /// The scenario's file: relative to the workspace root for a built-in
+    /// (`scenarios/matrix/S02_lost_response_after_commit.toml`), as given for a user's file.
+    pub source: String,
+    /// The 1-based line of the scenario's `id` key in `source` (where a CI annotation points).
+    pub line: u64,
     /// Rows it covers (`C1`..`C10`, `F1`..`F9`, or `prose`).
     #[schemars(inner(regex(pattern = r"^(C([1-9]|10)|F[1-9]|prose)$")))]
     pub rows: Vec<String>,

@@ -1,5 +1,6 @@
 //! The reports of a fixed matrix result: snapshots of every format, the checked-in JSON
-//! Schema, JUnit structure, HTML self-containment, determinism and the named SHA-256.
+//! Schema, HTML self-containment, determinism and the named SHA-256 (JUnit's structure and
+//! schema: `junit.rs`).
 
 mod fixture;
 
@@ -110,64 +111,8 @@ fn time_stamps_appear_only_with_source_date_epoch() {
     let options = RenderOptions::generated_at(FIXED_EPOCH_S);
     assert!(render_markdown(&result, &options).contains("| generated | 2023-11-14T22:13:20Z |"));
     assert!(render_html(&result, &options).contains("2023-11-14T22:13:20Z"));
-    assert!(render_junit(&result, &options).contains("timestamp=\"2023-11-14T22:13:20"));
+    assert!(render_junit(&result, &options).contains("timestamp=\"2023-11-14T22:13:20\""), "UTC, no zone");
     assert_eq!(render_json(&result), render(&result, Format::Json, &options), "the record has no time");
-}
-
-#[test]
-fn junit_has_one_case_per_row_and_per_scenario() {
-    let result = fixture::matrix();
-    let xml = render_junit(&result, &RenderOptions::new());
-    let document = roxmltree::Document::parse(&xml).unwrap();
-    let suites: Vec<roxmltree::Node> =
-        document.descendants().filter(|node| node.has_tag_name("testsuite")).collect();
-    let names: Vec<&str> = suites.iter().filter_map(|suite| suite.attribute("name")).collect();
-    assert_eq!(names, ["rows", "scenarios"]);
-
-    let cases = |suite: &roxmltree::Node| -> Vec<String> {
-        suite
-            .children()
-            .filter(|node| node.has_tag_name("testcase"))
-            .map(|case| case.attribute("name").unwrap_or_default().to_owned())
-            .collect()
-    };
-    let rows = cases(&suites[0]);
-    assert_eq!(rows.len(), 19);
-    let row_ids: Vec<&str> = rows.iter().map(|name| name.split(':').next().unwrap()).collect();
-    let expected: Vec<String> =
-        (1..=10).map(|n| format!("C{n}")).chain((1..=9).map(|n| format!("F{n}"))).collect();
-    assert_eq!(row_ids, expected);
-    assert_eq!(cases(&suites[1]), ["S01 duplicate_same_key", "S02 lost_response_after_commit"]);
-    assert_eq!(suites[0].attribute("failures"), Some("2"), "C2 and F2 fail");
-    assert_eq!(suites[0].attribute("errors"), Some("15"), "15 uncovered rows are unknown");
-    assert_eq!(suites[1].attribute("failures"), Some("1"));
-
-    let case = |name_start: &str| {
-        document
-            .descendants()
-            .find(|node| {
-                node.has_tag_name("testcase")
-                    && node.attribute("name").is_some_and(|name| name.starts_with(name_start))
-            })
-            .unwrap()
-    };
-    for failing in ["C2:", "F2:", "S02 "] {
-        let failure = case(failing).children().find(|node| node.has_tag_name("failure")).unwrap();
-        assert!(failure.attribute("message").unwrap().starts_with("O1 single_effect"), "{failing}");
-        assert!(failure.text().unwrap_or_default().contains(fixture::REPRODUCE), "{failing}");
-    }
-    assert!(case("C1:").children().all(|node| !node.has_tag_name("failure")));
-    let properties: Vec<(String, String)> = case("C2:")
-        .descendants()
-        .filter(|node| node.has_tag_name("property"))
-        .map(|node| (node.attribute("name").unwrap().into(), node.attribute("value").unwrap().into()))
-        .collect();
-    for (name, value) in
-        [("seeds", "0-1"), ("executor", "reference"), ("commit", "0123456789abcdef0123456789abcdef01234567")]
-    {
-        assert!(properties.contains(&(name.into(), value.into())), "C2 lacks {name}={value}");
-    }
-    assert!(!xml.contains(" time="), "no durations");
 }
 
 #[test]
@@ -287,7 +232,10 @@ fn a_scenario_not_applicable_is_shown_as_such_in_every_report() {
     let document = roxmltree::Document::parse(&junit).expect("JUnit parses");
     let case = document
         .descendants()
-        .find(|node| node.has_tag_name("testcase") && node.attribute("name") == Some(title.as_str()))
+        .find(|node| {
+            node.has_tag_name("testcase")
+                && node.attribute("name").is_some_and(|name| name.starts_with(&title))
+        })
         .expect("the scenario's test case");
     let skipped = case.children().find(|node| node.has_tag_name("skipped")).expect("it is skipped");
     assert_eq!(skipped.attribute("message"), Some(why));

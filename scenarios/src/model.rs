@@ -470,6 +470,9 @@ pub struct Scenario {
     pub steps: Vec<Step>,
     /// Where it was read from.
     pub source: String,
+    /// The 1-based line of its `id` key in `source`: where a report points a reader (a CI
+    /// annotation) at the scenario as a whole.
+    pub line: usize,
 }
 
 impl Scenario {

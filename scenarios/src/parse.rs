@@ -414,6 +414,7 @@ impl Validator<'_> {
             seed: form.seed,
             steps,
             source: self.source_name.to_owned(),
+            line: self.lines.line_and_column((self.key)("id")).0,
         })
     }
 
@@ -988,7 +989,16 @@ paused = "p"
                 "{}",
                 scenario.source
             );
+            assert_eq!(scenario.line, 1, "{}: a built-in starts with its id", scenario.source);
         }
+    }
+
+    #[test]
+    fn the_scenario_line_is_its_id_key_after_leading_comments() {
+        let text = format!("# a comment\n\n# another\n{}", MINIMAL.trim_start());
+        let scenario = Scenario::from_toml(&text, "commented.toml").expect("valid");
+        assert_eq!(text.lines().nth(scenario.line - 1), Some("id = \"S90\""));
+        assert_eq!(scenario.line, 4);
     }
 }
 
