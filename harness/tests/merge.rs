@@ -56,6 +56,12 @@ fn merged_shards_equal_the_unsharded_run_byte_for_byte() {
     let whole = root.join("whole");
     matrix(&whole, None);
     let whole_json: serde_json::Value = serde_json::from_slice(&read(&whole, "matrix.json")).expect("JSON");
+    // A real run's matrix.json, with failures, logs and bands, matches the checked-in schema.
+    let schema: serde_json::Value =
+        serde_json::from_str(&reports::matrix_schema()).expect("the schema is JSON");
+    let validator = jsonschema::validator_for(&schema).expect("a JSON Schema");
+    let errors: Vec<String> = validator.iter_errors(&whole_json).map(|error| error.to_string()).collect();
+    assert!(errors.is_empty(), "matrix.json does not match its schema: {errors:#?}");
     let s05 = whole_json["scenarios"]
         .as_array()
         .expect("scenarios")

@@ -273,3 +273,50 @@ fn a_marks_executor_events_unfold_in_the_event_table() {
     let json = render_json(&result);
     assert_eq!(json.matches("\"log\": [").count(), 1, "only the mark with events carries a log");
 }
+
+/// The checked-in schema accepts the fixture's matrix.json and refuses the bad documents a
+/// loose schema let through: unknown fields at any depth, another format version, a row or a
+/// scenario id that cannot be, a verdict or an oracle outside their sets.
+#[test]
+fn the_schema_accepts_matrix_json_and_refuses_bad_documents() {
+    let schema: serde_json::Value = serde_json::from_str(&matrix_schema()).expect("the schema is JSON");
+    let validator = jsonschema::validator_for(&schema).expect("the schema is a JSON Schema");
+    let json: serde_json::Value = serde_json::from_str(&render_json(&fixture::matrix())).expect("JSON");
+    let errors: Vec<String> = validator.iter_errors(&json).map(|error| error.to_string()).collect();
+    assert!(errors.is_empty(), "the fixture's matrix.json does not match the schema: {errors:#?}");
+
+    let refused = |change: &dyn Fn(&mut serde_json::Value), what: &str| {
+        let mut changed = json.clone();
+        change(&mut changed);
+        assert!(!validator.is_valid(&changed), "the schema accepts {what}");
+    };
+    refused(&|v| v["surprise"] = true.into(), "an unknown top-level field");
+    refused(&|v| v["scenarios"][1]["surprise"] = true.into(), "an unknown field in a scenario");
+    refused(
+        &|v| v["scenarios"][1]["timeline"]["marks"][0]["surprise"] = true.into(),
+        "an unknown field in a mark",
+    );
+    refused(
+        &|v| v["scenarios"][1]["shown"]["operations"][0]["answers"][0]["surprise"] = true.into(),
+        "an unknown field in an answer",
+    );
+    refused(
+        &|v| v["rows"][0]["first_failure"] = serde_json::json!({"scenario": "S02"}),
+        "a failure without its fields",
+    );
+    refused(&|v| v["schema_version"] = 99.into(), "schema_version 99");
+    refused(&|v| v["rows"][0]["row"] = "Z9".into(), "row Z9");
+    refused(&|v| v["scenarios"][0]["rows"][0] = "C11".into(), "a scenario covering row C11");
+    refused(&|v| v["scenarios"][0]["id"] = "s1".into(), "scenario id s1");
+    refused(&|v| v["verdict"] = "maybe".into(), "verdict maybe");
+    refused(&|v| v["scenarios"][1]["failures"][0]["violations"][0]["oracle"] = "O99".into(), "oracle O99");
+    refused(
+        &|v| v["scenarios"][1]["shown"]["operations"][0]["answers"][0]["kind"] = "shout".into(),
+        "request kind shout",
+    );
+
+    // What reads matrix.json back (`replaylab merge`) refuses unknown fields too.
+    let mut unknown = json.clone();
+    unknown["scenarios"][0]["timeline"]["surprise"] = true.into();
+    assert!(serde_json::from_value::<MatrixResult>(unknown).is_err());
+}
