@@ -62,6 +62,19 @@ fn merged_shards_equal_the_unsharded_run_byte_for_byte() {
     let validator = jsonschema::validator_for(&schema).expect("a JSON Schema");
     let errors: Vec<String> = validator.iter_errors(&whole_json).map(|error| error.to_string()).collect();
     assert!(errors.is_empty(), "matrix.json does not match its schema: {errors:#?}");
+    // Every seed that did not pass is listed, with its oracles and reproduce command.
+    for scenario in whole_json["scenarios"].as_array().expect("scenarios") {
+        let counts = &scenario["counts"];
+        let not_passed: u64 = ["fail", "crashed", "unknown"].iter().filter_map(|v| counts[v].as_u64()).sum();
+        let failures = scenario["failures"].as_array().expect("failures");
+        assert_eq!(failures.len() as u64, not_passed, "{}: every seed that did not pass", scenario["id"]);
+        for failure in failures {
+            let seed = failure["seed"].as_u64().expect("a seed");
+            let reproduce = failure["reproduce"].as_str().expect("a reproduce command");
+            assert!(reproduce.contains(&format!("--seed {seed} ")), "{reproduce}");
+            assert!(!failure["oracles"].as_array().expect("oracles").is_empty() || failure["verdict"] != "fail");
+        }
+    }
     let s05 = whole_json["scenarios"]
         .as_array()
         .expect("scenarios")
