@@ -86,6 +86,7 @@ fn the_reference_passes_exploration_with_its_coverage_floor() {
         // One failing case decides the gate; shrinking every one would only cost time.
         stop_at_first: true,
         check_determinism: false,
+        commit: None,
     };
     let code = explore_cli::run(&config).expect("exploration runs");
     let _ = std::fs::remove_dir_all(&dir);

@@ -123,7 +123,8 @@ enum Command {
         /// Saved failing cases: replayed first, new ones appended.
         #[arg(long, default_value = "replaylab-regressions.jsonl")]
         regressions: PathBuf,
-        /// Where shrunk cases are written as scenario files.
+        /// Where shrunk cases are written as scenario files, and `explore.json` (what was run,
+        /// covered and found; `replaylab merge` joins shards' records).
         #[arg(long, default_value = "replaylab-explore")]
         out: PathBuf,
         /// Stop at the first failing seed.
@@ -133,10 +134,12 @@ enum Command {
         #[arg(long)]
         check_determinism: bool,
     },
-    /// Merge the reports of a run's shards (`matrix --shard I/N` on N machines) into the whole
-    /// run's reports: the same bytes the unsharded run writes (with SOURCE_DATE_EPOCH).
+    /// Merge the reports of a run's shards (`matrix --shard I/N`, `explore --shard I/N` on N
+    /// machines) into the whole run's: the same bytes the unsharded run writes (with
+    /// SOURCE_DATE_EPOCH); an exploration's coverage floor is judged again over the sum.
     Merge {
-        /// The shards' report directories (each holding a `matrix.json`), or the files.
+        /// The shards' directories (each holding a `matrix.json`, an `explore.json`, or both),
+        /// or the files.
         #[arg(required = true)]
         shards: Vec<PathBuf>,
         /// Where to write the merged reports.
@@ -455,18 +458,75 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
             let formats = reports::Format::parse_list(&format).map_err(|error| bad_input(error.into()))?;
             let render_options =
                 reports::RenderOptions::from_env().map_err(|error| bad_input(error.into()))?;
-            let parts = shards
-                .iter()
-                .map(|path| crate::merge::read(path))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|error| bad_input(error.into()))?;
-            let result = crate::merge::merge(parts).map_err(|error| bad_input(error.into()))?;
+            // Each shard directory holds a matrix.json, an explore.json, or both.
+            let mut matrices = Vec::new();
+            let mut explorations = Vec::new();
+            for path in &shards {
+                let (matrix, explore) = if path.is_dir() {
+                    (path.join("matrix.json"), path.join(crate::explore_cli::EXPLORE_RECORD))
+                } else if path.file_name().is_some_and(|name| name == crate::explore_cli::EXPLORE_RECORD) {
+                    (PathBuf::new(), path.clone())
+                } else {
+                    (path.clone(), PathBuf::new())
+                };
+                let found = [matrix.is_file(), explore.is_file()];
+                if found == [false, false] {
+                    return Err(bad_input(anyhow::anyhow!(
+                        "{}: holds neither matrix.json nor {}",
+                        path.display(),
+                        crate::explore_cli::EXPLORE_RECORD
+                    )));
+                }
+                if found[0] {
+                    matrices.push(crate::merge::read(&matrix).map_err(|error| bad_input(error.into()))?);
+                }
+                if found[1] {
+                    explorations.push((path.clone(), read_explore_record(&explore)?));
+                }
+            }
+            let matrix = if matrices.is_empty() {
+                None
+            } else {
+                Some(crate::merge::merge(matrices).map_err(|error| bad_input(error.into()))?)
+            };
+            let exploration = if explorations.is_empty() {
+                None
+            } else {
+                let dirs: Vec<PathBuf> = explorations.iter().map(|(path, _)| path.clone()).collect();
+                let records = explorations.into_iter().map(|(_, record)| record).collect();
+                let merged = crate::explore_cli::merge_records(records)
+                    .map_err(|error| bad_input(anyhow::anyhow!(error)))?;
+                Some((dirs, merged))
+            };
             check_report_dir(&out)?;
             check_step_summary()?;
-            print!("{}", render_matrix(&result));
-            let ran = result.scenarios.iter().map(|s| s.seeds_run).sum::<u64>();
-            println!("merged {} shard(s): {ran} runs", shards.len());
-            write_matrix_reports(&result, &out, &formats, &render_options)
+            let mut code = exit::SUCCESS;
+            if let Some(result) = matrix {
+                print!("{}", render_matrix(&result));
+                let ran = result.scenarios.iter().map(|s| s.seeds_run).sum::<u64>();
+                println!("merged the matrix of {} shard(s): {ran} runs", shards.len());
+                code = code.max(write_matrix_reports(&result, &out, &formats, &render_options)?);
+            }
+            if let Some((dirs, record)) = exploration {
+                print!("{}", crate::explore_cli::render_record(&record));
+                // The shrunk cases the findings name, beside the merged record.
+                for finding in &record.findings {
+                    let source =
+                        dirs.iter().map(|dir| dir.join(&finding.case_file)).find(|path| path.is_file());
+                    if let Some(source) = source {
+                        std::fs::copy(&source, out.join(&finding.case_file))
+                            .with_context(|| format!("failed to copy {}", source.display()))
+                            .map_err(|error| Failure { code: exit::CHECK_FAILED, error })?;
+                    }
+                }
+                let path = crate::explore_cli::write_record(&out, &record)
+                    .map_err(|error| Failure { code: exit::CHECK_FAILED, error })?;
+                println!("wrote {}", path.display());
+                if record.verdict != Verdict::Pass {
+                    code = exit::CHECK_FAILED;
+                }
+            }
+            Ok(code)
         }
         Command::Run { scenario, seed, case, executor, trace, log, scenario_files, check_determinism } => {
             let executor = registry.find(&executor)?;
@@ -551,6 +611,7 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
                 out,
                 stop_at_first,
                 check_determinism,
+                commit: source_commit(),
             };
             crate::explore_cli::run(&config).map_err(|error| Failure { code: exit::BAD_INPUT, error })
         }
@@ -916,6 +977,28 @@ fn render_matrix(result: &MatrixResult) -> String {
     }
     text.push_str(&format!("\nverdict: {}\n", result.verdict));
     text
+}
+
+/// Reads an `explore.json`, refusing another format version.
+fn read_explore_record(path: &std::path::Path) -> Result<crate::explore_cli::ExploreRecord, Failure> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("failed to read {}", path.display()))
+        .map_err(bad_input)?;
+    let value: serde_json::Value = serde_json::from_str(&text)
+        .with_context(|| format!("{}: not JSON", path.display()))
+        .map_err(bad_input)?;
+    let version = value.get("schema_version").and_then(serde_json::Value::as_u64);
+    if version != Some(u64::from(crate::explore_cli::EXPLORE_SCHEMA_VERSION)) {
+        return Err(bad_input(anyhow::anyhow!(
+            "{}: schema version {}; this replaylab reads explore.json version {}",
+            path.display(),
+            version.map_or("missing".to_owned(), |v| v.to_string()),
+            crate::explore_cli::EXPLORE_SCHEMA_VERSION
+        )));
+    }
+    serde_json::from_value(value)
+        .with_context(|| format!("{}: not a valid explore.json", path.display()))
+        .map_err(bad_input)
 }
 
 /// Writes a matrix result's reports, appends the Markdown to `$GITHUB_STEP_SUMMARY` when set,

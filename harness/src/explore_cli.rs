@@ -23,7 +23,8 @@ pub const MAX_UNKNOWN_PERCENT: f64 = 5.0;
 pub const MIN_FAULTS_FIRED_PERCENT: f64 = 80.0;
 
 /// What an exploration covered, summed over its cases.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Coverage {
     /// Cases run (those `not applicable` to the executor are not run, and not counted here).
     pub cases: u64,
@@ -43,23 +44,23 @@ pub struct Coverage {
     /// [`crate::runner::stale_writes`]).
     pub stale_writes: u64,
     /// Cases in which each oracle had something to judge.
-    pub exercised: std::collections::BTreeMap<&'static str, u64>,
+    pub exercised: std::collections::BTreeMap<String, u64>,
     /// Why cases ended `unknown`: the premise that did not happen, by kind, with a count.
-    pub unknown_because: std::collections::BTreeMap<&'static str, u64>,
+    pub unknown_because: std::collections::BTreeMap<String, u64>,
     /// Oracles no case can give anything to judge, because the executor does not support what
     /// they judge ([`oracles_beyond`]); not counted as unexercised.
-    pub beyond_executor: Vec<&'static str>,
+    pub beyond_executor: Vec<String>,
 }
 
 /// The oracles that judge only what an executor with `capabilities` cannot do: O10 (one job
 /// per operation) without delayed jobs, O11 (no stale overwrite) without `tickets.set_status`.
-pub fn oracles_beyond(capabilities: &protocol::ExecutorCapabilities) -> Vec<&'static str> {
+pub fn oracles_beyond(capabilities: &protocol::ExecutorCapabilities) -> Vec<String> {
     let mut beyond = Vec::new();
     if !explore::CaseTool::Job.supported_by(capabilities) {
-        beyond.push("O10");
+        beyond.push("O10".to_owned());
     }
     if !explore::CaseTool::SetStatus.supported_by(capabilities) {
-        beyond.push("O11");
+        beyond.push("O11".to_owned());
     }
     beyond
 }
@@ -100,7 +101,7 @@ impl Coverage {
             let kinds: std::collections::BTreeSet<&'static str> =
                 notes.iter().map(|note| premise_kind(note)).collect();
             for kind in kinds {
-                *self.unknown_because.entry(kind).or_insert(0) += 1;
+                *self.unknown_because.entry(kind.to_owned()).or_insert(0) += 1;
             }
         }
         self.faults_installed += u64::from(run.faults_installed);
@@ -109,18 +110,36 @@ impl Coverage {
         self.crashes_after_commit += u64::from(run.crashes_after_commit);
         self.stale_writes += u64::from(run.stale_writes > 0);
         for oracle in &run.exercised {
-            *self.exercised.entry(oracle).or_insert(0) += 1;
+            *self.exercised.entry((*oracle).to_owned()).or_insert(0) += 1;
+        }
+    }
+
+    /// Adds another part's coverage (a shard's).
+    pub fn absorb(&mut self, other: &Coverage) {
+        self.cases += other.cases;
+        self.not_applicable += other.not_applicable;
+        self.unknown += other.unknown;
+        self.faults_installed += other.faults_installed;
+        self.faults_fired += other.faults_fired;
+        self.crashes += other.crashes;
+        self.crashes_after_commit += other.crashes_after_commit;
+        self.stale_writes += other.stale_writes;
+        for (oracle, count) in &other.exercised {
+            *self.exercised.entry(oracle.clone()).or_insert(0) += count;
+        }
+        for (kind, count) in &other.unknown_because {
+            *self.unknown_because.entry(kind.clone()).or_insert(0) += count;
         }
     }
 
     /// The oracles no case gave anything to judge (of those the executor can be judged by).
     pub fn unexercised(&self) -> Vec<&'static str> {
-        self.judgeable().into_iter().filter(|id| !self.exercised.contains_key(id)).collect()
+        self.judgeable().into_iter().filter(|id| !self.exercised.contains_key(*id)).collect()
     }
 
     /// The oracles the executor can be judged by: all but [`Coverage::beyond_executor`].
     fn judgeable(&self) -> Vec<&'static str> {
-        ORACLES.iter().map(|(id, _)| *id).filter(|id| !self.beyond_executor.contains(id)).collect()
+        ORACLES.iter().map(|(id, _)| *id).filter(|id| !self.beyond_executor.iter().any(|b| b == id)).collect()
     }
 
     /// `coverage: cases=N unknown=U% faults_fired=F% crashes_after_commit=C% stale_writes=W
@@ -178,6 +197,207 @@ impl Coverage {
     }
 }
 
+/// The version of `explore.json`'s format; bump it on any incompatible change.
+pub const EXPLORE_SCHEMA_VERSION: u32 = 1;
+
+/// `explore.json`: what an exploration (or one shard of it) ran and found, written beside the
+/// shrunk cases; shards' records merge into the whole exploration's ([`merge_records`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExploreRecord {
+    /// [`EXPLORE_SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// The replaylab version that ran it.
+    pub harness_version: String,
+    /// The source commit, when known.
+    pub commit: Option<String>,
+    /// The executor's name.
+    pub executor: String,
+    /// Its version.
+    pub executor_version: String,
+    /// Seeds asked for (before sharding).
+    pub seeds: u64,
+    /// The first seed.
+    pub start: u64,
+    /// The shard run, if any.
+    pub shard: Option<reports::Shard>,
+    /// Whether every case ran twice.
+    pub check_determinism: bool,
+    /// Whether it stopped at its first failing seed (then it did not run every seed).
+    pub stopped_early: bool,
+    /// Cases per verdict.
+    pub verdicts: std::collections::BTreeMap<Verdict, u64>,
+    /// What the cases covered.
+    pub coverage: Coverage,
+    /// Why the coverage is not enough (empty when it is).
+    pub shortfalls: Vec<String>,
+    /// Seeds whose two runs differed.
+    pub nondeterministic_seeds: Vec<u64>,
+    /// Failing seeds, shrunk, in seed order.
+    pub findings: Vec<FindingRecord>,
+    /// The saved cases replayed first.
+    pub saved_cases: SavedCases,
+    /// Pass, or fail on a finding, a failing saved case, a nondeterministic seed or thin
+    /// coverage.
+    pub verdict: Verdict,
+}
+
+/// One failing seed of an exploration, shrunk.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FindingRecord {
+    /// The exploration seed.
+    pub seed: u64,
+    /// The oracle it fails.
+    pub oracle: String,
+    /// The shrunk case's scenario file, beside `explore.json`.
+    pub case_file: String,
+    /// The shrunk case's violations.
+    pub violations: Vec<reports::Violation>,
+    /// Its notes.
+    pub notes: Vec<String>,
+    /// One command that finds it again from its seed (it needs no file).
+    pub reproduce: String,
+}
+
+/// The saved cases an exploration replayed before its seeds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SavedCases {
+    /// How many were replayed.
+    pub replayed: u64,
+    /// Those that still fail: (the seed they were found at, the executor they were found
+    /// with, the oracle that fails now).
+    pub failing: Vec<(u64, String, String)>,
+}
+
+/// The name `explore` gives its record, in its `--out` directory.
+pub const EXPLORE_RECORD: &str = "explore.json";
+
+/// Merges the records of shards 1..N of one exploration (each once) into the whole
+/// exploration's: counts summed, seeds and findings in seed order, the coverage floor judged
+/// again over the sum. Shards that do not make one exploration are an error.
+pub fn merge_records(parts: Vec<ExploreRecord>) -> Result<ExploreRecord, String> {
+    let first = parts.first().ok_or("nothing to merge")?.clone();
+    let count = match first.shard {
+        None if parts.len() == 1 => return Ok(first),
+        None => return Err("an exploration that is not a shard cannot be merged with others".into()),
+        Some(shard) => shard.count,
+    };
+    let mut indices: Vec<u64> =
+        parts.iter().filter_map(|part| part.shard.filter(|s| s.count == count)).map(|s| s.index).collect();
+    indices.sort_unstable();
+    if indices != (1..=count).collect::<Vec<_>>() || parts.len() as u64 != count {
+        let have: Vec<String> =
+            parts.iter().map(|part| part.shard.map_or("whole".into(), |s| s.to_string())).collect();
+        return Err(format!(
+            "the exploration shards must be 1/{count} to {count}/{count}, each once; got {}",
+            have.join(", ")
+        ));
+    }
+    if let Some(part) = parts.iter().find(|part| part.stopped_early) {
+        return Err(format!(
+            "exploration shard {} stopped at its first failure (--stop-at-first): it did not run all its seeds",
+            part.shard.map_or("?".into(), |s| s.to_string())
+        ));
+    }
+    for part in &parts[1..] {
+        let same = [
+            ("harness_version", part.harness_version == first.harness_version),
+            ("commit", part.commit == first.commit),
+            ("executor", part.executor == first.executor && part.executor_version == first.executor_version),
+            ("seeds", part.seeds == first.seeds && part.start == first.start),
+            ("check_determinism", part.check_determinism == first.check_determinism),
+            ("saved cases replayed", part.saved_cases == first.saved_cases),
+            (
+                "coverage's oracles beyond the executor",
+                part.coverage.beyond_executor == first.coverage.beyond_executor,
+            ),
+        ];
+        if let Some((what, _)) = same.iter().find(|(_, same)| !same) {
+            return Err(format!("the exploration shards differ in {what}: not one exploration"));
+        }
+    }
+    let mut merged = ExploreRecord {
+        shard: None,
+        verdicts: std::collections::BTreeMap::new(),
+        coverage: Coverage { beyond_executor: first.coverage.beyond_executor.clone(), ..Coverage::default() },
+        nondeterministic_seeds: Vec::new(),
+        findings: Vec::new(),
+        ..first
+    };
+    for part in &parts {
+        for (verdict, n) in &part.verdicts {
+            *merged.verdicts.entry(*verdict).or_insert(0) += n;
+        }
+        merged.coverage.absorb(&part.coverage);
+        merged.nondeterministic_seeds.extend(&part.nondeterministic_seeds);
+        merged.findings.extend(part.findings.iter().cloned());
+    }
+    merged.nondeterministic_seeds.sort_unstable();
+    merged.findings.sort_by_key(|finding| finding.seed);
+    merged.shortfalls = shortfalls_of(&merged.coverage, merged.stopped_early);
+    merged.verdict = record_verdict(&merged);
+    Ok(merged)
+}
+
+/// The coverage's shortfalls, none for an exploration that stopped early (it ran too few
+/// seeds for its coverage to say anything) or that had no case at all.
+fn shortfalls_of(coverage: &Coverage, stopped_early: bool) -> Vec<String> {
+    if stopped_early || coverage.cases + coverage.not_applicable == 0 {
+        Vec::new()
+    } else {
+        coverage.shortfalls()
+    }
+}
+
+fn record_verdict(record: &ExploreRecord) -> Verdict {
+    let failed = !record.findings.is_empty()
+        || !record.saved_cases.failing.is_empty()
+        || !record.nondeterministic_seeds.is_empty()
+        || !record.shortfalls.is_empty();
+    if failed {
+        Verdict::Fail
+    } else {
+        Verdict::Pass
+    }
+}
+
+/// The record as text for the terminal: the counts, the coverage, its shortfalls and every
+/// finding with its reproduce command.
+pub fn render_record(record: &ExploreRecord) -> String {
+    let count = |verdict| record.verdicts.get(&verdict).copied().unwrap_or(0);
+    let mut text = format!(
+        "exploration of {} seeds against {}: {} pass, {} fail, {} unknown, {} crashed, {} not applicable\n{}\n",
+        record.verdicts.values().sum::<u64>(),
+        record.executor,
+        count(Verdict::Pass),
+        count(Verdict::Fail),
+        count(Verdict::Unknown),
+        count(Verdict::Crashed),
+        count(Verdict::NotApplicable),
+        record.coverage.line()
+    );
+    for shortfall in &record.shortfalls {
+        text.push_str(&format!("coverage too thin: {shortfall}\n"));
+    }
+    if !record.nondeterministic_seeds.is_empty() {
+        let seeds: Vec<String> = record.nondeterministic_seeds.iter().map(u64::to_string).collect();
+        text.push_str(&format!("determinism: seeds whose histories differed: {}\n", seeds.join(", ")));
+    }
+    for (seed, found_with, oracle) in &record.saved_cases.failing {
+        text.push_str(&format!("saved case (seed {seed}, found with {found_with}) FAILS: {oracle}\n"));
+    }
+    for finding in &record.findings {
+        text.push_str(&format!(
+            "seed {} fails {} ({}); reproduce: {}\n",
+            finding.seed, finding.oracle, finding.case_file, finding.reproduce
+        ));
+    }
+    text.push_str(&format!("verdict: {}\n", record.verdict));
+    text
+}
+
 /// What `replaylab explore` was asked.
 #[derive(Debug, Clone)]
 pub struct ExploreConfig {
@@ -199,6 +419,8 @@ pub struct ExploreConfig {
     pub stop_at_first: bool,
     /// Run every case twice and fail on any history difference.
     pub check_determinism: bool,
+    /// The source commit, for `explore.json`.
+    pub commit: Option<String>,
 }
 
 impl ExploreConfig {
@@ -224,6 +446,7 @@ impl ExploreConfig {
             out: PathBuf::from("replaylab-explore"),
             stop_at_first: false,
             check_determinism: false,
+            commit: None,
         }
     }
 }
@@ -332,6 +555,7 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
     if !regressions.is_empty() {
         println!("replaying {} saved case(s) from {}", regressions.len(), config.regressions.display());
     }
+    let mut saved_failing = Vec::new();
     for regression in &regressions {
         let result = explore::check_case(&regression.case, executor);
         // Named by the oracle it was saved for while that still fails (shrinking kept it
@@ -345,6 +569,7 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
                 "saved case (seed {}, found with {}) FAILS: {oracle}",
                 regression.seed, regression.executor
             );
+            saved_failing.push((regression.seed, regression.executor.clone(), oracle.clone()));
             for violation in &result.violations {
                 println!("  violation: {violation}");
             }
@@ -423,12 +648,11 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
                 coverage.unknown_because.iter().map(|(kind, count)| format!("{kind} ({count})")).collect();
             println!("unknown because: {}", reasons.join(", "));
         }
-        if !config.stop_at_first {
-            for shortfall in coverage.shortfalls() {
-                failed = true;
-                println!("coverage too thin: {shortfall}");
-            }
-        }
+    }
+    let shortfalls = shortfalls_of(&coverage, config.stop_at_first);
+    for shortfall in &shortfalls {
+        failed = true;
+        println!("coverage too thin: {shortfall}");
     }
     let mut nondeterministic = nondeterministic.into_inner().unwrap_or_else(|p| p.into_inner());
     nondeterministic.sort_unstable();
@@ -444,9 +668,23 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
             );
         }
     }
+    let mut finding_records = Vec::new();
     for finding in &findings {
         failed = true;
         let path = write_case(&config.out, finding)?;
+        finding_records.push(FindingRecord {
+            seed: finding.seed,
+            oracle: finding.oracle.clone(),
+            case_file: path.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default(),
+            violations: finding.result.violations.clone(),
+            notes: finding.result.notes.clone(),
+            reproduce: format!(
+                "{} explore --start {} --seeds 1 --executor {}",
+                executor.program,
+                finding.seed,
+                crate::runner::shell_quote(&executor.name)
+            ),
+        });
         append_regression(
             &config.regressions,
             &Regression {
@@ -479,7 +717,38 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
             crate::runner::shell_quote(&executor.name)
         );
     }
+    let record = ExploreRecord {
+        schema_version: EXPLORE_SCHEMA_VERSION,
+        harness_version: env!("CARGO_PKG_VERSION").to_owned(),
+        commit: config.commit.clone(),
+        executor: executor.name.clone(),
+        executor_version: executor.version.clone(),
+        seeds: config.seeds,
+        start: config.start,
+        shard: config.shard.map(|(index, count)| reports::Shard { index, count }),
+        check_determinism: config.check_determinism,
+        stopped_early: config.stop_at_first && stop.load(Ordering::Relaxed),
+        verdicts,
+        coverage,
+        shortfalls,
+        nondeterministic_seeds: nondeterministic,
+        findings: finding_records,
+        saved_cases: SavedCases { replayed: regressions.len() as u64, failing: saved_failing },
+        verdict: if failed { Verdict::Fail } else { Verdict::Pass },
+    };
+    let path = write_record(&config.out, &record)?;
+    println!("wrote {}", path.display());
     Ok(if failed { exit::CHECK_FAILED } else { exit::SUCCESS })
+}
+
+/// Writes `explore.json` into `out`.
+pub fn write_record(out: &Path, record: &ExploreRecord) -> anyhow::Result<PathBuf> {
+    std::fs::create_dir_all(out).with_context(|| format!("failed to create {}", out.display()))?;
+    let path = out.join(EXPLORE_RECORD);
+    let mut text = serde_json::to_string_pretty(record).expect("an exploration record serialises");
+    text.push('\n');
+    std::fs::write(&path, text).with_context(|| format!("failed to write {}", path.display()))?;
+    Ok(path)
 }
 
 #[cfg(test)]

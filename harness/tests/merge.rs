@@ -72,7 +72,9 @@ fn merged_shards_equal_the_unsharded_run_byte_for_byte() {
             let seed = failure["seed"].as_u64().expect("a seed");
             let reproduce = failure["reproduce"].as_str().expect("a reproduce command");
             assert!(reproduce.contains(&format!("--seed {seed} ")), "{reproduce}");
-            assert!(!failure["oracles"].as_array().expect("oracles").is_empty() || failure["verdict"] != "fail");
+            assert!(
+                !failure["oracles"].as_array().expect("oracles").is_empty() || failure["verdict"] != "fail"
+            );
         }
     }
     let s05 = whole_json["scenarios"]
@@ -192,4 +194,68 @@ fn shards_that_do_not_make_one_run_are_refused_with_exit_2() {
     let (code, _, stderr) = replaylab(&["matrix", "--seeds", "2", "--shard", "3/3", "--out", &path(&out)]);
     assert_eq!(code, 2);
     assert!(stderr.contains("use at most 2 shards"), "{stderr}");
+}
+
+/// `explore --shard I/N` too: the merged `explore.json` is the unsharded exploration's, byte
+/// for byte (counts summed, findings in seed order, the coverage floor judged over the sum),
+/// with the shrunk cases its findings name beside it.
+#[test]
+fn merged_exploration_shards_equal_the_unsharded_exploration() {
+    const EXPLORER: &str = "mutant:no_auth_recheck";
+    let root = scratch("explore");
+    let explore = |name: &str, shard: Option<&str>| {
+        let out = root.join(name);
+        let regressions = root.join(format!("{name}.jsonl"));
+        let mut args = vec![
+            "explore".to_owned(),
+            "--executor".into(),
+            EXPLORER.into(),
+            "--seeds".into(),
+            "40".into(),
+            "--jobs".into(),
+            "2".into(),
+            "--out".into(),
+            out.display().to_string(),
+            "--regressions".into(),
+            regressions.display().to_string(),
+        ];
+        if let Some(shard) = shard {
+            args.extend(["--shard".into(), shard.into()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, stdout, stderr) = replaylab(&args);
+        assert!(code == 0 || code == 1, "exit {code}\n{stdout}\n{stderr}");
+        out
+    };
+    let whole = explore("whole", None);
+    let record: serde_json::Value = serde_json::from_slice(&read(&whole, "explore.json")).expect("JSON");
+    let findings = record["findings"].as_array().expect("findings");
+    assert!(findings.len() >= 2, "the premise: several failing seeds ({})", findings.len());
+    let one = explore("one", Some("1/2"));
+    let two = explore("two", Some("2/2"));
+    let merged = root.join("merged");
+    let (code, stdout, stderr) = replaylab(&[
+        "merge",
+        &two.display().to_string(),
+        &one.display().to_string(),
+        "--out",
+        &merged.display().to_string(),
+    ]);
+    assert_eq!(code, 1, "the findings fail the merged exploration\n{stdout}\n{stderr}");
+    assert!(
+        read(&merged, "explore.json") == read(&whole, "explore.json"),
+        "explore.json differs from the unsharded one\n{stdout}"
+    );
+    for finding in findings {
+        let file = finding["case_file"].as_str().expect("a case file");
+        assert!(
+            read(&merged, file) == read(&whole, file),
+            "{file}: the shrunk case beside the merged record"
+        );
+    }
+    // A shard alone does not make the exploration.
+    let (code, _, stderr) =
+        replaylab(&["merge", &one.display().to_string(), "--out", &merged.display().to_string()]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("the exploration shards must be 1/2 to 2/2, each once"), "{stderr}");
 }
