@@ -25,28 +25,9 @@ pub struct Event {
     pub kind: EventKind,
 }
 
-/// Whether a request to a worker was a call, a poll or a reconciliation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RequestKind {
-    /// A tool call.
-    Call,
-    /// A status poll.
-    Poll,
-    /// A reconciliation request.
-    Reconcile,
-}
-
-impl RequestKind {
-    /// The snake_case name (as serialised): `call`, `poll`, `reconcile`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RequestKind::Call => "call",
-            RequestKind::Poll => "poll",
-            RequestKind::Reconcile => "reconcile",
-        }
-    }
-}
+/// Whether a request to a worker was a call, a poll or a reconciliation (the reports' type:
+/// the history and the reports name it alike).
+pub use reports::RequestKind;
 
 /// What happened.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -9,7 +9,7 @@ use protocol::Fingerprint;
 use reports::{Answer, LedgerEntry, OperationRecord, RequestKind, Violation};
 
 use crate::attribution::Attribution;
-use crate::history::{self, Event, EventKind};
+use crate::history::{Event, EventKind};
 
 /// How many hex digits of a result's SHA-256 a report shows: enough to tell results apart at
 /// a glance, short enough for a table cell.
@@ -29,14 +29,7 @@ pub fn records(history: &[Event], violations: &[Violation]) -> Vec<OperationReco
             EventKind::CallSent { label, operation, fingerprint, .. } => {
                 (label, operation, RequestKind::Call, fingerprint.clone())
             }
-            EventKind::OperationQuery { label, operation, kind, .. } => {
-                let kind = match kind {
-                    history::RequestKind::Call => RequestKind::Call,
-                    history::RequestKind::Poll => RequestKind::Poll,
-                    history::RequestKind::Reconcile => RequestKind::Reconcile,
-                };
-                (label, operation, kind, None)
-            }
+            EventKind::OperationQuery { label, operation, kind, .. } => (label, operation, *kind, None),
             EventKind::Answered { label, outcome, .. } => {
                 if let Some((operation, index)) = label_to.get(label.as_str()) {
                     if let Some(answer) =

@@ -180,8 +180,8 @@ pub struct Answer {
     pub violated: Vec<String>,
 }
 
-/// What a request to an executor was.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+/// What a request to an executor was: a call, a poll or a reconciliation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RequestKind {
     /// A tool call.
@@ -193,7 +193,7 @@ pub enum RequestKind {
 }
 
 impl RequestKind {
-    /// `call`, `poll`, `reconcile`.
+    /// The snake_case name (as serialised): `call`, `poll`, `reconcile`.
     pub fn as_str(self) -> &'static str {
         match self {
             RequestKind::Call => "call",
