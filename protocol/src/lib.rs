@@ -17,6 +17,7 @@ mod call;
 mod capabilities;
 mod contract;
 mod env;
+pub mod mcp;
 
 pub use call::{
     Consumed, Envelope, NextAction, OperationRef, Outcome, OutcomeStatus, ReasonCode, ToolCall, WebhookAck,

@@ -1,0 +1,247 @@
+//! replaylab's conventions for an executor that is an MCP server (version
+//! [`CONVENTIONS_VERSION`]; `docs/mcp.md` says them in prose, and
+//! `protocol/schema/mcp.schema.json`, generated from these types, is the contract a test
+//! holds the examples to).
+//!
+//! - The agent calls the tool by its contract name (`tickets.create`) with the business
+//!   arguments, and names the operation in the request's `_meta` under [`CALL_META`]
+//!   ([`CallMeta`]): tenant, environment, workflow, step, actor, tool version, the model's
+//!   call id, and the operation's idempotency key. Optionally the key is also passed as an
+//!   argument ([`KeyPlacement`]), the way tools written for SEP-3182 or commerce protocols
+//!   expect it.
+//! - The executor answers with `structuredContent` holding an [`Outcome`] (the label, the
+//!   effect reference, the business result, the next action). An answer without it is still
+//!   judged: `isError: false` claims success, `isError: true` claims nothing.
+//! - The executor describes itself in the resource [`MANIFEST_URI`] ([`Manifest`]): what it
+//!   supports (else: the tools `tools/list` names, nothing more) and its timing.
+//! - Optional tools [`POLL_TOOL`] and [`RECONCILE_TOOL`] answer for an operation named in
+//!   `_meta` as a call is.
+//! - The process learns where the downstream, the authorizer, its state directory and its
+//!   timing are from the environment ([`env`]).
+
+use std::collections::BTreeSet;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::call::Outcome;
+use crate::capabilities::ExecutorCapabilities;
+
+/// The version of these conventions; it is in every [`CallMeta`] and [`Manifest`].
+pub const CONVENTIONS_VERSION: u32 = 1;
+/// The `_meta` key of a `tools/call` request under which the agent names the operation
+/// (a reverse-DNS prefix, as MCP asks of `_meta` keys).
+pub const CALL_META: &str = "dev.replaylab/call";
+/// The resource an executor describes itself in.
+pub const MANIFEST_URI: &str = "replaylab://executor";
+/// The tool that answers a poll of an operation (optional).
+pub const POLL_TOOL: &str = "replaylab.poll";
+/// The tool that answers a reconciliation of an operation (optional).
+pub const RECONCILE_TOOL: &str = "replaylab.reconcile";
+
+/// What the agent says about the operation a `tools/call` (or a poll, or a reconcile)
+/// belongs to, in `_meta` under [`CALL_META`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CallMeta {
+    /// [`CONVENTIONS_VERSION`].
+    #[schemars(range(min = 1, max = 1))]
+    pub version: u32,
+    /// The tenant the call acts for.
+    pub tenant: String,
+    /// `production`, `staging`, ...
+    pub environment: String,
+    /// The workflow run.
+    pub workflow_id: String,
+    /// The logical step inside the run.
+    pub step_id: String,
+    /// Who asks (the authorizer decides per actor).
+    pub actor: String,
+    /// The tool contract's version (`2026-08-18`).
+    pub tool_version: String,
+    /// The model's tool-call id: new on every model turn, never an operation's identity.
+    pub call_id: String,
+    /// Delivery attempt as the agent counts it, from 1 (transport only).
+    #[schemars(range(min = 1))]
+    pub attempt: u32,
+    /// The operation's idempotency key, the same on every delivery and retry of one
+    /// operation: `tenant/environment/workflow_id/step_id`.
+    pub idempotency_key: String,
+}
+
+impl CallMeta {
+    /// The conventions' idempotency key of an operation: `tenant/environment/workflow/step`.
+    pub fn key_of(tenant: &str, environment: &str, workflow_id: &str, step_id: &str) -> String {
+        format!("{tenant}/{environment}/{workflow_id}/{step_id}")
+    }
+}
+
+/// Where, besides `_meta`, the agent puts the idempotency key of a call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum KeyPlacement {
+    /// Only in `_meta` ([`CallMeta::idempotency_key`]).
+    Meta,
+    /// Also as this argument (`idempotency_key`, or SEP-3182's `idempotencyKey`).
+    Argument(String),
+}
+
+/// What an executor says of itself, as the JSON text of the resource [`MANIFEST_URI`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    /// [`CONVENTIONS_VERSION`].
+    #[schemars(range(min = 1, max = 1))]
+    pub version: u32,
+    /// What it supports.
+    pub capabilities: ManifestCapabilities,
+    /// The durations it works with, when it cannot take the harness's ([`env`]): the harness
+    /// waits accordingly. Absent: it follows the environment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timing: Option<Timing>,
+}
+
+/// [`ExecutorCapabilities`] as a manifest states them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ManifestCapabilities {
+    /// The contract tools it serves; absent: every tool its `tools/list` names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<BTreeSet<String>>,
+    /// It consumes queued envelopes.
+    #[serde(default)]
+    pub queue_consumer: bool,
+    /// It settles delayed jobs.
+    #[serde(default)]
+    pub delayed_jobs: bool,
+    /// It receives completion webhooks (at [`env::WEBHOOK_LISTEN`]).
+    #[serde(default)]
+    pub webhooks: bool,
+    /// It serves [`RECONCILE_TOOL`].
+    #[serde(default)]
+    pub reconcile: bool,
+}
+
+impl ManifestCapabilities {
+    /// The capabilities, given the tools `tools/list` names (used when the manifest names
+    /// none).
+    pub fn to_capabilities(&self, listed: &BTreeSet<String>) -> ExecutorCapabilities {
+        ExecutorCapabilities::tools(self.tools.clone().unwrap_or_else(|| listed.clone()))
+            .with_queue_consumer(self.queue_consumer)
+            .with_delayed_jobs(self.delayed_jobs)
+            .with_webhooks(self.webhooks)
+            .with_reconcile(self.reconcile)
+    }
+}
+
+/// The durations an executor works with, in milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Timing {
+    /// How long a claim's lease lasts before another worker may take it over.
+    #[schemars(range(min = 1))]
+    pub lease_ms: u64,
+    /// How long a key is kept (after it, a tombstone answers `expired`).
+    #[schemars(range(min = 1))]
+    pub retention_ms: u64,
+    /// How long it waits for the downstream before the answer is ambiguous.
+    #[schemars(range(min = 1))]
+    pub downstream_timeout_ms: u64,
+}
+
+/// The environment a worker process starts with.
+pub mod env {
+    /// The worker's name (`worker-1`).
+    pub const WORKER: &str = "REPLAYLAB_WORKER";
+    /// How many times this worker was started before (0 first).
+    pub const INCARNATION: &str = "REPLAYLAB_INCARNATION";
+    /// A directory for the worker's durable state; it survives the process's crashes and is
+    /// shared by the run's workers (`{state}` in the command).
+    pub const STATE_DIR: &str = "REPLAYLAB_STATE_DIR";
+    /// The business API's base URL (`http://127.0.0.1:PORT`).
+    pub const DOWNSTREAM_URL: &str = "REPLAYLAB_DOWNSTREAM_URL";
+    /// The authorizer: `GET {URL}?tenant=..&actor=..&tool=..` answers `{"allowed": bool}`.
+    pub const AUTHZ_URL: &str = "REPLAYLAB_AUTHZ_URL";
+    /// The lease to use, in milliseconds.
+    pub const LEASE_MS: &str = "REPLAYLAB_LEASE_MS";
+    /// The retention to use, in milliseconds.
+    pub const RETENTION_MS: &str = "REPLAYLAB_RETENTION_MS";
+    /// The downstream timeout to use, in milliseconds.
+    pub const DOWNSTREAM_TIMEOUT_MS: &str = "REPLAYLAB_DOWNSTREAM_TIMEOUT_MS";
+    /// For the streamable HTTP transport: the address to serve MCP on (`{port}`).
+    pub const MCP_LISTEN: &str = "REPLAYLAB_MCP_LISTEN";
+    /// For an executor that receives webhooks: the address to receive them on.
+    pub const WEBHOOK_LISTEN: &str = "REPLAYLAB_WEBHOOK_LISTEN";
+
+    /// Every variable, in the order `docs/mcp.md` lists them.
+    pub const ALL: [&str; 10] = [
+        WORKER,
+        INCARNATION,
+        STATE_DIR,
+        DOWNSTREAM_URL,
+        AUTHZ_URL,
+        LEASE_MS,
+        RETENTION_MS,
+        DOWNSTREAM_TIMEOUT_MS,
+        MCP_LISTEN,
+        WEBHOOK_LISTEN,
+    ];
+}
+
+/// The JSON Schema of the conventions' documents: the `_meta` of a call ([`CallMeta`]), the
+/// `structuredContent` of an answer ([`Outcome`]) and the manifest ([`Manifest`]), under
+/// `$defs`, checked in at `protocol/schema/mcp.schema.json`.
+pub fn conventions_schema() -> String {
+    let mut generator = schemars::generate::SchemaSettings::draft2020_12().into_generator();
+    let call_meta = generator.subschema_for::<CallMeta>();
+    let outcome = generator.subschema_for::<Outcome>();
+    let manifest = generator.subschema_for::<Manifest>();
+    let mut defs = serde_json::Map::new();
+    for (name, schema) in generator.take_definitions(true) {
+        defs.insert(name, schema);
+    }
+    let document = serde_json::json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "replaylab MCP conventions",
+        "description": format!(
+            "Version {CONVENTIONS_VERSION}. `call_meta`: a tools/call request's `_meta[\"{CALL_META}\"]`; \
+             `outcome`: an answer's `structuredContent`; `manifest`: the text of the resource {MANIFEST_URI}."
+        ),
+        "properties": {
+            "call_meta": call_meta,
+            "outcome": outcome,
+            "manifest": manifest,
+        },
+        "additionalProperties": false,
+        "$defs": defs,
+    });
+    let mut text = serde_json::to_string_pretty(&document).expect("a schema serialises");
+    text.push('\n');
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_manifest_without_tools_serves_what_tools_list_names() {
+        let manifest: Manifest =
+            serde_json::from_str(r#"{"version": 1, "capabilities": {"reconcile": true}}"#)
+                .expect("a manifest");
+        let listed: BTreeSet<String> = ["tickets.create".to_owned()].into();
+        let capabilities = manifest.capabilities.to_capabilities(&listed);
+        assert_eq!(capabilities, ExecutorCapabilities::tools(["tickets.create"]).with_reconcile(true));
+        assert!(
+            serde_json::from_str::<Manifest>(r#"{"version": 1, "capabilities": {}, "extra": 1}"#).is_err()
+        );
+    }
+
+    #[test]
+    fn the_key_names_the_operation_not_the_call() {
+        assert_eq!(
+            CallMeta::key_of("acme", "production", "run_827", "record_issue"),
+            "acme/production/run_827/record_issue"
+        );
+    }
+}
