@@ -109,6 +109,9 @@ fn business_routes() -> Router<Downstream> {
     Route::ALL
         .into_iter()
         .fold(Router::new(), |router, route| router.route(route.path(), route.handlers()))
+        // The authorizer executors ask (not a business service: no faults, not journaled;
+        // its decisions go to the observer).
+        .route("/v1/authz", get(authorize))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
 }
@@ -123,6 +126,7 @@ fn admin_routes() -> Router<Downstream> {
         .route("/__admin/reset", post(admin_reset))
         .route("/__admin/tickets/{id}/touch", post(admin_touch))
         .route("/__admin/config", get(admin_get_config).put(admin_put_config))
+        .route("/__admin/authz/revoke", post(admin_revoke))
         .method_not_allowed_fallback(admin_method_not_allowed)
 }
 
@@ -187,6 +191,23 @@ struct TenantQuery {
 struct ReceiptQuery {
     tenant: String,
     service: String,
+}
+
+/// `GET /v1/authz?actor=..&tool=..`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AuthzQuery {
+    actor: String,
+    tool: String,
+}
+
+/// `POST /__admin/authz/revoke`: `tool` absent revokes every tool.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Revocation {
+    actor: String,
+    #[serde(default)]
+    tool: Option<String>,
 }
 
 // ------------------------------------------------------------------ input checks
@@ -1004,6 +1025,37 @@ async fn admin_requests(AxumState(ds): Ds) -> Response {
 
 async fn admin_webhooks(AxumState(ds): Ds) -> Response {
     json_response(200, &ds.webhook_deliveries())
+}
+
+async fn authorize(AxumState(ds): Ds, uri: http::Uri) -> Response {
+    let query: AuthzQuery = match parse_query(&uri) {
+        Ok(query) => query,
+        Err(problem) => return problem.into_response(),
+    };
+    if query.actor.is_empty() || query.tool.is_empty() {
+        return bad_request("invalid_query", "`actor` and `tool` must not be empty").into_response();
+    }
+    let allowed = ds.authorize(&query.actor, &query.tool);
+    json_response(200, &json!({"actor": query.actor, "tool": query.tool, "allowed": allowed}))
+}
+
+async fn admin_revoke(AxumState(ds): Ds, headers: http::HeaderMap, body: Body) -> Response {
+    let bytes = match read_body(&headers, body).await {
+        Ok(bytes) => bytes,
+        Err(problem) => return problem.into_response(),
+    };
+    let revocation: Revocation = match serde_json::from_slice(&bytes) {
+        Ok(revocation) => revocation,
+        Err(error) => {
+            return bad_request("invalid_body", format!("a revocation is {{\"actor\", \"tool\"?}}: {error}"))
+                .into_response()
+        }
+    };
+    if revocation.actor.is_empty() {
+        return bad_request("invalid_body", "`actor` must not be empty").into_response();
+    }
+    ds.revoke(&revocation.actor, revocation.tool.as_deref());
+    http::StatusCode::NO_CONTENT.into_response()
 }
 
 async fn admin_reset(AxumState(ds): Ds) -> Response {

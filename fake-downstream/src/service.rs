@@ -1,6 +1,6 @@
 //! The service's state and its in-process handle, [`Downstream`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -80,6 +80,10 @@ pub trait Observer: Send + Sync + 'static {
     fn effect(&self, effect: &Effect);
     /// A request was journaled.
     fn request(&self, record: &RequestRecord);
+    /// The authorizer answered whether `actor` may use `tool` (`GET /v1/authz`).
+    fn authorization(&self, actor: &str, tool: &str, allowed: bool) {
+        let _ = (actor, tool, allowed);
+    }
 }
 
 #[derive(Default)]
@@ -95,6 +99,8 @@ pub(crate) struct State {
     pub(crate) tickets: BTreeMap<String, Ticket>,
     pub(crate) jobs: BTreeMap<String, Job>,
     keys: BTreeMap<(Service, String, String), KeyRecord>,
+    /// Revoked permissions: (actor, tool), tool `None` meaning every tool.
+    revoked: BTreeSet<(String, Option<String>)>,
     counters: BTreeMap<&'static str, u64>,
     /// Bumped by `reset`, so that work started before it (job completions) does nothing.
     generation: u64,
@@ -382,6 +388,31 @@ impl Downstream {
             *state = State { config, observer, next_rule_id: 1, generation, ..State::default() };
         }
         self.inner.released.notify_waiters();
+    }
+
+    /// Revokes `actor`'s permission to use `tool` (every tool when `None`), until a reset. The
+    /// authorizer (`GET /v1/authz`, [`Downstream::allows`]) says so from now on.
+    pub fn revoke(&self, actor: &str, tool: Option<&str>) {
+        self.lock().revoked.insert((actor.to_owned(), tool.map(str::to_owned)));
+    }
+
+    /// Whether `actor` may use `tool` now (the authorizer's decision; not reported to the
+    /// observer: see [`Downstream::authorize`]).
+    pub fn allows(&self, actor: &str, tool: &str) -> bool {
+        let state = self.lock();
+        !state.revoked.contains(&(actor.to_owned(), None))
+            && !state.revoked.contains(&(actor.to_owned(), Some(tool.to_owned())))
+    }
+
+    /// The authorizer's decision for `actor` and `tool`, reported to the observer (what
+    /// `GET /v1/authz` answers).
+    pub fn authorize(&self, actor: &str, tool: &str) -> bool {
+        let allowed = self.allows(actor, tool);
+        let observer = self.lock().observer.clone();
+        if let Some(observer) = observer {
+            observer.authorization(actor, tool, allowed);
+        }
+        allowed
     }
 
     /// A person edits ticket `ticket_id` outside the API: its version goes up by one, and the

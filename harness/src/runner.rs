@@ -625,7 +625,7 @@ impl Runner {
             }
             StepKind::Revoke { actor, tool } => {
                 self.record(EventKind::Revoked { actor: actor.clone(), tool: tool.clone() });
-                self.shared.permissions.borrow_mut().revoke(actor, tool.as_deref());
+                self.shared.downstream.revoke(actor, tool.as_deref());
             }
             StepKind::HumanEdit { ticket_of } => {
                 let Some(ticket) = self.ticket_of(ticket_of) else {

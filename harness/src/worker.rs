@@ -486,7 +486,9 @@ struct SimAuthorizer {
 impl Authorizer for SimAuthorizer {
     fn authorize(&self, request: AuthRequest) -> LocalBoxFuture<'_, AuthDecision> {
         Box::pin(async move {
-            let allowed = self.shared.permissions.borrow().allows(&request.actor, &request.tool);
+            // The fake downstream's authorizer, asked in process (out-of-process executors ask
+            // it over HTTP, `GET /v1/authz`); the decision is recorded here, as it is made.
+            let allowed = self.shared.downstream.allows(&request.actor, &request.tool);
             self.shared.history.push(EventKind::Authorization {
                 worker: self.worker.clone(),
                 actor: request.actor.clone(),

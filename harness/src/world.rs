@@ -1,5 +1,6 @@
 //! The simulated world of one run: a turmoil `Sim` with the `downstream` host, the worker
-//! hosts and the `agent` client, and the state they share (history, queue, permissions).
+//! hosts and the `agent` client, and the state they share (history, queue; permissions are the
+//! fake downstream's authorizer's).
 //!
 //! Everything here runs on one thread. State that must survive a worker crash (the executor
 //! factory, the queue, the history) lives in [`Shared`], outside the host closures.
@@ -269,25 +270,6 @@ impl Queue {
     }
 }
 
-/// Revoked permissions: (actor, tool) pairs, tool `None` meaning every tool.
-#[derive(Debug, Default)]
-pub struct Permissions {
-    revoked: BTreeSet<(String, Option<String>)>,
-}
-
-impl Permissions {
-    /// Whether `actor` may use `tool` now.
-    pub fn allows(&self, actor: &str, tool: &str) -> bool {
-        !self.revoked.contains(&(actor.to_owned(), None))
-            && !self.revoked.contains(&(actor.to_owned(), Some(tool.to_owned())))
-    }
-
-    /// Revokes.
-    pub fn revoke(&mut self, actor: &str, tool: Option<&str>) {
-        self.revoked.insert((actor.to_owned(), tool.map(str::to_owned)));
-    }
-}
-
 /// The agent's mailbox and results.
 #[derive(Debug, Default)]
 pub struct AgentState {
@@ -330,8 +312,6 @@ pub struct Shared {
     pub downstream: Downstream,
     /// The tool contracts, true to this world's downstream.
     pub contracts: Arc<ContractSet>,
-    /// Revocations.
-    pub permissions: RefCell<Permissions>,
     /// The queue.
     pub queue: RefCell<Queue>,
     /// Deliveries per envelope (2 when the scenario duplicates).
@@ -470,7 +450,6 @@ pub fn build(scenario: &Scenario, seed: u64, factory: Rc<dyn ExecutorFactory>) -
         history,
         downstream,
         contracts,
-        permissions: RefCell::new(Permissions::default()),
         queue: RefCell::new(Queue::default()),
         queue_copies: if scenario.queue.duplicate_deliveries { 2 } else { 1 },
         queue_delay_ms: scenario.queue.delivery_delay.map_or(0, |delay| delay.as_millis() as u64),

@@ -160,7 +160,7 @@ pub mod env {
     pub const STATE_DIR: &str = "REPLAYLAB_STATE_DIR";
     /// The business API's base URL (`http://127.0.0.1:PORT`).
     pub const DOWNSTREAM_URL: &str = "REPLAYLAB_DOWNSTREAM_URL";
-    /// The authorizer: `GET {URL}?tenant=..&actor=..&tool=..` answers `{"allowed": bool}`.
+    /// The authorizer: `GET {URL}?actor=..&tool=..` answers `{"allowed": bool}`.
     pub const AUTHZ_URL: &str = "REPLAYLAB_AUTHZ_URL";
     /// The lease to use, in milliseconds.
     pub const LEASE_MS: &str = "REPLAYLAB_LEASE_MS";

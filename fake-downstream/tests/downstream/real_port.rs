@@ -93,3 +93,61 @@ async fn requests_and_effects_carry_the_content_a_client_computes() {
         assert!(effect.answer.is_object(), "the committed answer is kept: {:?}", effect.answer);
     }
 }
+
+/// The authorizer out-of-process executors ask: `GET /v1/authz` answers per actor and tool; an
+/// admin revocation (of one tool, or of every tool) changes its answer; a reset forgets it;
+/// the observer hears every decision; bad queries and bodies are problems, not panics.
+#[tokio::test(flavor = "current_thread")]
+async fn the_authorizer_answers_what_revocations_say() {
+    #[derive(Default)]
+    struct Decisions(std::sync::Mutex<Vec<(String, String, bool)>>);
+    impl fake_downstream::Observer for Decisions {
+        fn effect(&self, _: &fake_downstream::Effect) {}
+        fn request(&self, _: &fake_downstream::RequestRecord) {}
+        fn authorization(&self, actor: &str, tool: &str, allowed: bool) {
+            self.0.lock().unwrap().push((actor.to_owned(), tool.to_owned(), allowed));
+        }
+    }
+    let (downstream, client) = serve_on_loopback().await;
+    let decisions = Arc::new(Decisions::default());
+    downstream.set_observer(decisions.clone());
+    let allowed = |actor: &'static str, tool: &'static str| {
+        let client = client.clone();
+        async move {
+            let answer =
+                client.send(HttpRequest::get(format!("/v1/authz?actor={actor}&tool={tool}"))).await.unwrap();
+            assert_eq!(answer.status, 200);
+            let body: Value = answer.json().unwrap();
+            body["allowed"].as_bool().expect("a decision")
+        }
+    };
+    assert!(allowed("agent-7", "tickets.create").await);
+    let revoke =
+        |body: Value| client.send(HttpRequest::json(http::Method::POST, "/__admin/authz/revoke", &body));
+    assert_eq!(revoke(json!({"actor": "agent-7", "tool": "tickets.create"})).await.unwrap().status, 204);
+    assert!(!allowed("agent-7", "tickets.create").await);
+    assert!(allowed("agent-7", "payments.charge").await, "only that tool");
+    assert!(allowed("agent-8", "tickets.create").await, "only that actor");
+    assert_eq!(revoke(json!({"actor": "agent-8"})).await.unwrap().status, 204);
+    assert!(!allowed("agent-8", "payments.charge").await, "every tool");
+    assert_eq!(
+        *decisions.0.lock().unwrap(),
+        [
+            ("agent-7".to_owned(), "tickets.create".to_owned(), true),
+            ("agent-7".to_owned(), "tickets.create".to_owned(), false),
+            ("agent-7".to_owned(), "payments.charge".to_owned(), true),
+            ("agent-8".to_owned(), "tickets.create".to_owned(), true),
+            ("agent-8".to_owned(), "payments.charge".to_owned(), false),
+        ]
+    );
+    assert!(downstream.requests().is_empty(), "authorization is not a business request");
+
+    for bad in ["/v1/authz", "/v1/authz?actor=a", "/v1/authz?actor=&tool=t", "/v1/authz?actor=a&tool=t&x=1"] {
+        assert_eq!(client.send(HttpRequest::get(bad)).await.unwrap().status, 400, "{bad}");
+    }
+    for bad in [json!({}), json!({"actor": ""}), json!({"actor": "a", "scope": "all"})] {
+        assert_eq!(revoke(bad.clone()).await.unwrap().status, 400, "{bad}");
+    }
+    client.send(HttpRequest::new(http::Method::POST, "/__admin/reset")).await.unwrap();
+    assert!(allowed("agent-8", "payments.charge").await, "a reset forgets revocations");
+}
