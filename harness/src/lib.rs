@@ -59,6 +59,7 @@ pub mod merge;
 pub mod mutants;
 pub mod operations;
 pub mod oracles;
+pub mod real_env;
 pub mod runner;
 pub mod text;
 pub mod timeline;
