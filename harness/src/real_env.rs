@@ -21,6 +21,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
+use executor::downstream::percent_encode;
 use protocol::{
     AuthDecision, AuthRequest, Authorizer, Background, ContractSet, Entropy, Envelope, LocalBoxFuture,
     Outbox, OutboxError, ReconciliationEntry, Reconciliations, StoreGate, WorkerEnv,
@@ -92,19 +93,6 @@ impl Authorizer for HttpAuthorizer {
             }
         })
     }
-}
-
-/// Query-string encoding of one value (RFC 3986 unreserved characters pass).
-fn percent_encode(text: &str) -> String {
-    let mut encoded = String::with_capacity(text.len());
-    for byte in text.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
-            encoded.push(char::from(byte));
-        } else {
-            encoded.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    encoded
 }
 
 /// No queue: a queued tool is refused at its enqueue.
@@ -189,12 +177,6 @@ impl Background for TokioBackground {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn query_values_are_percent_encoded() {
-        assert_eq!(percent_encode("agent-7"), "agent-7");
-        assert_eq!(percent_encode("a b&c=d/é"), "a%20b%26c%3Dd%2F%C3%A9");
-    }
 
     #[test]
     fn entropy_differs_from_draw_to_draw() {

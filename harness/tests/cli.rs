@@ -202,8 +202,21 @@ fn the_largest_seed_runs_and_huge_jobs_are_capped() {
     let report: Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("matrix.json")).unwrap()).unwrap();
     assert_eq!(report["first_seed"], json!(u64::MAX), "{}", report["first_seed"]);
+    let (explore_out, regressions) = (dir.join("explore"), dir.join("regressions.jsonl"));
     let (code, stdout, stderr) = replaylab_with(
-        &["explore", "--seeds", "2", "--start", &(u64::MAX - 1).to_string(), "--jobs", &max],
+        &[
+            "explore",
+            "--seeds",
+            "2",
+            "--start",
+            &(u64::MAX - 1).to_string(),
+            "--jobs",
+            &max,
+            "--out",
+            explore_out.to_str().unwrap(),
+            "--regressions",
+            regressions.to_str().unwrap(),
+        ],
         &[],
     );
     // Two cases cannot reach the coverage floor, which is the only thing allowed to fail here.
