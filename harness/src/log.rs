@@ -217,10 +217,55 @@ where
 
 /// A dispatcher that captures the events `filter` lets through into `lines`, timed by `clock`
 /// and placed after the latest event of `history`.
+///
+/// It is installed on the run's thread only. tracing caches one interest per callsite for the
+/// whole process, and while exactly one dispatcher is registered it takes that interest from
+/// the default of whichever thread reaches a callsite first (tokio-rs/tracing#3611): a thread
+/// without a subscriber (another run, unlogged) would cache `never` and the captured run would
+/// lose that callsite's events. So a second dispatcher, [`Pin`], stays registered for the life
+/// of the process from the first capture on: interest is then always computed over every
+/// registered dispatcher, and the pin's `sometimes` keeps any callsite from being cached as
+/// `never`. `harness/tests/log_capture.rs` reproduces the loss without it.
 pub fn dispatch(filter: &LogFilter, history: History, clock: WorldClock, lines: Lines) -> tracing::Dispatch {
+    PIN.get_or_init(|| tracing::Dispatch::new(Pin));
     let capture = Capture { history, clock, lines };
     let subscriber = tracing_subscriber::registry().with(filter.targets.clone()).with(capture);
     tracing::Dispatch::new(subscriber)
+}
+
+/// The dispatcher kept registered once a capture exists (see [`dispatch`]).
+static PIN: std::sync::OnceLock<tracing::Dispatch> = std::sync::OnceLock::new();
+
+/// Wants nothing, but says `sometimes` for every callsite, so that no callsite's interest is
+/// cached as `never` while captures come and go; it does not raise the maximum level.
+struct Pin;
+
+impl tracing::Subscriber for Pin {
+    fn register_callsite(&self, _: &'static tracing::Metadata<'static>) -> tracing::subscriber::Interest {
+        tracing::subscriber::Interest::sometimes()
+    }
+
+    fn max_level_hint(&self) -> Option<tracing::level_filters::LevelFilter> {
+        Some(tracing::level_filters::LevelFilter::OFF)
+    }
+
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        false
+    }
+
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+
+    fn event(&self, _: &tracing::Event<'_>) {}
+
+    fn enter(&self, _: &tracing::span::Id) {}
+
+    fn exit(&self, _: &tracing::span::Id) {}
 }
 
 #[cfg(test)]
