@@ -44,7 +44,7 @@ use crate::real_env::RealWorld;
 /// no queue consumer.
 const UNSERVED_TOOLS: [&str; 1] = ["messages.send"];
 
-/// Where the server's durable state goes and how it is reached.
+/// How the server speaks MCP.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Transport {

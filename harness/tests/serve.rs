@@ -107,8 +107,9 @@ async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
-fn state_dir() -> PathBuf {
-    let state = std::env::temp_dir().join(format!("replaylab-serve-{}", std::process::id()));
+/// A state directory of the test's own (tests of this binary run in parallel).
+fn state_dir(test: &str) -> PathBuf {
+    let state = std::env::temp_dir().join(format!("replaylab-serve-{test}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&state);
     std::fs::create_dir_all(&state).expect("a state directory");
     state
@@ -116,7 +117,7 @@ fn state_dir() -> PathBuf {
 
 #[tokio::test(flavor = "current_thread")]
 async fn a_killed_server_restarted_on_its_store_names_the_one_effect() {
-    let state = state_dir();
+    let state = state_dir("crash");
     let downstream =
         Downstream::new(DownstreamConfig::default(), Arc::new(SystemClock), Arc::new(TcpConnector));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a port");
@@ -199,5 +200,40 @@ async fn a_killed_server_restarted_on_its_store_names_the_one_effect() {
     assert_eq!(polled.effect_reference.as_deref(), Some(effect.as_str()), "{polled:?}");
 
     let _ = second.client.cancel().await;
+    let _ = std::fs::remove_dir_all(&state);
+}
+
+/// The command with none of replaylab's variables inherited from the test's environment.
+fn bare_command(args: &[&str]) -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_replaylab"));
+    command.args(args).stdin(std::process::Stdio::null());
+    for name in protocol::mcp::env::ALL {
+        command.env_remove(name);
+    }
+    command
+}
+
+#[test]
+fn bad_flags_and_a_missing_environment_exit_2_before_any_work() {
+    let state = state_dir("flags");
+    let store = format!("sqlite:{}", state.join("claims.db").display());
+    let check = |command: &mut std::process::Command, says: &str| {
+        let output = command.output().expect("the command runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(says), "{says:?} in {stderr}");
+        assert!(output.stdout.is_empty(), "nothing served");
+    };
+    check(&mut bare_command(&["executor", "serve", "--store", &store]), protocol::mcp::env::WORKER);
+    let mut bad_url = bare_command(&["executor", "serve", "--store", &store]);
+    bad_url
+        .env(protocol::mcp::env::WORKER, "worker-1")
+        .env(protocol::mcp::env::INCARNATION, "0")
+        .env(protocol::mcp::env::STATE_DIR, &state)
+        .env(protocol::mcp::env::DOWNSTREAM_URL, "127.0.0.1:8080");
+    check(&mut bad_url, protocol::mcp::env::DOWNSTREAM_URL);
+    check(&mut bare_command(&["executor", "serve", "--transport", "http", "--store", &store]), "not yet");
+    check(&mut bare_command(&["executor", "serve", "--store", "claims.db"]), "sqlite:PATH");
+    assert!(!state.join("claims.db").exists(), "no store was created");
     let _ = std::fs::remove_dir_all(&state);
 }
