@@ -199,6 +199,21 @@ async fn a_killed_server_restarted_on_its_store_names_the_one_effect() {
     let polled = outcome(&call(&second.client, poll).await);
     assert_eq!(polled.effect_reference.as_deref(), Some(effect.as_str()), "{polled:?}");
 
+    // Reconcile settles it against the downstream's records: the same effect.
+    let mut reconcile = CallToolRequestParams::new(RECONCILE_TOOL);
+    reconcile.meta = Some(meta("call_reconcile", 1).into());
+    let reconciled = outcome(&call(&second.client, reconcile).await);
+    assert!(reconciled.status.claims_success(), "{reconciled:?}");
+    assert_eq!(reconciled.effect_reference.as_deref(), Some(effect.as_str()), "{reconciled:?}");
+
+    // A tool the server does not serve is a protocol error, not an outcome.
+    let mut queued = CallToolRequestParams::new("messages.send");
+    queued.meta = Some(meta("call_queued", 1).into());
+    let refused =
+        tokio::time::timeout(PATIENCE, second.client.peer().call_tool(queued)).await.expect("in time");
+    assert!(refused.is_err(), "{refused:?}");
+    assert_eq!(downstream.ledger().len(), 1);
+
     let _ = second.client.cancel().await;
     let _ = std::fs::remove_dir_all(&state);
 }
