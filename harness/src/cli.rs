@@ -189,6 +189,11 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// Run an executor as a process of its own: `executor serve`.
+    Executor {
+        #[command(subcommand)]
+        what: ExecutorCommand,
+    },
     /// Fuzz the scenario and fault-rule parsers, the fake downstream, argument fingerprints
     /// and saved cases with inputs drawn from a seed; every panic and broken property is
     /// printed and its input written to `--out`.
@@ -205,6 +210,24 @@ enum Command {
         /// Where findings are written (`<target>-<n>.txt`, the exact input).
         #[arg(long, default_value = crate::fuzz::DEFAULT_OUT)]
         out: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ExecutorCommand {
+    /// Serve the reference executor as an MCP server (replaylab's conventions, docs/mcp.md),
+    /// in the real world: the fake downstream at REPLAYLAB_DOWNSTREAM_URL, real time, the
+    /// claim store in a file. Reads REPLAYLAB_WORKER, REPLAYLAB_INCARNATION,
+    /// REPLAYLAB_STATE_DIR, REPLAYLAB_DOWNSTREAM_URL and, optionally, REPLAYLAB_AUTHZ_URL,
+    /// REPLAYLAB_LEASE_MS, REPLAYLAB_RETENTION_MS and REPLAYLAB_DOWNSTREAM_TIMEOUT_MS.
+    Serve {
+        /// How MCP is spoken: stdio (http is not served yet).
+        #[arg(long, default_value = "stdio")]
+        transport: String,
+        /// The claim store: sqlite:PATH (a file; it survives the process and is shared by
+        /// every process that opens it).
+        #[arg(long)]
+        store: String,
     },
 }
 
@@ -385,6 +408,17 @@ fn bad_input(error: anyhow::Error) -> Failure {
 fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
     match cli.command {
         Command::Downstream { listen, config } => serve_downstream(&listen, config.as_deref()),
+        Command::Executor { what: ExecutorCommand::Serve { transport, store } } => {
+            let config = crate::serve::ServeConfig::from_flags_and_env(&transport, &store, |name| {
+                std::env::var(name).ok()
+            })
+            .map_err(|message| bad_input(anyhow::anyhow!("executor serve: {message}")))?;
+            match crate::serve::run(config) {
+                Ok(()) => Ok(exit::SUCCESS),
+                Err(error @ crate::serve::ServeError::Store { .. }) => Err(bad_input(error.into())),
+                Err(error) => Err(Failure { code: exit::CHECK_FAILED, error: error.into() }),
+            }
+        }
         Command::Matrix {
             executor,
             seeds,

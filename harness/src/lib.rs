@@ -61,6 +61,7 @@ pub mod operations;
 pub mod oracles;
 pub mod real_env;
 pub mod runner;
+pub mod serve;
 pub mod text;
 pub mod timeline;
 pub mod verdict;

@@ -1,0 +1,605 @@
+//! `replaylab executor serve`: the reference executor as an MCP server over stdio, speaking
+//! replaylab's conventions (`docs/mcp.md`, `protocol::mcp`) in the real world's environment
+//! ([`crate::real_env`]).
+//!
+//! - `tools/list`: the contract tools the reference serves for real (every built-in contract
+//!   but `messages.send`, which needs a queue this world has no consumer for), each with a
+//!   permissive object schema (the reference validates the arguments itself), and
+//!   [`POLL_TOOL`] and [`RECONCILE_TOOL`].
+//! - `tools/call`: the operation from `_meta["dev.replaylab/call"]` ([`CallMeta`]), the
+//!   arguments as the call's raw JSON arguments, answered with the [`Outcome`] as
+//!   `structuredContent` and `isError: false`; a request the server cannot read (no or an
+//!   invalid `_meta`) is a tool error result saying what is wrong (`isError: true`).
+//! - `resources/read` of [`MANIFEST_URI`]: the [`Manifest`].
+//!
+//! The reference executor is not `Send` (its futures and environment hold `Rc`s), and rmcp's
+//! server handler must be: the executor lives on a thread of its own (a current-thread
+//! runtime with a `LocalSet`), and the handler sends it each request over a channel with a
+//! channel for the answer.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use executor::{ReferenceConfig, ReferenceFactory, StoreLocation, DEFAULT_DOWNSTREAM_TIMEOUT};
+use protocol::mcp::{
+    env, CallMeta, Manifest, ManifestCapabilities, Timing, CALL_META, CONVENTIONS_VERSION, MANIFEST_URI,
+    POLL_TOOL, RECONCILE_TOOL,
+};
+use protocol::{ContractSet, Executor, ExecutorFactory, OperationRef, Outcome, ToolCall};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
+    ReadResourceResult, Resource, ResourceContents, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::real_env::RealWorld;
+
+/// The contract tools this server leaves out: `messages.send` is queued, and this world has
+/// no queue consumer.
+const UNSERVED_TOOLS: [&str; 1] = ["messages.send"];
+
+/// How the server speaks MCP.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Transport {
+    /// MCP over the process's standard input and output.
+    Stdio,
+}
+
+/// Everything `executor serve` needs, validated before any work.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServeConfig {
+    /// How MCP is spoken.
+    pub transport: Transport,
+    /// The claim store's file (`--store sqlite:PATH`).
+    pub store: PathBuf,
+    /// The worker's world: name, incarnation, downstream, state directory.
+    pub world: RealWorld,
+    /// How long one downstream request may take ([`env::DOWNSTREAM_TIMEOUT_MS`]).
+    pub downstream_timeout: Duration,
+    /// Every contract's lease, when the environment sets one ([`env::LEASE_MS`]).
+    pub lease: Option<Duration>,
+    /// Every contract's retention, when the environment sets one ([`env::RETENTION_MS`]).
+    pub retention: Option<Duration>,
+}
+
+impl ServeConfig {
+    /// The configuration from the flags and the environment (`variable` looks one up); an
+    /// error names the flag or the variable and what is wrong with it.
+    pub fn from_flags_and_env(
+        transport: &str,
+        store: &str,
+        variable: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, String> {
+        let transport = match transport {
+            "stdio" => Transport::Stdio,
+            "http" => {
+                return Err(
+                    "--transport http: the streamable HTTP transport is not yet served; use stdio".into()
+                )
+            }
+            other => return Err(format!("--transport {other:?}: expected stdio (or, later, http)")),
+        };
+        let store = match store.strip_prefix("sqlite:") {
+            Some(path) if !path.is_empty() => PathBuf::from(path),
+            _ => return Err(format!("--store {store:?}: expected sqlite:PATH (a SQLite file)")),
+        };
+        let required = |name: &str| match variable(name) {
+            Some(value) if !value.trim().is_empty() => Ok(value),
+            _ => Err(format!("{name} is not set (see docs/mcp.md, section 5)")),
+        };
+        let worker = required(env::WORKER)?;
+        let incarnation = required(env::INCARNATION)?;
+        let incarnation: u32 = incarnation
+            .parse()
+            .map_err(|_| format!("{}={incarnation:?}: expected a whole number from 0", env::INCARNATION))?;
+        let state_dir = PathBuf::from(required(env::STATE_DIR)?);
+        if !state_dir.is_dir() {
+            return Err(format!("{}={}: not a directory", env::STATE_DIR, state_dir.display()));
+        }
+        let url = required(env::DOWNSTREAM_URL)?;
+        let downstream = parse_http_url(&url)
+            .ok_or_else(|| format!("{}={url:?}: expected http://HOST:PORT", env::DOWNSTREAM_URL))?;
+        if let Some(authz) = variable(env::AUTHZ_URL).filter(|value| !value.trim().is_empty()) {
+            let expected = format!("{}/v1/authz", url.trim_end_matches('/'));
+            if authz != expected {
+                return Err(format!(
+                    "{}={authz:?}: this server asks the downstream's authorizer only ({expected})",
+                    env::AUTHZ_URL
+                ));
+            }
+        }
+        let millis = |name: &str| -> Result<Option<Duration>, String> {
+            match variable(name) {
+                None => Ok(None),
+                Some(value) => match value.parse::<u64>() {
+                    Ok(ms) if ms > 0 => Ok(Some(Duration::from_millis(ms))),
+                    _ => Err(format!("{name}={value:?}: expected milliseconds, at least 1")),
+                },
+            }
+        };
+        let downstream_timeout = millis(env::DOWNSTREAM_TIMEOUT_MS)?.unwrap_or(DEFAULT_DOWNSTREAM_TIMEOUT);
+        let lease = millis(env::LEASE_MS)?;
+        let retention = millis(env::RETENTION_MS)?;
+        Ok(Self {
+            transport,
+            store,
+            world: RealWorld { worker, incarnation, downstream, state_dir },
+            downstream_timeout,
+            lease,
+            retention,
+        })
+    }
+
+    /// The contracts the executor works with: the built-in ones, with the environment's
+    /// lease and retention when it sets them.
+    pub fn contracts(&self) -> ContractSet {
+        let mut contracts = ContractSet::builtin();
+        let changed: Vec<_> = contracts
+            .iter()
+            .map(|contract| {
+                let mut contract = contract.clone();
+                contract.lease = self.lease.unwrap_or(contract.lease);
+                contract.retention = self.retention.unwrap_or(contract.retention);
+                contract
+            })
+            .collect();
+        for contract in changed {
+            contracts.insert(contract);
+        }
+        contracts
+    }
+
+    /// The contract tools served, by name.
+    pub fn tools(&self) -> BTreeSet<String> {
+        self.contracts()
+            .iter()
+            .map(|contract| contract.name.clone())
+            .filter(|name| !UNSERVED_TOOLS.contains(&name.as_str()))
+            .collect()
+    }
+
+    /// What the server says of itself at [`MANIFEST_URI`]. Its timing is the longest lease
+    /// and the longest retention of any served contract (what the harness must wait for).
+    pub fn manifest(&self) -> Manifest {
+        let tools = self.tools();
+        let contracts = self.contracts();
+        let served: Vec<_> = contracts.iter().filter(|contract| tools.contains(&contract.name)).collect();
+        let most = |of: &dyn Fn(&protocol::ToolContract) -> Duration| {
+            served.iter().map(|contract| of(contract)).max().unwrap_or_default()
+        };
+        let millis = |duration: Duration| u64::try_from(duration.as_millis()).unwrap_or(u64::MAX).max(1);
+        Manifest {
+            version: CONVENTIONS_VERSION,
+            capabilities: ManifestCapabilities {
+                delayed_jobs: tools.contains("jobs.submit"),
+                tools: Some(tools),
+                queue_consumer: false,
+                webhooks: false,
+                reconcile: true,
+            },
+            timing: Some(Timing {
+                lease_ms: millis(most(&|contract| contract.lease)),
+                retention_ms: millis(most(&|contract| contract.retention)),
+                downstream_timeout_ms: millis(self.downstream_timeout),
+            }),
+        }
+    }
+}
+
+/// `http://HOST:PORT` (a trailing `/` allowed) → host and port.
+fn parse_http_url(url: &str) -> Option<(String, u16)> {
+    let rest = url.strip_prefix("http://")?.trim_end_matches('/');
+    let (host, port) = rest.rsplit_once(':')?;
+    if host.is_empty() || host.contains('/') || host.contains('@') {
+        return None;
+    }
+    Some((host.to_owned(), port.parse().ok()?))
+}
+
+/// Why the server stopped with an error.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// The claim store could not be opened (bad input: nothing was served).
+    Store {
+        /// The store's file.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+    /// The runtime, the executor's thread or the transport failed.
+    Serving(String),
+}
+
+impl std::fmt::Display for ServeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Store { path, message } => {
+                write!(f, "failed to open the claim store {}: {message}", path.display())
+            }
+            Self::Serving(message) => f.write_str(message),
+        }
+    }
+}
+
+impl std::error::Error for ServeError {}
+
+/// One request for the executor's thread, with where its answer goes.
+#[derive(Debug)]
+enum Job {
+    Call(ToolCall, oneshot::Sender<Outcome>),
+    Poll(OperationRef, oneshot::Sender<Outcome>),
+    Reconcile(OperationRef, oneshot::Sender<Outcome>),
+}
+
+/// Serves until the client closes the connection.
+pub fn run(config: ServeConfig) -> Result<(), ServeError> {
+    let (jobs, receiver) = mpsc::unbounded_channel();
+    let (started, ready) = std::sync::mpsc::channel();
+    let executor_config = config.clone();
+    let executor_thread = std::thread::Builder::new()
+        .name("executor".into())
+        .spawn(move || run_executor(&executor_config, receiver, &started))
+        .map_err(|error| ServeError::Serving(format!("failed to start the executor's thread: {error}")))?;
+    match ready.recv() {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => return Err(error),
+        Err(_) => return Err(ServeError::Serving("the executor's thread stopped before it started".into())),
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|error| ServeError::Serving(format!("failed to start the async runtime: {error}")))?;
+    let server = ReferenceServer::new(&config, jobs);
+    let served = runtime.block_on(async move {
+        let Transport::Stdio = config.transport;
+        let running = server
+            .serve(rmcp::transport::stdio())
+            .await
+            .map_err(|error| ServeError::Serving(format!("failed to start MCP over stdio: {error}")))?;
+        running
+            .waiting()
+            .await
+            .map_err(|error| ServeError::Serving(format!("the MCP session failed: {error}")))?;
+        Ok(())
+    });
+    // The handler (and with it the channel's sender) is gone: the executor's thread ends.
+    drop(runtime);
+    let _ = executor_thread.join();
+    served
+}
+
+/// The executor's thread: opens the store, says so on `started`, then answers jobs until the
+/// server drops its sender, each job as a task of its own (calls run concurrently).
+fn run_executor(
+    config: &ServeConfig,
+    mut jobs: mpsc::UnboundedReceiver<Job>,
+    started: &std::sync::mpsc::Sender<Result<(), ServeError>>,
+) {
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            let _ = started
+                .send(Err(ServeError::Serving(format!("failed to start the executor's runtime: {error}"))));
+            return;
+        }
+    };
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&runtime, async move {
+        let factory = match ReferenceFactory::new(
+            StoreLocation::File(config.store.clone()),
+            ReferenceConfig::default().with_downstream_timeout(config.downstream_timeout),
+        ) {
+            Ok(factory) => factory,
+            Err(error) => {
+                let _ = started
+                    .send(Err(ServeError::Store { path: config.store.clone(), message: error.to_string() }));
+                return;
+            }
+        };
+        let mut env = config.world.worker_env();
+        env.contracts = Arc::new(config.contracts());
+        let executor: Rc<dyn Executor> = Rc::from(factory.start(env));
+        let _ = started.send(Ok(()));
+        while let Some(job) = jobs.recv().await {
+            let executor = Rc::clone(&executor);
+            tokio::task::spawn_local(async move {
+                // A closed answer channel means the client went away: nothing to tell.
+                let _ = match job {
+                    Job::Call(call, answer) => answer.send(executor.call(call).await),
+                    Job::Poll(operation, answer) => answer.send(executor.poll(operation).await),
+                    Job::Reconcile(operation, answer) => answer.send(executor.reconcile(operation).await),
+                };
+            });
+        }
+        drop(executor);
+        drop(factory);
+    });
+}
+
+/// The MCP side: `Send`, it forwards each request to the executor's thread.
+#[derive(Debug, Clone)]
+struct ReferenceServer {
+    jobs: mpsc::UnboundedSender<Job>,
+    tools: Arc<Vec<Tool>>,
+    contract_tools: Arc<BTreeSet<String>>,
+    manifest: Arc<String>,
+}
+
+impl ReferenceServer {
+    fn new(config: &ServeConfig, jobs: mpsc::UnboundedSender<Job>) -> Self {
+        let contract_tools = config.tools();
+        let contracts = config.contracts();
+        let mut tools: Vec<Tool> = contract_tools
+            .iter()
+            .map(|name| {
+                let versions: Vec<&str> = contracts
+                    .iter()
+                    .filter(|contract| &contract.name == name)
+                    .map(|contract| contract.version.as_str())
+                    .collect();
+                Tool::new(
+                    name.clone(),
+                    format!(
+                        "The contract tool {name} (versions {}), through the reference executor: name the operation in _meta[\"{CALL_META}\"]",
+                        versions.join(", ")
+                    ),
+                    permissive_schema(),
+                )
+            })
+            .collect();
+        tools.push(Tool::new(
+            POLL_TOOL,
+            format!("The outcome of the operation named in _meta[\"{CALL_META}\"] (empty arguments)"),
+            permissive_schema(),
+        ));
+        tools.push(Tool::new(
+            RECONCILE_TOOL,
+            format!(
+                "Settle the operation named in _meta[\"{CALL_META}\"] against the downstream's records, then answer its outcome"
+            ),
+            permissive_schema(),
+        ));
+        let manifest = serde_json::to_string_pretty(&config.manifest()).expect("a manifest serialises");
+        Self {
+            jobs,
+            tools: Arc::new(tools),
+            contract_tools: Arc::new(contract_tools),
+            manifest: Arc::new(manifest),
+        }
+    }
+
+    /// `meta` is the request's `_meta`: rmcp moves it out of the params into the request's
+    /// context before the handler sees them.
+    async fn answer(
+        &self,
+        request: CallToolRequestParams,
+        meta: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<CallToolResult, McpError> {
+        let name = request.name.as_ref();
+        let is_contract_tool = self.contract_tools.contains(name);
+        if !is_contract_tool && name != POLL_TOOL && name != RECONCILE_TOOL {
+            return Err(McpError::invalid_params(format!("unknown tool {name:?}"), None));
+        }
+        let meta = match call_meta(Some(meta)) {
+            Ok(meta) => meta,
+            Err(message) => return Ok(CallToolResult::error(vec![ContentBlock::text(message)])),
+        };
+        let operation = OperationRef {
+            tenant: meta.tenant.clone(),
+            environment: meta.environment.clone(),
+            workflow_id: meta.workflow_id.clone(),
+            step_id: meta.step_id.clone(),
+            actor: meta.actor.clone(),
+        };
+        let (answer, outcome) = oneshot::channel();
+        let job = if is_contract_tool {
+            let arguments = serde_json::Value::Object(request.arguments.unwrap_or_default());
+            let arguments = serde_json::value::to_raw_value(&arguments).expect("JSON values serialise");
+            Job::Call(
+                ToolCall {
+                    tenant: meta.tenant,
+                    environment: meta.environment,
+                    workflow_id: meta.workflow_id,
+                    step_id: meta.step_id,
+                    tool: name.to_owned(),
+                    tool_version: meta.tool_version,
+                    arguments,
+                    actor: meta.actor,
+                    call_id: meta.call_id,
+                    trace_id: None,
+                    attempt: meta.attempt,
+                },
+                answer,
+            )
+        } else if name == POLL_TOOL {
+            Job::Poll(operation, answer)
+        } else {
+            Job::Reconcile(operation, answer)
+        };
+        let internal = || McpError::internal_error("the executor stopped", None);
+        self.jobs.send(job).map_err(|_| internal())?;
+        let outcome = outcome.await.map_err(|_| internal())?;
+        Ok(outcome_result(&outcome))
+    }
+}
+
+/// `{"type": "object"}`: any arguments; the executor validates them against the contract.
+fn permissive_schema() -> Arc<serde_json::Map<String, serde_json::Value>> {
+    let mut schema = serde_json::Map::new();
+    schema.insert("type".into(), "object".into());
+    Arc::new(schema)
+}
+
+/// The call's [`CallMeta`] from a request's `_meta`, or what is wrong with it.
+fn call_meta(meta: Option<&serde_json::Map<String, serde_json::Value>>) -> Result<CallMeta, String> {
+    let Some(value) = meta.and_then(|meta| meta.get(CALL_META)) else {
+        return Err(format!(
+            "missing _meta[\"{CALL_META}\"]: name the operation (tenant, environment, workflow_id, step_id, actor, tool_version, call_id, attempt, idempotency_key; docs/mcp.md)"
+        ));
+    };
+    let meta: CallMeta = serde_json::from_value(value.clone())
+        .map_err(|error| format!("invalid _meta[\"{CALL_META}\"]: {error}"))?;
+    if meta.version != CONVENTIONS_VERSION {
+        return Err(format!(
+            "invalid _meta[\"{CALL_META}\"]: version {} (this server speaks version {CONVENTIONS_VERSION})",
+            meta.version
+        ));
+    }
+    Ok(meta)
+}
+
+/// An outcome as a tool result: the outcome as `structuredContent`, a line of text, and
+/// `isError: false` (every outcome is an answer, a refusal included).
+fn outcome_result(outcome: &Outcome) -> CallToolResult {
+    let mut text = outcome.status.as_str().to_owned();
+    if let Some(reason) = outcome.reason {
+        text.push_str(&format!(" ({})", reason.as_str()));
+    }
+    if let Some(reference) = &outcome.effect_reference {
+        text.push_str(&format!(": {reference}"));
+    }
+    if let Some(message) = &outcome.message {
+        text.push_str(&format!(" ({message})"));
+    }
+    let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+    result.structured_content = Some(serde_json::to_value(outcome).expect("an outcome serialises"));
+    result
+}
+
+impl ServerHandler for ReferenceServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_resources().build())
+            .with_server_info(rmcp::model::Implementation::new("replaylab-reference", env!("CARGO_PKG_VERSION")))
+            .with_instructions(format!(
+                "replaylab's reference executor. Name each call's operation in _meta[\"{CALL_META}\"]; its outcome comes back as structuredContent. Read {MANIFEST_URI} for what it supports."
+            ))
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        Ok(ListToolsResult::with_all_items(self.tools.as_ref().clone()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        // Should a future rmcp leave `_meta` in the params, it is read there.
+        let meta = match &request.meta {
+            Some(meta) if !meta.0 .0.is_empty() => meta.0 .0.clone(),
+            _ => context.meta.0 .0.clone(),
+        };
+        self.answer(request, &meta).await.map(CallToolResponse::from)
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        let manifest = Resource::new(MANIFEST_URI, "executor")
+            .with_description("What this executor supports and its timing (replaylab's conventions)")
+            .with_mime_type("application/json");
+        Ok(ListResourcesResult::with_all_items(vec![manifest]))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        if request.uri != MANIFEST_URI {
+            return Err(McpError::resource_not_found(format!("no resource {:?}", request.uri), None));
+        }
+        let contents =
+            ResourceContents::text(self.manifest.as_str(), MANIFEST_URI).with_mime_type("application/json");
+        Ok(ReadResourceResult::new(vec![contents]).into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn environment(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let pairs: Vec<(String, String)> =
+            pairs.iter().map(|(name, value)| ((*name).to_owned(), (*value).to_owned())).collect();
+        move |name: &str| pairs.iter().find(|(known, _)| known == name).map(|(_, value)| value.clone())
+    }
+
+    fn complete() -> Vec<(&'static str, &'static str)> {
+        vec![
+            (env::WORKER, "worker-1"),
+            (env::INCARNATION, "0"),
+            (env::STATE_DIR, "/"),
+            (env::DOWNSTREAM_URL, "http://127.0.0.1:8080"),
+        ]
+    }
+
+    #[test]
+    fn the_environment_is_read_and_checked() {
+        let config =
+            ServeConfig::from_flags_and_env("stdio", "sqlite:/tmp/claims.db", environment(&complete()))
+                .expect("a configuration");
+        assert_eq!(config.world.downstream, ("127.0.0.1".to_owned(), 8080));
+        assert_eq!(config.downstream_timeout, DEFAULT_DOWNSTREAM_TIMEOUT);
+        for missing in [env::WORKER, env::INCARNATION, env::STATE_DIR, env::DOWNSTREAM_URL] {
+            let without: Vec<_> = complete().into_iter().filter(|(name, _)| *name != missing).collect();
+            let error = ServeConfig::from_flags_and_env("stdio", "sqlite:x.db", environment(&without))
+                .expect_err("refused");
+            assert!(error.contains(missing), "{error}");
+        }
+        let bad = |name: &'static str, value: &'static str| {
+            let mut pairs = complete();
+            pairs.retain(|(known, _)| *known != name);
+            pairs.push((name, value));
+            let error = ServeConfig::from_flags_and_env("stdio", "sqlite:x.db", environment(&pairs))
+                .expect_err(value);
+            assert!(error.contains(name), "{error}");
+        };
+        bad(env::INCARNATION, "-1");
+        bad(env::DOWNSTREAM_URL, "https://127.0.0.1:8080");
+        bad(env::DOWNSTREAM_URL, "http://127.0.0.1");
+        bad(env::LEASE_MS, "0");
+        bad(env::DOWNSTREAM_TIMEOUT_MS, "soon");
+        bad(env::AUTHZ_URL, "http://elsewhere:1/authz");
+        let flags = |transport: &str, store: &str| {
+            ServeConfig::from_flags_and_env(transport, store, environment(&complete())).expect_err("refused")
+        };
+        assert!(flags("http", "sqlite:x.db").contains("not yet"));
+        assert!(flags("stdio", "postgres://x").contains("sqlite:PATH"));
+    }
+
+    #[test]
+    fn the_manifest_names_what_is_served() {
+        let mut pairs = complete();
+        pairs.push((env::LEASE_MS, "1500"));
+        let config = ServeConfig::from_flags_and_env("stdio", "sqlite:x.db", environment(&pairs))
+            .expect("a configuration");
+        let manifest = config.manifest();
+        let tools = manifest.capabilities.tools.clone().expect("tools");
+        assert!(tools.contains("tickets.create") && !tools.contains("messages.send"), "{tools:?}");
+        assert!(manifest.capabilities.reconcile && manifest.capabilities.delayed_jobs);
+        assert_eq!(manifest.timing.expect("timing").lease_ms, 1500);
+    }
+
+    #[test]
+    fn a_call_without_its_operation_is_told_what_is_missing() {
+        assert!(call_meta(None).expect_err("missing").contains("missing _meta[\"dev.replaylab/call\"]"));
+        let mut meta = serde_json::Map::new();
+        meta.insert(CALL_META.into(), serde_json::json!({"version": 1}));
+        assert!(call_meta(Some(&meta)).expect_err("invalid").starts_with("invalid _meta"));
+    }
+}
