@@ -476,10 +476,37 @@ impl ClaimStore {
         opened.map_err(|source| StoreError::Open { location: location.to_string(), source })
     }
 
+    /// Opens a file several processes may open at once (worker processes sharing one store):
+    /// the switch to WAL and the schema are each done under a write lock taken up front
+    /// (`BEGIN IMMEDIATE` waits out the busy timeout; a deferred transaction that turns into a
+    /// write while another process writes fails at once with `SQLITE_BUSY`).
     fn open_file(path: &Path) -> rusqlite::Result<Self> {
+        // SQLite answers `SQLITE_BUSY` at once, without waiting, where waiting could deadlock
+        // (two processes both holding a read lock while one switches the journal to WAL): such
+        // an open is tried again, for as long as the busy timeout.
+        let started = std::time::Instant::now();
+        let mut pause = Duration::from_millis(2);
+        loop {
+            match Self::try_open_file(path) {
+                Err(rusqlite::Error::SqliteFailure(failure, _))
+                    if failure.code == rusqlite::ErrorCode::DatabaseBusy
+                        && started.elapsed() < BUSY_TIMEOUT =>
+                {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(50));
+                }
+                opened => return opened,
+            }
+        }
+    }
+
+    fn try_open_file(path: &Path) -> rusqlite::Result<Self> {
         let connection = Connection::open(path)?;
         connection.busy_timeout(BUSY_TIMEOUT)?;
-        connection.pragma_update(None, "journal_mode", "WAL")?;
+        let mode: String = connection.query_row("PRAGMA journal_mode", [], |row| row.get(0))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            connection.pragma_update(None, "journal_mode", "WAL")?;
+        }
         connection.pragma_update(None, "synchronous", "NORMAL")?;
         Self::prepare(connection)
     }
@@ -487,7 +514,7 @@ impl ClaimStore {
     fn prepare(connection: Connection) -> rusqlite::Result<Self> {
         // Room for every statement the store prepares, so none is evicted and prepared again.
         connection.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
-        connection.execute_batch(SCHEMA)?;
+        connection.execute_batch(&format!("BEGIN IMMEDIATE; {SCHEMA} COMMIT;"))?;
         Ok(Self { connection })
     }
 

@@ -33,6 +33,29 @@ struct Cli {
     command: Command,
 }
 
+/// A black-box executor: an MCP server started as processes (`docs/mcp.md`).
+#[derive(Debug, clap::Args)]
+struct BlackBoxArgs {
+    /// Test an MCP server as a black box: the command that starts one worker process (run by
+    /// `sh -c`; `{worker}`, `{state}` (a directory per run that survives crashes) and `{port}`
+    /// are replaced). Instead of --executor.
+    #[arg(long, conflicts_with = "executor")]
+    executor_cmd: Option<String>,
+    /// With --executor-cmd: how to talk to the processes (`stdio`).
+    #[arg(long, default_value = "stdio", requires = "executor_cmd")]
+    transport: String,
+    /// With --executor-cmd: worker processes per run.
+    #[arg(long, default_value_t = 2, requires = "executor_cmd")]
+    workers: usize,
+    /// With --executor-cmd: also pass the operation's key as this argument
+    /// (`idempotency_key`, or SEP-3182's `idempotencyKey`), besides `_meta`.
+    #[arg(long, requires = "executor_cmd")]
+    key_argument: Option<String>,
+}
+
+/// The most worker processes a black-box run starts.
+const MAX_WORKERS: usize = 16;
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run every scenario for many seeds against an executor and report each row of the
@@ -71,6 +94,11 @@ enum Command {
         /// else `debug`.
         #[arg(long)]
         log: Option<String>,
+        /// With --executor-cmd: runs per scenario (real runs are not seeded; they repeat).
+        #[arg(long, requires = "executor_cmd", conflicts_with_all = ["seeds", "first_seed", "check_determinism", "log"])]
+        repeat: Option<u64>,
+        #[command(flatten)]
+        black_box: BlackBoxArgs,
     },
     /// Run one scenario with one seed and print the verdict (and the history with --trace).
     Run {
@@ -101,6 +129,8 @@ enum Command {
         /// Run it twice and fail if the histories differ.
         #[arg(long)]
         check_determinism: bool,
+        #[command(flatten)]
+        black_box: BlackBoxArgs,
     },
     /// Random workloads under random faults, checked by every oracle; failures are shrunk,
     /// printed with a reproduce command, and saved to the regressions file.
@@ -350,6 +380,7 @@ pub fn program_name(argv0: Option<PathBuf>, under_cargo: bool, package: Option<S
 /// with the program that was run.
 struct Registry {
     executors: Vec<ExecutorSpec>,
+    program: String,
 }
 
 impl Registry {
@@ -373,7 +404,62 @@ impl Registry {
         for spec in &mut executors {
             spec.program = program.to_owned();
         }
-        Ok(Self { executors })
+        Ok(Self { executors, program: program.to_owned() })
+    }
+
+    /// The executor a command names: `--executor-cmd` (checked, and started once to read
+    /// what it supports, before any run) or `--executor`.
+    fn resolve(&self, name: &str, black_box: &BlackBoxArgs) -> Result<ExecutorSpec, Failure> {
+        let Some(command) = &black_box.executor_cmd else { return self.find(name) };
+        if command.trim().is_empty() {
+            return Err(bad_input(anyhow::anyhow!(
+                "--executor-cmd is empty: give the command that starts one worker"
+            )));
+        }
+        let transport = match black_box.transport.as_str() {
+            "stdio" => crate::black_box::Transport::Stdio,
+            "http" => {
+                return Err(bad_input(anyhow::anyhow!(
+                    "--transport http: the streamable HTTP transport is not built yet; use stdio"
+                )))
+            }
+            other => return Err(bad_input(anyhow::anyhow!("--transport {}: must be stdio", quoted(other)))),
+        };
+        if !(1..=MAX_WORKERS).contains(&black_box.workers) {
+            return Err(bad_input(anyhow::anyhow!("--workers must be 1 to {MAX_WORKERS}")));
+        }
+        let key_placement = match &black_box.key_argument {
+            None => protocol::mcp::KeyPlacement::Meta,
+            Some(argument)
+                if !argument.is_empty()
+                    && argument.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') =>
+            {
+                protocol::mcp::KeyPlacement::Argument(argument.clone())
+            }
+            Some(argument) => {
+                return Err(bad_input(anyhow::anyhow!(
+                    "--key-argument {}: an argument name is letters, digits and _",
+                    quoted(argument)
+                )))
+            }
+        };
+        let spec = crate::black_box::BlackBoxSpec {
+            command: command.clone(),
+            workers: black_box.workers,
+            transport,
+            key_placement,
+            server: String::new(),
+            capabilities_from: String::new(),
+        };
+        let probe = crate::black_box::probe(&spec).map_err(|error| {
+            bad_input(anyhow::anyhow!(
+                "--executor-cmd {}: not an MCP server replaylab can drive: {error}",
+                quoted(command)
+            ))
+        })?;
+        let mut executor = ExecutorSpec::black_box(spec, &probe);
+        executor.program = self.program.clone();
+        Ok(executor)
     }
 
     fn find(&self, name: &str) -> Result<ExecutorSpec, Failure> {
@@ -430,8 +516,11 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
             shard,
             jobs,
             log,
+            repeat,
+            black_box,
         } => {
-            let executor = registry.find(&executor)?;
+            let executor = registry.resolve(&executor, &black_box)?;
+            let seeds = repeat.unwrap_or(seeds);
             let shard = shard
                 .as_deref()
                 .map(parse_shard)
@@ -440,6 +529,9 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
             let log = crate::log::LogFilter::from_flag_or_env(log.as_deref())
                 .map_err(|error| bad_input(anyhow::anyhow!("{error}")))?
                 .unwrap_or_else(crate::log::LogFilter::default_for_reports);
+            // A process's log is its own (stderr, in the notes); the simulated world's capture
+            // re-runs a failing run, which a real run cannot do faithfully.
+            let log = executor.black_box.is_none().then_some(log);
             let formats = reports::Format::parse_list(&format).map_err(|error| bad_input(error.into()))?;
             let render_options =
                 reports::RenderOptions::from_env().map_err(|error| bad_input(error.into()))?;
@@ -456,7 +548,11 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
                 (first_seed..first_seed + seeds).filter(|seed| shard.contains(*seed)).count() as u64
             });
             let runs = (scenarios.len() as u64).saturating_mul(seeds_here);
-            let jobs = jobs_for(jobs, runs)?;
+            let jobs = if executor.black_box.is_some() {
+                black_box_jobs(jobs, runs)?
+            } else {
+                jobs_for(jobs, runs)?
+            };
             check_report_dir(&out)?;
             check_step_summary()?;
             let commit = source_commit();
@@ -469,7 +565,7 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
                 check_determinism,
                 jobs,
                 commit,
-                log: Some(log),
+                log,
             };
             let started = std::time::Instant::now();
             let result = matrix::run(&config);
@@ -562,8 +658,23 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
             }
             Ok(code)
         }
-        Command::Run { scenario, seed, case, executor, trace, log, scenario_files, check_determinism } => {
-            let executor = registry.find(&executor)?;
+        Command::Run {
+            scenario,
+            seed,
+            case,
+            executor,
+            trace,
+            log,
+            scenario_files,
+            check_determinism,
+            black_box,
+        } => {
+            let executor = registry.resolve(&executor, &black_box)?;
+            if executor.black_box.is_some() && (check_determinism || log.is_some()) {
+                return Err(bad_input(anyhow::anyhow!(
+                    "--check-determinism and --log need the simulated world; a black-box run is real processes on real time"
+                )));
+            }
             let log = crate::log::LogFilter::from_flag_or_env(log.as_deref())
                 .map_err(|error| bad_input(anyhow::anyhow!("{error}")))?;
             let scenarios = load_scenarios(&scenario_files)?;
@@ -778,6 +889,17 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
 
 /// The threads a command uses: `--jobs` (default: the machine's cores), at least 1, and no more
 /// than can help: the cores, and the `work` items there are to share.
+/// Black-box runs mostly wait on real time (leases, settling, processes starting), so they
+/// run more at once than there are cores: by default four per core, at least eight.
+fn black_box_jobs(requested: Option<usize>, work: u64) -> Result<usize, Failure> {
+    if requested == Some(0) {
+        return Err(bad_input(anyhow::anyhow!("--jobs must be at least 1")));
+    }
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let work = usize::try_from(work).unwrap_or(usize::MAX).max(1);
+    Ok(requested.unwrap_or((cores * 4).max(8)).min(work))
+}
+
 fn jobs_for(requested: Option<usize>, work: u64) -> Result<usize, Failure> {
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     if requested == Some(0) {

@@ -18,6 +18,8 @@ pub struct WorldClock {
 
 #[derive(Debug, Default)]
 struct ClockInner {
+    /// For the black-box world: real time since this instant, instead of turmoil's.
+    started: Option<std::time::Instant>,
     /// turmoil's elapsed time as the runner last saw it, for readings outside any host.
     outside_ms: AtomicU64,
     /// Idle time skipped so far.
@@ -25,9 +27,20 @@ struct ClockInner {
 }
 
 impl WorldClock {
+    /// A clock of the real world (the black-box world): milliseconds of real time since now.
+    /// Nothing is ever skipped on it.
+    pub fn real() -> Self {
+        Self {
+            inner: Arc::new(ClockInner { started: Some(std::time::Instant::now()), ..ClockInner::default() }),
+        }
+    }
+
     /// Now: inside a simulated host, that host's turmoil time; outside (the runner), the time
     /// the runner last set; plus every skip so far.
     pub fn now_ms(&self) -> u64 {
+        if let Some(started) = self.inner.started {
+            return u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        }
         let simulated = match turmoil::sim_elapsed() {
             Some(elapsed) => u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
             None => self.inner.outside_ms.load(Ordering::Relaxed),

@@ -48,6 +48,10 @@ pub struct ExecutorSpec {
     /// The command that runs it, as reproduce commands name it (`replaylab`, `cargo run
     /// --release -p my-crate --bin my-replaylab --`).
     pub program: String,
+    /// For a black-box executor (`--executor-cmd`): the command its worker processes run, and
+    /// how; its runs happen in the black-box world ([`crate::black_box`]), and `factory` is
+    /// never called.
+    pub black_box: Option<Arc<crate::black_box::BlackBoxSpec>>,
 }
 
 impl ExecutorSpec {
@@ -65,7 +69,26 @@ impl ExecutorSpec {
             factory: Arc::new(factory),
             capabilities: ExecutorCapabilities::all(),
             program: DEFAULT_PROGRAM.into(),
+            black_box: None,
         }
+    }
+
+    /// A black-box executor: `spec`'s command, run as worker processes and driven over MCP,
+    /// with what `probe` learnt of it (its capabilities from its manifest or its tool list;
+    /// its name and version from its MCP handshake).
+    pub fn black_box(mut spec: crate::black_box::BlackBoxSpec, probe: &crate::black_box::Probe) -> Self {
+        spec.server = probe.server.clone();
+        spec.capabilities_from = if probe.manifest.is_some() { "manifest" } else { "tools/list" }.to_owned();
+        let (name, version) = probe.server.split_once(' ').unwrap_or((probe.server.as_str(), ""));
+        let name = if name.is_empty() { spec.command.clone() } else { format!("{name} ({})", spec.command) };
+        let mut executor = Self::new(name, |_run: &str| {
+            Err("a black-box executor runs as processes, not in the simulation".to_owned())
+        })
+        .version(if version.is_empty() { "unknown" } else { version })
+        .description(format!("a black-box MCP server: {}", spec.command))
+        .capabilities(probe.capabilities.clone());
+        executor.black_box = Some(Arc::new(spec));
+        executor
     }
 
     /// With this version.
@@ -101,6 +124,7 @@ impl std::fmt::Debug for ExecutorSpec {
             .field("description", &self.description)
             .field("capabilities", &self.capabilities)
             .field("program", &self.program)
+            .field("black_box", &self.black_box)
             .finish_non_exhaustive()
     }
 }

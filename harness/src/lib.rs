@@ -45,6 +45,7 @@ pub mod prelude {
 mod agent;
 pub mod attribution;
 pub mod bench;
+pub mod black_box;
 pub mod cli;
 pub mod clock;
 pub mod executors;

@@ -80,6 +80,7 @@ pub fn run_and_write(
 
 /// Runs the matrix.
 pub fn run(config: &MatrixConfig) -> MatrixResult {
+    let began = std::time::Instant::now();
     let in_shard = |seed: &u64| config.shard.is_none_or(|shard| shard.contains(*seed));
     let work: Vec<(usize, u64)> = (0..config.scenarios.len())
         .flat_map(|index| {
@@ -132,6 +133,19 @@ pub fn run(config: &MatrixConfig) -> MatrixResult {
         first_seed: config.first_seed,
         determinism_checked: config.check_determinism,
         shard: config.shard,
+        black_box: config.executor.black_box.as_ref().map(|spec| reports::BlackBox {
+            command: spec.command.clone(),
+            workers: spec.workers as u64,
+            transport: spec.transport.as_str().to_owned(),
+            server: spec.server.clone(),
+            capabilities_from: spec.capabilities_from.clone(),
+            deterministic: false,
+            time: results
+                .iter()
+                .filter_map(|finished| finished.result.real_time)
+                .fold(reports::RealTime::default(), reports::RealTime::plus),
+            matrix_wall_ms: began.elapsed().as_millis() as u64,
+        }),
     };
     assemble(header, summaries)
 }
@@ -162,6 +176,8 @@ pub struct Header {
     pub determinism_checked: bool,
     /// The shard run, if any.
     pub shard: Option<Shard>,
+    /// The black-box world's parameters and time, for an executor run as processes.
+    pub black_box: Option<reports::BlackBox>,
 }
 
 /// The matrix result of these scenario summaries: the rows rolled up from them, and the
@@ -207,6 +223,7 @@ pub fn assemble(header: Header, summaries: Vec<ScenarioSummary>) -> MatrixResult
         first_seed: header.first_seed,
         determinism_checked: header.determinism_checked,
         shard: header.shard,
+        black_box: header.black_box,
         rows,
         scenarios: summaries,
         verdict,

@@ -106,6 +106,11 @@ pub fn merge(parts: Vec<MatrixResult>) -> Result<MatrixResult, MergeError> {
             ("seeds", part.seeds == first.seeds && part.first_seed == first.first_seed),
             ("determinism_checked", part.determinism_checked == first.determinism_checked),
             (
+                "world",
+                part.black_box.as_ref().map(|b| (&b.command, b.workers, &b.transport))
+                    == first.black_box.as_ref().map(|b| (&b.command, b.workers, &b.transport)),
+            ),
+            (
                 "scenarios",
                 part.scenarios.len() == first.scenarios.len()
                     && part
@@ -127,6 +132,21 @@ pub fn merge(parts: Vec<MatrixResult>) -> Result<MatrixResult, MergeError> {
         first_seed: first.first_seed,
         determinism_checked: first.determinism_checked,
         shard: None,
+        // Shards of a black-box matrix: their real time adds up (the wall time is the
+        // longest shard's, as if they ran side by side).
+        black_box: first.black_box.clone().map(|mut black_box| {
+            black_box.time = parts
+                .iter()
+                .filter_map(|s| s.black_box.as_ref())
+                .fold(reports::RealTime::default(), |sum, shard| sum.plus(shard.time));
+            black_box.matrix_wall_ms = parts
+                .iter()
+                .filter_map(|s| s.black_box.as_ref())
+                .map(|b| b.matrix_wall_ms)
+                .max()
+                .unwrap_or(0);
+            black_box
+        }),
     };
     let (harness_version, parameters) = (first.harness_version.clone(), first.parameters.clone());
     let count = first.scenarios.len();

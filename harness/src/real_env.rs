@@ -37,8 +37,36 @@ pub struct RealWorld {
     pub incarnation: u32,
     /// The downstream's business API: host and port on loopback.
     pub downstream: (String, u16),
-    /// The directory for durable state (reconciliations are appended there).
+    /// The directory for durable state (reconciliations are appended there when there is no
+    /// operators' queue to post them to).
     pub state_dir: PathBuf,
+    /// The operators' queue ([`protocol::mcp::env::OPERATORS_URL`]), if any.
+    pub operators: Option<HttpTarget>,
+}
+
+/// `http://HOST:PORT/PATH`, split.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpTarget {
+    /// Host.
+    pub host: String,
+    /// Port.
+    pub port: u16,
+    /// Path, from its `/`.
+    pub path: String,
+}
+
+impl HttpTarget {
+    /// Parses `http://HOST:PORT/PATH` (no user, no query); `None` for anything else.
+    pub fn parse(url: &str) -> Option<HttpTarget> {
+        let rest = url.strip_prefix("http://")?;
+        let (authority, path) =
+            rest.split_once('/').map_or((rest, "/".to_owned()), |(a, p)| (a, format!("/{p}")));
+        let (host, port) = authority.rsplit_once(':')?;
+        if host.is_empty() || host.contains('@') || path.contains('?') {
+            return None;
+        }
+        Some(HttpTarget { host: host.to_owned(), port: port.parse().ok()?, path })
+    }
 }
 
 impl RealWorld {
@@ -53,9 +81,14 @@ impl RealWorld {
             clock: Arc::new(SystemClock),
             authorizer: Rc::new(HttpAuthorizer { client }),
             outbox: Rc::new(NoOutbox),
-            reconciliations: Rc::new(FileReconciliations {
-                path: self.state_dir.join("reconciliations.jsonl"),
-            }),
+            reconciliations: match &self.operators {
+                Some(target) => Rc::new(HttpReconciliations {
+                    client: HttpClient::new(Arc::new(TcpConnector), &target.host, target.port),
+                    path: target.path.clone(),
+                    fallback: FileReconciliations { path: self.state_dir.join("reconciliations.jsonl") },
+                }),
+                None => Rc::new(FileReconciliations { path: self.state_dir.join("reconciliations.jsonl") }),
+            },
             store_gate: Rc::new(NoGate),
             entropy: Rc::new(OsEntropy),
             background: Rc::new(TokioBackground),
@@ -127,6 +160,33 @@ impl Reconciliations for FileReconciliations {
             if let Err(error) = written {
                 // Nowhere else to put it: the operators' queue is this file.
                 tracing::error!(path = %self.path.display(), %error, "could not file a reconciliation entry");
+            }
+        })
+    }
+}
+
+/// The operators' queue over HTTP: each entry `POST`ed as JSON; an entry the queue does not
+/// take goes to the file instead, so that it is never lost.
+#[derive(Debug)]
+pub struct HttpReconciliations {
+    client: HttpClient,
+    path: String,
+    fallback: FileReconciliations,
+}
+
+impl Reconciliations for HttpReconciliations {
+    fn file(&self, entry: ReconciliationEntry) -> LocalBoxFuture<'_, ()> {
+        Box::pin(async move {
+            let body = serde_json::json!({
+                "tenant": entry.tenant,
+                "operation_key": entry.operation_key,
+                "finding": entry.finding,
+            });
+            let sent =
+                self.client.send(HttpRequest::json(http::Method::POST, self.path.clone(), &body)).await;
+            if !matches!(&sent, Ok(response) if (200..300).contains(&response.status)) {
+                tracing::warn!(path = %self.path, "the operators' queue did not take an entry; filing it in the state directory");
+                self.fallback.file(entry).await;
             }
         })
     }

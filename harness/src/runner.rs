@@ -3,17 +3,13 @@
 //! checks the oracles and the scenario's expectations. Every run is bounded.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::future::Future;
 use std::rc::Rc;
-use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use fake_downstream::{Effect, FaultRule, Times};
 use protocol::{ContractSet, OperationRef, ToolCall};
 use scenarios::{CallStep, PausePoint, Scenario, StepKind, WorkerRef, TICKET_OF_PLACEHOLDER};
 use serde_json::value::RawValue;
-use turmoil::barriers::{Barrier, Reaction, Triggered};
-use turmoil::Sim;
 
 use crate::agent::AGENT_TIMEOUT;
 use crate::attribution::tool_effect_kind;
@@ -22,7 +18,7 @@ use crate::history::{self, Event, EventKind, RequestKind};
 use crate::oracles::{self, Violation, FINAL_POLL_PREFIX};
 use crate::text::{self, quoted, quoted_all};
 use crate::verdict::{RunResult, Verdict};
-use crate::world::{self, AgentCommand, AgentResult, PointReached, Shared};
+use crate::world::{AgentCommand, AgentResult, PointReached, Shared, World};
 
 /// How long a `wait_paused` step runs the world before it gives up (the point was never
 /// reached: the run cannot decide).
@@ -141,11 +137,13 @@ enum Stop {
 }
 
 struct Runner {
-    sim: Sim<'static>,
+    world: Box<dyn World>,
     shared: Rc<Shared>,
     scenario: Scenario,
-    barriers: BTreeMap<String, (Option<String>, PausePoint, Barrier<PointReached>)>,
-    paused: BTreeMap<String, Triggered<PointReached>>,
+    /// The pauses armed and not reached yet: the worker and point each waits for.
+    barriers: BTreeMap<String, (Option<String>, PausePoint)>,
+    /// The pauses that hold a worker now, with where.
+    paused: BTreeMap<String, PointReached>,
     /// Which worker reached each pause (kept after release, for `crash paused = NAME`).
     reached: BTreeMap<String, String>,
     crashed: Vec<String>,
@@ -159,6 +157,9 @@ struct Runner {
     coverage: RunCoverage,
     expectation_failures: Vec<Violation>,
     undecided: Vec<String>,
+    /// Real time the scenario asked to wait (`advance`, the settle time), in a world whose
+    /// clock cannot skip: where a black-box run's time went.
+    waited: Duration,
 }
 
 /// Runs `scenario` with `seed` against `executor`.
@@ -184,21 +185,46 @@ pub fn run_logged(
         );
         return not_run(scenario, seed, executor, Verdict::NotApplicable, note);
     }
-    let run_id = format!("{}-{seed}", scenario.full_name());
-    let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (executor.factory)(&run_id)));
-    let factory = match started {
-        Ok(Ok(factory)) => factory,
-        Ok(Err(error)) => return not_started(scenario, seed, executor, error),
-        Err(payload) => return not_started(scenario, seed, executor, panic_message(payload.as_ref())),
+    let (world, shared): (Box<dyn World>, Rc<Shared>) = match &executor.black_box {
+        Some(spec) => {
+            let lacks = crate::black_box::lacks(scenario);
+            if !lacks.is_empty() {
+                let note = format!(
+                    "not applicable: the scenario needs {}, which the black-box world cannot give",
+                    lacks.join(", ")
+                );
+                return not_run(scenario, seed, executor, Verdict::NotApplicable, note);
+            }
+            match crate::black_box::RealWorld::build(scenario, seed, spec.clone()) {
+                Ok((world, shared)) => (Box::new(world), shared),
+                Err(error) => {
+                    let note = format!("the worker processes did not start: {error}");
+                    return not_run(scenario, seed, executor, Verdict::Crashed, note);
+                }
+            }
+        }
+        None => {
+            let run_id = format!("{}-{seed}", scenario.full_name());
+            let started =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (executor.factory)(&run_id)));
+            let factory = match started {
+                Ok(Ok(factory)) => factory,
+                Ok(Err(error)) => return not_started(scenario, seed, executor, error),
+                Err(payload) => {
+                    return not_started(scenario, seed, executor, panic_message(payload.as_ref()))
+                }
+            };
+            let (world, shared) = crate::world::SimWorld::build(scenario, seed, factory);
+            (Box::new(world), shared)
+        }
     };
-    let (sim, shared) = world::build(scenario, seed, factory);
     let lines = crate::log::Lines::default();
     let dispatch = log.map(|filter| {
         crate::log::dispatch(filter, shared.history.clone(), shared.clock.clone(), lines.clone())
     });
     let _logging = dispatch.as_ref().map(tracing::dispatcher::set_default);
     let mut runner = Runner {
-        sim,
+        world,
         shared,
         scenario: scenario.clone(),
         barriers: BTreeMap::new(),
@@ -213,6 +239,7 @@ pub fn run_logged(
         coverage: RunCoverage::default(),
         expectation_failures: Vec::new(),
         undecided: Vec::new(),
+        waited: Duration::ZERO,
     };
     let stopped = match runner.play() {
         Err(Stop::Limit(reason)) => Some(Stop::Limit(reason)),
@@ -237,26 +264,29 @@ impl Runner {
     /// One simulation step; a turmoil error (time limit, a host's software failing) or an
     /// executor that panicked in `start` stops the run.
     fn step(&mut self) -> Result<(), Stop> {
-        let stepped = self.sim.step();
-        self.shared.clock.set_simulated_ms(self.sim.elapsed().as_millis() as u64);
+        let stepped = self.world.step();
+        self.shared.clock.set_simulated_ms(self.world.stepped().as_millis() as u64);
         match stepped {
-            Ok(_) if self.shared.start_panicked.get() => {
+            Ok(()) if self.shared.start_panicked.get() => {
                 Err(Stop::Limit("the run stopped: an executor could not start".into()))
             }
-            Ok(_) => Ok(()),
+            Ok(()) => Ok(()),
             Err(error) => Err(Stop::Limit(format!("the simulation stopped: {error}"))),
         }
     }
 
     /// Lets `duration` of world time pass.
     fn run_for(&mut self, duration: Duration) -> Result<(), Stop> {
+        if !self.world.skips_idle_time() {
+            self.waited += duration;
+        }
         let until = self.now_ms() + duration.as_millis() as u64;
         self.advance(until, |_| false)?;
         Ok(())
     }
 
     /// Runs until `done` or `patience` of world time passed; says whether `done`.
-    fn run_until(&mut self, patience: Duration, done: impl FnMut(&Self) -> bool) -> Result<bool, Stop> {
+    fn run_until(&mut self, patience: Duration, done: impl FnMut(&mut Self) -> bool) -> Result<bool, Stop> {
         let until = self.now_ms() + patience.as_millis() as u64;
         self.advance(until, done)
     }
@@ -265,7 +295,7 @@ impl Runner {
     /// Steps while anything is active; once the world has been idle for [`QUIET_WINDOW`], skips
     /// to the next time something is due (see [`Runner::idle_until`]): nothing can happen
     /// before then, so `done` cannot change either.
-    fn advance(&mut self, until: u64, mut done: impl FnMut(&Self) -> bool) -> Result<bool, Stop> {
+    fn advance(&mut self, until: u64, mut done: impl FnMut(&mut Self) -> bool) -> Result<bool, Stop> {
         let mut quiet_since = None;
         loop {
             if done(self) {
@@ -275,7 +305,7 @@ impl Runner {
             if now >= until {
                 return Ok(false);
             }
-            match self.idle_until(until) {
+            match self.idle_until(until).filter(|_| self.world.skips_idle_time()) {
                 Some(next) if next > now => {
                     let since = *quiet_since.get_or_insert(now);
                     if now - since >= QUIET_WINDOW.as_millis() as u64 {
@@ -315,13 +345,7 @@ impl Runner {
         if busy {
             return None;
         }
-        let mut in_flight = 0;
-        self.sim.links(|links| {
-            for link in links {
-                in_flight += link.count();
-            }
-        });
-        if in_flight > 0 {
+        if self.world.in_flight() > 0 {
             return None;
         }
         let queue_due = self.shared.queue.borrow().next_due_ms();
@@ -559,18 +583,16 @@ impl Runner {
                     .filter()
                     .and_then(|f| f.operation.as_deref())
                     .map(|op| self.operation(op, None).path());
-                let barrier = Barrier::build(Reaction::Suspend, move |reached: &PointReached| {
-                    reached.stops(target_worker.as_deref(), &target_point, operation.as_deref())
-                });
-                self.barriers.insert(name.clone(), (worker.clone(), point.clone(), barrier));
+                self.world.arm(name, target_worker, target_point, operation);
+                self.barriers.insert(name.clone(), (worker.clone(), point.clone()));
             }
             StepKind::WaitPaused { name } => {
-                let (worker, point, mut barrier) =
+                let (worker, point) =
                     self.barriers.remove(name).expect("scenarios validate that pauses are declared first");
                 let mut triggered = None;
-                let reached = self.run_until(PAUSE_PATIENCE, |_| {
+                let reached = self.run_until(PAUSE_PATIENCE, |runner| {
                     if triggered.is_none() {
-                        triggered = poll_barrier(&mut barrier);
+                        triggered = runner.world.reached(name);
                     }
                     triggered.is_some()
                 })?;
@@ -598,6 +620,7 @@ impl Runner {
                 self.record(EventKind::Released { name: name.clone() });
                 self.paused.remove(name);
                 self.barriers.remove(name);
+                self.world.release(name);
             }
             StepKind::Crash { worker } => {
                 let Some(worker) = self.worker_of(worker) else { return Ok(()) };
@@ -607,8 +630,20 @@ impl Runner {
                 self.coverage.crashes += 1;
                 self.coverage.crashes_after_commit += u32::from(after_commit);
                 self.record(EventKind::Crashed { worker: worker.clone(), paused_at, after_commit });
-                self.sim.crash(worker.as_str());
-                self.paused.retain(|_, triggered| triggered.worker != worker);
+                if let Err(error) = self.world.crash(worker.as_str()) {
+                    self.undecided
+                        .push(format!("line {line}: the crash of {worker} did not happen: {error}"));
+                }
+                let held: Vec<String> = self
+                    .paused
+                    .iter()
+                    .filter(|(_, paused)| paused.worker == worker)
+                    .map(|(name, _)| name.clone())
+                    .collect();
+                for name in held {
+                    self.paused.remove(&name);
+                    self.world.release(&name);
+                }
                 if !self.crashed.contains(&worker) {
                     self.crashed.push(worker);
                 }
@@ -616,7 +651,7 @@ impl Runner {
             StepKind::Restart { worker } => {
                 let Some(worker) = self.worker_of(worker) else { return Ok(()) };
                 self.record(EventKind::Restarted { worker: worker.clone() });
-                self.sim.bounce(worker.as_str());
+                self.world.restart(worker.as_str());
                 self.crashed.retain(|crashed| crashed != &worker);
             }
             StepKind::Advance { by } => {
@@ -698,16 +733,6 @@ impl Runner {
             }
         }
         None
-    }
-}
-
-/// Polls a barrier once without blocking.
-fn poll_barrier(barrier: &mut Barrier<PointReached>) -> Option<Triggered<PointReached>> {
-    let mut context = Context::from_waker(Waker::noop());
-    let mut wait = Box::pin(barrier.wait());
-    match wait.as_mut().poll(&mut context) {
-        Poll::Ready(triggered) => triggered,
-        Poll::Pending => None,
     }
 }
 
@@ -830,12 +855,15 @@ impl Runner {
         self.shared.downstream.clear_faults();
         self.record(EventKind::FaultsHealed);
         for name in std::mem::take(&mut self.paused).into_keys() {
-            self.record(EventKind::Released { name });
+            self.record(EventKind::Released { name: name.clone() });
+            self.world.release(&name);
         }
-        self.barriers.clear();
+        for name in std::mem::take(&mut self.barriers).into_keys() {
+            self.world.release(&name);
+        }
         for worker in std::mem::take(&mut self.crashed) {
             self.record(EventKind::Restarted { worker: worker.clone() });
-            self.sim.bounce(worker.as_str());
+            self.world.restart(worker.as_str());
         }
         let outstanding: Vec<String> = self.shared.agent.outstanding.borrow().iter().cloned().collect();
         self.wait_for(&outstanding)?;
@@ -927,7 +955,7 @@ impl Runner {
     }
 
     fn finish(
-        self,
+        mut self,
         scenario: &Scenario,
         seed: u64,
         executor: &ExecutorSpec,
@@ -973,6 +1001,13 @@ impl Runner {
         if oracle_violated || (!violations.is_empty() && verdict != Verdict::Crashed) {
             verdict = Verdict::Fail;
         }
+        if verdict != Verdict::Pass {
+            notes.extend(self.world.failure_notes());
+        }
+        let real_time = self.world.real_time().map(|mut time| {
+            time.waiting_ms = self.waited.as_millis() as u64;
+            time
+        });
         let business: Vec<&Effect> =
             ledger.iter().filter(|e| e.kind != fake_downstream::EffectKind::TicketEditedByHuman).collect();
         let operations = crate::operations::records(&history, &violations);
@@ -989,8 +1024,9 @@ impl Runner {
             effect_references: business.iter().map(|e| e.effect_reference.clone()).collect(),
             operations,
             reproduce: reproduce_command(scenario, seed, executor),
+            real_time,
         };
-        RunRecord { result, history, ledger, stepped: self.sim.elapsed(), coverage, log: Vec::new() }
+        RunRecord { result, history, ledger, stepped: self.world.stepped(), coverage, log: Vec::new() }
     }
 }
 
@@ -1022,6 +1058,7 @@ fn not_run(
         effect_references: Vec::new(),
         operations: Vec::new(),
         reproduce: reproduce_command(scenario, seed, executor),
+        real_time: None,
     };
     RunRecord {
         result,
@@ -1064,6 +1101,14 @@ fn describe_rule(rule: &FaultRule) -> String {
 /// ([`ExecutorSpec::program`]).
 pub fn reproduce_command(scenario: &Scenario, seed: u64, executor: &ExecutorSpec) -> String {
     let (program, name) = (&executor.program, shell_quote(&executor.name));
+    if let Some(spec) = &executor.black_box {
+        let mut command =
+            format!("{program} run {} --seed {seed} {}", scenario.id, spec.reproduce_arguments());
+        if !scenario.source.starts_with(scenarios::BUILTIN_SOURCE_PREFIX) {
+            command.push_str(&format!(" --scenario-file {}", shell_quote(&scenario.source)));
+        }
+        return command;
+    }
     if scenario.seed.is_some() {
         return format!("{program} run --case {} --executor {name}", shell_quote(&scenario.source));
     }

@@ -67,6 +67,8 @@ pub struct ServeConfig {
     pub lease: Option<Duration>,
     /// Every contract's retention, when the environment sets one ([`env::RETENTION_MS`]).
     pub retention: Option<Duration>,
+    /// What each downstream service does, when the environment says ([`env::SERVICES`]).
+    pub services: Option<protocol::mcp::Services>,
 }
 
 impl ServeConfig {
@@ -127,13 +129,35 @@ impl ServeConfig {
         let downstream_timeout = millis(env::DOWNSTREAM_TIMEOUT_MS)?.unwrap_or(DEFAULT_DOWNSTREAM_TIMEOUT);
         let lease = millis(env::LEASE_MS)?;
         let retention = millis(env::RETENTION_MS)?;
+        let services = match variable(env::SERVICES).filter(|value| !value.trim().is_empty()) {
+            None => None,
+            Some(text) => {
+                let services: protocol::mcp::Services = serde_json::from_str(&text).map_err(|error| {
+                    format!("{}: expected {{\"SERVICE\": {{\"honours_keys\": BOOL, \"receipts\": BOOL}}}}: {error}", env::SERVICES)
+                })?;
+                if let Some(unknown) =
+                    services.keys().find(|name| fake_downstream::Service::parse(name).is_none())
+                {
+                    return Err(format!("{}: no service {unknown:?}", env::SERVICES));
+                }
+                Some(services)
+            }
+        };
+        let operators =
+            match variable(env::OPERATORS_URL).filter(|value| !value.trim().is_empty()) {
+                None => None,
+                Some(url) => Some(crate::real_env::HttpTarget::parse(&url).ok_or_else(|| {
+                    format!("{}={url:?}: expected http://HOST:PORT/PATH", env::OPERATORS_URL)
+                })?),
+            };
         Ok(Self {
             transport,
             store,
-            world: RealWorld { worker, incarnation, downstream, state_dir },
+            world: RealWorld { worker, incarnation, downstream, state_dir, operators },
             downstream_timeout,
             lease,
             retention,
+            services,
         })
     }
 
@@ -152,6 +176,9 @@ impl ServeConfig {
             .collect();
         for contract in changed {
             contracts.insert(contract);
+        }
+        for (service, traits) in self.services.iter().flatten() {
+            contracts.set_capabilities(service, traits.honours_keys, traits.receipts);
         }
         contracts
     }
@@ -401,7 +428,13 @@ impl ReferenceServer {
         };
         let (answer, outcome) = oneshot::channel();
         let job = if is_contract_tool {
-            let arguments = serde_json::Value::Object(request.arguments.unwrap_or_default());
+            let mut arguments = request.arguments.unwrap_or_default();
+            // The key as an argument (`--key-argument`) is transport, not business: the
+            // operation's key is the one `_meta` names.
+            for transport in KEY_ARGUMENTS {
+                arguments.remove(transport);
+            }
+            let arguments = serde_json::Value::Object(arguments);
             let arguments = serde_json::value::to_raw_value(&arguments).expect("JSON values serialise");
             Job::Call(
                 ToolCall {
@@ -430,6 +463,10 @@ impl ReferenceServer {
         Ok(outcome_result(&outcome))
     }
 }
+
+/// Arguments that carry the operation's key besides `_meta` (docs/mcp.md section 1), dropped
+/// before the contract validates the business arguments.
+const KEY_ARGUMENTS: [&str; 2] = ["idempotency_key", "idempotencyKey"];
 
 /// `{"type": "object"}`: any arguments; the executor validates them against the contract.
 fn permissive_schema() -> Arc<serde_json::Map<String, serde_json::Value>> {

@@ -380,21 +380,31 @@ struct SimDownstream {
 
 /// The tenant a downstream request names: its JSON body's `tenant`, else its `tenant` query.
 fn tenant_of(request: &HttpRequest) -> Option<String> {
-    let from_body = serde_json::from_slice::<serde_json::Value>(&request.body)
+    tenant_in(&request.path, &request.body)
+}
+
+/// The tenant a downstream request names: its body's `tenant`, or its `tenant` query.
+pub(crate) fn tenant_in(path: &str, body: &[u8]) -> Option<String> {
+    let from_body = serde_json::from_slice::<serde_json::Value>(body)
         .ok()
         .and_then(|body| body.get("tenant").and_then(|tenant| tenant.as_str()).map(str::to_owned));
     from_body.or_else(|| {
-        let query = request.path.split_once('?')?.1;
+        let query = path.split_once('?')?.1;
         query.split('&').find_map(|pair| pair.strip_prefix("tenant=")).map(str::to_owned)
     })
 }
 
 /// Effect references a downstream answer carries (receipts the executor has seen).
 fn references_in(response: &HttpResponse) -> Vec<String> {
-    if !(200..300).contains(&response.status) {
+    references_in_answer(response.status, &response.body)
+}
+
+/// Effect references an answer with `status` and `body` carries (a 2xx only).
+pub(crate) fn references_in_answer(status: u16, body: &[u8]) -> Vec<String> {
+    if !(200..300).contains(&status) {
         return Vec::new();
     }
-    let Ok(body) = response.json::<serde_json::Value>() else { return Vec::new() };
+    let Ok(body) = serde_json::from_slice::<serde_json::Value>(body) else { return Vec::new() };
     ["ticket_id", "charge_id", "message_id", "job_id", "effect_reference"]
         .iter()
         .filter_map(|field| body.get(*field).and_then(|value| value.as_str()).map(str::to_owned))
@@ -531,14 +541,19 @@ struct SimReconciliations {
 /// How much of a finding the history keeps: enough to read, bounded whatever an executor writes.
 const MAX_FINDING_CHARS: usize = 300;
 
+/// A finding as the history keeps it: at most [`MAX_FINDING_CHARS`] characters.
+pub(crate) fn bounded_finding(mut finding: String) -> String {
+    if let Some((cut, _)) = finding.char_indices().nth(MAX_FINDING_CHARS) {
+        finding.truncate(cut);
+        finding.push_str("...");
+    }
+    finding
+}
+
 impl Reconciliations for SimReconciliations {
     fn file(&self, entry: ReconciliationEntry) -> LocalBoxFuture<'_, ()> {
         Box::pin(async move {
-            let mut finding = entry.finding;
-            if let Some((cut, _)) = finding.char_indices().nth(MAX_FINDING_CHARS) {
-                finding.truncate(cut);
-                finding.push_str("...");
-            }
+            let finding = bounded_finding(entry.finding);
             self.shared.history.push(EventKind::ReconciliationFiled {
                 worker: self.worker.clone(),
                 tenant: entry.tenant,

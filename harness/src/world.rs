@@ -430,36 +430,182 @@ pub fn builder(seed: u64) -> turmoil::Builder {
     builder
 }
 
+impl Shared {
+    /// The state of one run in either world: the clock, the history, the fake downstream (its
+    /// observer the history), the contracts, the queue, the agent's mailbox; `factory` starts
+    /// the executors of the simulated world (the black-box world starts processes instead).
+    pub fn new(
+        scenario: &Scenario,
+        seed: u64,
+        factory: Rc<dyn ExecutorFactory>,
+        clock: WorldClock,
+        connector: Arc<dyn wire::Connect>,
+    ) -> Rc<Shared> {
+        let history = History::new(clock.clone());
+        let config = downstream_config(scenario);
+        let contracts = Arc::new(contracts_for(scenario, &config));
+        let downstream = Downstream::new(config, Arc::new(clock.clone()), connector);
+        downstream.set_observer(Arc::new(history.clone()));
+        Rc::new(Shared {
+            seed,
+            clock,
+            executor_busy: Cell::new(0),
+            sleepers: RefCell::new(BTreeMap::new()),
+            next_sleeper: Cell::new(0),
+            start_panicked: Cell::new(false),
+            clock_moved: tokio::sync::Notify::new(),
+            history,
+            downstream,
+            contracts,
+            queue: RefCell::new(Queue::default()),
+            queue_copies: if scenario.queue.duplicate_deliveries { 2 } else { 1 },
+            queue_delay_ms: scenario.queue.delivery_delay.map_or(0, |delay| delay.as_millis() as u64),
+            rng: RefCell::new(ChaCha8Rng::seed_from_u64(seed)),
+            agent: AgentState::default(),
+            factory,
+            incarnations: RefCell::new(BTreeMap::new()),
+            requests_sent: Cell::new(0),
+            call_contents: RefCell::new(BTreeMap::new()),
+        })
+    }
+}
+
+/// What the runner needs of a world beyond [`Shared`]: moving it on, pausing a worker at a
+/// point, crashing and restarting workers. The simulated world ([`SimWorld`]) does it with
+/// turmoil; the black-box world ([`crate::black_box::RealWorld`]) with real processes, real
+/// time and requests held at the downstream. One runner drives both.
+pub trait World {
+    /// Moves the world on by one step: a turmoil tick, or a short slice of real time.
+    fn step(&mut self) -> Result<(), String>;
+    /// The world time stepped through so far (for the simulation, turmoil's elapsed time; the
+    /// rest of a run's span was idle time skipped).
+    fn stepped(&self) -> Duration;
+    /// Whether the runner may skip idle time (only a simulated clock can jump).
+    fn skips_idle_time(&self) -> bool;
+    /// Messages on the network (between hosts of the simulation); `0` where nothing can tell.
+    fn in_flight(&mut self) -> usize;
+    /// Arms the pause `name`: the next time `worker` (any worker for `None`) reaches `point`
+    /// (for an operation's requests only, when `operation` names one), it waits there.
+    fn arm(&mut self, name: &str, worker: Option<String>, point: PausePoint, operation: Option<String>);
+    /// Where the pause `name` holds a worker, once it was reached (it stays held until
+    /// [`World::release`]).
+    fn reached(&mut self, name: &str) -> Option<PointReached>;
+    /// Lets the worker the pause `name` holds go on, and disarms it.
+    fn release(&mut self, name: &str);
+    /// Kills `worker` (its executor dies; state outside it survives); an error says why the
+    /// crash did not happen.
+    fn crash(&mut self, worker: &str) -> Result<(), String>;
+    /// Starts `worker` again after a crash: its next incarnation.
+    fn restart(&mut self, worker: &str);
+    /// Where the run's real time went, in a world on real time (the waiting the runner adds).
+    fn real_time(&self) -> Option<reports::RealTime> {
+        None
+    }
+    /// What a run that did not pass should say of the world besides its history (a
+    /// process's last words on stderr).
+    fn failure_notes(&mut self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// The simulated world: a turmoil `Sim` and the barriers of its pause points.
+pub struct SimWorld {
+    sim: Sim<'static>,
+    armed: BTreeMap<String, turmoil::barriers::Barrier<PointReached>>,
+    held: BTreeMap<String, turmoil::barriers::Triggered<PointReached>>,
+}
+
+impl std::fmt::Debug for SimWorld {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimWorld")
+            .field("armed", &self.armed.keys())
+            .field("held", &self.held.keys())
+            .finish()
+    }
+}
+
+impl SimWorld {
+    /// Builds the simulation for `scenario` and `seed`: hosts started, nothing sent yet.
+    pub fn build(scenario: &Scenario, seed: u64, factory: Rc<dyn ExecutorFactory>) -> (SimWorld, Rc<Shared>) {
+        let (sim, shared) = build(scenario, seed, factory);
+        (SimWorld { sim, armed: BTreeMap::new(), held: BTreeMap::new() }, shared)
+    }
+}
+
+impl World for SimWorld {
+    fn step(&mut self) -> Result<(), String> {
+        self.sim.step().map(|_| ()).map_err(|error| error.to_string())
+    }
+
+    fn stepped(&self) -> Duration {
+        self.sim.elapsed()
+    }
+
+    fn skips_idle_time(&self) -> bool {
+        true
+    }
+
+    fn in_flight(&mut self) -> usize {
+        let mut in_flight = 0;
+        self.sim.links(|links| {
+            for link in links {
+                in_flight += link.count();
+            }
+        });
+        in_flight
+    }
+
+    fn arm(&mut self, name: &str, worker: Option<String>, point: PausePoint, operation: Option<String>) {
+        use turmoil::barriers::{Barrier, Reaction};
+        let barrier = Barrier::build(Reaction::Suspend, move |reached: &PointReached| {
+            reached.stops(worker.as_deref(), &point, operation.as_deref())
+        });
+        self.armed.insert(name.to_owned(), barrier);
+    }
+
+    fn reached(&mut self, name: &str) -> Option<PointReached> {
+        if let Some(triggered) = self.held.get(name) {
+            return Some((**triggered).clone());
+        }
+        let barrier = self.armed.get_mut(name)?;
+        let triggered = poll_barrier(barrier)?;
+        let reached = (*triggered).clone();
+        self.held.insert(name.to_owned(), triggered);
+        Some(reached)
+    }
+
+    fn release(&mut self, name: &str) {
+        self.held.remove(name);
+        self.armed.remove(name);
+    }
+
+    fn crash(&mut self, worker: &str) -> Result<(), String> {
+        self.sim.crash(worker);
+        Ok(())
+    }
+
+    fn restart(&mut self, worker: &str) {
+        self.sim.bounce(worker);
+    }
+}
+
+/// Polls a barrier once without blocking.
+fn poll_barrier(
+    barrier: &mut turmoil::barriers::Barrier<PointReached>,
+) -> Option<turmoil::barriers::Triggered<PointReached>> {
+    use std::future::Future;
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    let mut wait = Box::pin(barrier.wait());
+    match wait.as_mut().poll(&mut context) {
+        std::task::Poll::Ready(triggered) => triggered,
+        std::task::Poll::Pending => None,
+    }
+}
+
 /// Builds the simulation for `scenario` and `seed`: hosts started, nothing sent yet.
 pub fn build(scenario: &Scenario, seed: u64, factory: Rc<dyn ExecutorFactory>) -> (Sim<'static>, Rc<Shared>) {
     let sim = builder(seed).build();
-    let clock = WorldClock::default();
-    let history = History::new(clock.clone());
-    let config = downstream_config(scenario);
-    let contracts = Arc::new(contracts_for(scenario, &config));
-    let downstream = Downstream::new(config, Arc::new(clock.clone()), Arc::new(wire::SimConnector));
-    downstream.set_observer(Arc::new(history.clone()));
-    let shared = Rc::new(Shared {
-        seed,
-        clock,
-        executor_busy: Cell::new(0),
-        sleepers: RefCell::new(BTreeMap::new()),
-        next_sleeper: Cell::new(0),
-        start_panicked: Cell::new(false),
-        clock_moved: tokio::sync::Notify::new(),
-        history,
-        downstream,
-        contracts,
-        queue: RefCell::new(Queue::default()),
-        queue_copies: if scenario.queue.duplicate_deliveries { 2 } else { 1 },
-        queue_delay_ms: scenario.queue.delivery_delay.map_or(0, |delay| delay.as_millis() as u64),
-        rng: RefCell::new(ChaCha8Rng::seed_from_u64(seed)),
-        agent: AgentState::default(),
-        factory,
-        incarnations: RefCell::new(BTreeMap::new()),
-        requests_sent: Cell::new(0),
-        call_contents: RefCell::new(BTreeMap::new()),
-    });
+    let shared = Shared::new(scenario, seed, factory, WorldClock::default(), Arc::new(wire::SimConnector));
     let mut sim = sim;
     let served = shared.downstream.clone();
     sim.host("downstream", move || {

@@ -19,7 +19,7 @@
 //! - The process learns where the downstream, the authorizer, its state directory and its
 //!   timing are from the environment ([`env`]).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -172,9 +172,16 @@ pub mod env {
     pub const MCP_LISTEN: &str = "REPLAYLAB_MCP_LISTEN";
     /// For an executor that receives webhooks: the address to receive them on.
     pub const WEBHOOK_LISTEN: &str = "REPLAYLAB_WEBHOOK_LISTEN";
+    /// What the downstream's services do in this run, as JSON ([`super::Services`]): whether
+    /// each honours idempotency keys and keeps receipts. A real tool's author knows this of
+    /// their API; the fake downstream changes it from scenario to scenario.
+    pub const SERVICES: &str = "REPLAYLAB_SERVICES";
+    /// The operators' queue: `POST` a [`crate::ReconciliationEntry`] as JSON to hand an
+    /// operation nothing can settle over to people (answered `202`).
+    pub const OPERATORS_URL: &str = "REPLAYLAB_OPERATORS_URL";
 
     /// Every variable, in the order `docs/mcp.md` lists them.
-    pub const ALL: [&str; 10] = [
+    pub const ALL: [&str; 12] = [
         WORKER,
         INCARNATION,
         STATE_DIR,
@@ -185,8 +192,23 @@ pub mod env {
         DOWNSTREAM_TIMEOUT_MS,
         MCP_LISTEN,
         WEBHOOK_LISTEN,
+        SERVICES,
+        OPERATORS_URL,
     ];
 }
+
+/// What one downstream service does, as [`env::SERVICES`] says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceTraits {
+    /// A repeated request with the same `Idempotency-Key` is answered from the first one.
+    pub honours_keys: bool,
+    /// `GET /v1/receipts/{key}` says what was made with a key.
+    pub receipts: bool,
+}
+
+/// Every service's traits, by service name (`tickets`, `payments`, `messages`, `jobs`).
+pub type Services = BTreeMap<String, ServiceTraits>;
 
 /// The JSON Schema of the conventions' documents: the `_meta` of a call ([`CallMeta`]), the
 /// `structuredContent` of an answer ([`Outcome`]) and the manifest ([`Manifest`]), under
@@ -196,6 +218,7 @@ pub fn conventions_schema() -> String {
     let call_meta = generator.subschema_for::<CallMeta>();
     let outcome = generator.subschema_for::<Outcome>();
     let manifest = generator.subschema_for::<Manifest>();
+    let services = generator.subschema_for::<Services>();
     let mut defs = serde_json::Map::new();
     for (name, schema) in generator.take_definitions(true) {
         defs.insert(name, schema);
@@ -205,12 +228,14 @@ pub fn conventions_schema() -> String {
         "title": "replaylab MCP conventions",
         "description": format!(
             "Version {CONVENTIONS_VERSION}. `call_meta`: a tools/call request's `_meta[\"{CALL_META}\"]`; \
-             `outcome`: an answer's `structuredContent`; `manifest`: the text of the resource {MANIFEST_URI}."
+             `outcome`: an answer's `structuredContent`; `manifest`: the text of the resource {MANIFEST_URI};              `services`: the value of {}.",
+            env::SERVICES
         ),
         "properties": {
             "call_meta": call_meta,
             "outcome": outcome,
             "manifest": manifest,
+            "services": services,
         },
         "additionalProperties": false,
         "$defs": defs,

@@ -34,7 +34,7 @@ pub use json::{matrix_schema, matrix_sha256, render_json};
 pub use junit::render_junit;
 pub use markdown::render_markdown;
 pub use model::{
-    Answer, Band, FailedRun, Lane, LedgerEntry, Mark, MarkKind, MatrixResult, OperationRecord, RequestKind,
-    RowSummary, RunResult, ScenarioSummary, Shard, Timeline, Verdict, Violation, WorldParameters,
-    SCHEMA_VERSION,
+    Answer, Band, BlackBox, FailedRun, Lane, LedgerEntry, Mark, MarkKind, MatrixResult, OperationRecord,
+    RealTime, RequestKind, RowSummary, RunResult, ScenarioSummary, Shard, Timeline, Verdict, Violation,
+    WorldParameters, SCHEMA_VERSION,
 };

@@ -99,6 +99,61 @@ pub struct RunResult {
     pub operations: Vec<OperationRecord>,
     /// One command that reproduces this run.
     pub reproduce: String,
+    /// Where the run's real time went: black-box runs only (simulated runs take no real
+    /// time worth a report, and their reports stay deterministic).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub real_time: Option<RealTime>,
+}
+
+/// Where real time went, in milliseconds: a black-box run's, or the sum of a matrix's runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RealTime {
+    /// From the first process start to the verdict.
+    pub wall_ms: u64,
+    /// Starting worker processes (spawn to the end of the MCP handshake), restarts included.
+    pub starting_ms: u64,
+    /// Waiting that the scenario asks for in real time: `advance` steps and the settle time
+    /// (leases, retention and jobs run out on the clock).
+    pub waiting_ms: u64,
+}
+
+impl RealTime {
+    /// The rest of the wall time: driving calls, faults, crashes and answers.
+    pub fn working_ms(&self) -> u64 {
+        self.wall_ms.saturating_sub(self.starting_ms).saturating_sub(self.waiting_ms)
+    }
+
+    /// The sum of two.
+    pub fn plus(self, other: RealTime) -> RealTime {
+        RealTime {
+            wall_ms: self.wall_ms + other.wall_ms,
+            starting_ms: self.starting_ms + other.starting_ms,
+            waiting_ms: self.waiting_ms + other.waiting_ms,
+        }
+    }
+}
+
+/// How a matrix of the black-box world ran (`--executor-cmd`): absent for the simulated world.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BlackBox {
+    /// The command each worker process ran.
+    pub command: String,
+    /// Worker processes per run.
+    pub workers: u64,
+    /// `stdio`.
+    pub transport: String,
+    /// What the MCP handshake named (`replaylab-reference 0.1.0`), if anything.
+    pub server: String,
+    /// Where the capabilities came from: `manifest` or `tools/list`.
+    pub capabilities_from: String,
+    /// Always false: real processes on real time; the same repeat can end differently.
+    pub deterministic: bool,
+    /// Where the runs' real time went, summed over every run.
+    pub time: RealTime,
+    /// The wall time of the whole matrix, runs in parallel.
+    pub matrix_wall_ms: u64,
 }
 
 impl RunResult {
@@ -339,15 +394,16 @@ pub struct RowSummary {
 /// verdict `not_applicable` (a scenario needing what the executor does not declare). 3: every
 /// failing seed (`failures`), per-oracle counts, the per-operation answers beside the ledger,
 /// violations marked on the timeline, one shape for a failure (`FailedRun`), the shard a
-/// partial run covers, and no unknown fields.
-pub const SCHEMA_VERSION: u32 = 3;
+/// partial run covers, and no unknown fields. 4: the black-box world (`black_box`, each run's
+/// `real_time`).
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// The result of a matrix run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MatrixResult {
     /// [`SCHEMA_VERSION`].
-    #[schemars(range(min = 3, max = 3))]
+    #[schemars(range(min = 4, max = 4))]
     pub schema_version: u32,
     /// The replaylab version that ran it.
     pub harness_version: String,
@@ -368,6 +424,10 @@ pub struct MatrixResult {
     /// The shard of the seeds this result covers (`matrix --shard I/N`: the seeds with
     /// `seed % N == I - 1`); none for a whole run, or shards merged back into one.
     pub shard: Option<Shard>,
+    /// The black-box world's parameters, when the executor ran as processes
+    /// (`--executor-cmd`); then `seeds` counts repeats, and nothing is deterministic.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub black_box: Option<BlackBox>,
     /// The rows: C1..C10, F1..F9, then one per scenario from the document's prose.
     pub rows: Vec<RowSummary>,
     /// The scenarios, in order.

@@ -50,6 +50,12 @@ impl ConnectionControl {
     pub fn close(&self) {
         self.close.notify_one();
     }
+
+    /// Waits until a handler calls [`ConnectionControl::close`] (for a server that serves
+    /// connections itself, as [`serve_connection`] does). One waiter per connection.
+    pub async fn closed(&self) {
+        self.close.notified().await;
+    }
 }
 
 /// Serves `router` on every connection `listener` accepts, until accepting fails.

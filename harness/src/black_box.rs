@@ -1,0 +1,1059 @@
+//! The black-box world: the executor is a real process in any language, an MCP server
+//! (`docs/mcp.md`), driven by the same runner, scenarios and oracles as the simulated world.
+//!
+//! - **Workers are processes.** Each worker of a scenario (and more, up to `--workers`) is the
+//!   user's command, started with the environment of `docs/mcp.md` section 5 in a process group
+//!   of its own. A crash is `SIGKILL` to that group; a restart starts the command again (the
+//!   next incarnation) on the same state directory.
+//! - **The agent is an MCP client** (`rmcp`) over each process's stdio: a call is `tools/call`
+//!   with the operation in `_meta["dev.replaylab/call"]`; the answer's `structuredContent` is the
+//!   outcome. A server that answers without it makes a success claim (`isError: false`) or
+//!   none (`isError: true`).
+//! - **The downstream is in process, on loopback.** Every worker incarnation gets a port of its
+//!   own, so the harness knows which process sent each request without asking it. The
+//!   boundary on that port records each request (`DownstreamSent`, `DownstreamAnswered`,
+//!   `DownstreamFailed`, and the authorizer's decisions) as the simulated client does, and
+//!   holds a request before it reaches the downstream or its answer after it (the pause points
+//!   `downstream:before` / `downstream:after`): "crash between effect and record" is a commit,
+//!   an answer held, a `SIGKILL`.
+//! - **Time is real** and short: the harness's contracts (lease, retention, downstream
+//!   timeout) go to the process in its environment, and the runner waits them out. Nothing is
+//!   deterministic: runs repeat rather than seed, and the reports say so.
+//!
+//! What this world cannot do is said before a run: it sees no store calls (no `store:`
+//! pause points) and has no queue (no `queue:` pause point, no queued tool); such a scenario is
+//! `not applicable` here (see [`lacks`]).
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use protocol::mcp::{
+    env, CallMeta, KeyPlacement, Manifest, CALL_META, MANIFEST_URI, POLL_TOOL, RECONCILE_TOOL,
+};
+use protocol::{ExecutorCapabilities, Outcome, OutcomeStatus};
+use rmcp::model::{CallToolRequestParams, CallToolResult, ReadResourceRequestParams, ResourceContents};
+use rmcp::service::{Peer, RunningService};
+use rmcp::transport::TokioChildProcess;
+use rmcp::{RoleClient, ServiceExt};
+use scenarios::{Moment, PausePoint, Scenario, StepKind};
+use tower::ServiceExt as _;
+
+use crate::agent::AGENT_TIMEOUT;
+use crate::clock::WorldClock;
+use crate::history::{EventKind, RequestKind};
+use crate::world::{AgentCommand, AgentResult, PointReached, Reached, Shared, World};
+
+/// How often the runner looks at the real world: the length of one step.
+const SLICE: Duration = Duration::from_millis(2);
+/// How long a process may take from its start to the end of the MCP handshake.
+const START_PATIENCE: Duration = Duration::from_secs(30);
+/// The longest stderr tail a failing run's notes quote, per process.
+const STDERR_TAIL_LINES: usize = 6;
+/// The operators' queue's path on every worker's port ([`env::OPERATORS_URL`]).
+const OPERATORS_PATH: &str = "/v1/reconciliations";
+/// The header that carries the harness's name for a downstream request.
+const REQUEST_ID_HEADER: &str = "x-replaylab-request-id";
+/// The header that carries the operation the sending process was serving.
+const ORIGIN_HEADER: &str = "x-replaylab-origin";
+
+/// How the harness talks to the processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Transport {
+    /// MCP over the process's stdin and stdout.
+    Stdio,
+}
+
+impl Transport {
+    /// `stdio`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Stdio => "stdio",
+        }
+    }
+}
+
+/// A black-box executor: the command that starts one worker process, and how to drive it.
+#[derive(Debug, Clone)]
+pub struct BlackBoxSpec {
+    /// The command, run by `sh -c`, with `{worker}`, `{state}` and `{port}` replaced.
+    pub command: String,
+    /// Worker processes per run, at least: a scenario that names more workers gets one process
+    /// for each.
+    pub workers: usize,
+    /// The transport.
+    pub transport: Transport,
+    /// Where the agent puts the operation's key besides `_meta`.
+    pub key_placement: KeyPlacement,
+    /// What the MCP handshake named (set from the [`Probe`]).
+    pub server: String,
+    /// Where the capabilities came from: `manifest` or `tools/list` (set from the [`Probe`]).
+    pub capabilities_from: String,
+}
+
+impl BlackBoxSpec {
+    /// The command line's arguments that name this executor, for reproduce commands:
+    /// `--executor-cmd '...' --workers 2`.
+    pub fn reproduce_arguments(&self) -> String {
+        let mut arguments = format!(
+            "--executor-cmd {} --workers {}",
+            crate::runner::shell_quote(&self.command),
+            self.workers
+        );
+        if let KeyPlacement::Argument(name) = &self.key_placement {
+            arguments.push_str(&format!(" --key-argument {}", crate::runner::shell_quote(name)));
+        }
+        arguments
+    }
+}
+
+/// What the black-box world cannot do: the reasons a scenario is `not applicable` here,
+/// whatever the executor declares.
+pub fn lacks(scenario: &Scenario) -> Vec<String> {
+    let mut lacks = BTreeSet::new();
+    for step in &scenario.steps {
+        if let StepKind::Pause { point, .. } = &step.kind {
+            match point {
+                PausePoint::BeforeStore(_) | PausePoint::AfterStore(_) => {
+                    lacks.insert(
+                        "store pause points (the harness cannot see inside a process's store)".to_owned(),
+                    );
+                }
+                PausePoint::BeforeQueueAck => {
+                    lacks.insert("queue pause points (the black-box world has no queue)".to_owned());
+                }
+                PausePoint::Downstream { .. } => {}
+            }
+        }
+    }
+    if scenario.downstream.webhook.is_some() {
+        lacks.insert("completion webhooks (not delivered to processes yet)".to_owned());
+    }
+    lacks.into_iter().collect()
+}
+
+/// The world's worker names: the scenario's (however many it names), then `worker-N` up to
+/// `--workers`.
+fn worker_names(scenario: &Scenario, spec: &BlackBoxSpec) -> Vec<String> {
+    let mut names = scenario.worker_names();
+    let mut next = names.len() + 1;
+    while names.len() < spec.workers {
+        let name = format!("worker-{next}");
+        if !names.contains(&name) {
+            names.push(name);
+        }
+        next += 1;
+    }
+    names
+}
+
+/// A pause armed at the boundary.
+struct Armed {
+    worker: Option<String>,
+    point: PausePoint,
+    operation: Option<String>,
+}
+
+/// The harness's side of every worker's downstream port: it records each request and answer,
+/// and holds them at the armed pause points.
+struct Boundary {
+    shared: Rc<Shared>,
+    router: axum::Router,
+    armed: RefCell<BTreeMap<String, Armed>>,
+    held: RefCell<BTreeMap<String, (PointReached, tokio::sync::oneshot::Sender<()>)>>,
+    /// The incarnation of each worker that runs now (none while it is crashed).
+    alive: RefCell<BTreeMap<String, u32>>,
+    /// The agent requests each worker is serving now: label and operation.
+    serving: RefCell<BTreeMap<String, BTreeMap<String, String>>>,
+}
+
+impl Boundary {
+    /// Holds the caller while an armed pause stops at `reached`, until it is released.
+    async fn pause_at(&self, reached: PointReached) {
+        let stopped = {
+            let mut armed = self.armed.borrow_mut();
+            let name = armed
+                .iter()
+                .find(|(_, pause)| {
+                    reached.stops(pause.worker.as_deref(), &pause.point, pause.operation.as_deref())
+                })
+                .map(|(name, _)| name.clone());
+            name.inspect(|name| {
+                armed.remove(name);
+            })
+        };
+        let Some(name) = stopped else { return };
+        let (release, released) = tokio::sync::oneshot::channel();
+        self.held.borrow_mut().insert(name, (reached, release));
+        // A dropped sender (the pause released, or the world gone) lets the request go on.
+        let _ = released.await;
+    }
+
+    /// The one agent request `worker` is serving now, when it serves exactly one: the origin
+    /// its requests are tagged with (it breaks ties between identical calls only).
+    fn serving_one(&self, worker: &str) -> Option<(String, String)> {
+        let serving = self.serving.borrow();
+        let requests = serving.get(worker)?;
+        (requests.len() == 1).then(|| requests.iter().next().map(|(l, o)| (l.clone(), o.clone())))?
+    }
+
+    fn is_alive(&self, worker: &str, incarnation: u32) -> bool {
+        self.alive.borrow().get(worker) == Some(&incarnation)
+    }
+
+    /// Serves one request a worker process sent to its port.
+    async fn handle(
+        self: Rc<Self>,
+        worker: String,
+        incarnation: u32,
+        request: http::Request<Incoming>,
+        control: wire::ConnectionControl,
+        current: Rc<RefCell<Option<(String, String)>>>,
+    ) -> Result<http::Response<Full<Bytes>>, std::convert::Infallible> {
+        let (mut parts, body) = request.into_parts();
+        let body = match Limited::new(body, wire::MAX_BODY_BYTES).collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(_) => return Ok(plain(413, "the request body is too large or broken")),
+        };
+        let method = parts.method.as_str().to_owned();
+        let full_path =
+            parts.uri.path_and_query().map_or_else(|| parts.uri.path().to_owned(), |p| p.to_string());
+        let path = parts.uri.path().to_owned();
+        if path == "/v1/authz" {
+            return Ok(self.authorize(&worker, parts, body).await);
+        }
+        if path == OPERATORS_PATH {
+            return Ok(self.file_reconciliation(&worker, &method, &body));
+        }
+        let shared = self.shared.clone();
+        let content = fake_downstream::request_content(&method, &path, &body);
+        let operations: Vec<String> = content
+            .as_ref()
+            .and_then(|content| shared.call_contents.borrow().get(content).cloned())
+            .map(|operations| operations.into_iter().collect())
+            .unwrap_or_default();
+        let reached = |moment, committed| PointReached {
+            worker: worker.clone(),
+            point: Reached::Downstream {
+                moment,
+                method: method.clone(),
+                path: path.clone(),
+                committed,
+                operations: operations.clone(),
+            },
+        };
+        self.pause_at(reached(Moment::Before, false)).await;
+        if !self.is_alive(&worker, incarnation) {
+            // Held before it left, and the process was killed meanwhile: the request never
+            // reaches the downstream (as a simulated worker's request dies with its host).
+            return Ok(plain(503, "the sending process was killed"));
+        }
+        let request_id = shared.next_request_id(&worker);
+        let serving = self.serving_one(&worker);
+        let idempotency_key =
+            parts.headers.get("idempotency-key").and_then(|value| value.to_str().ok()).map(str::to_owned);
+        shared.history.push(EventKind::DownstreamSent {
+            worker: worker.clone(),
+            request_id: request_id.clone(),
+            origin: serving.as_ref().map(|(_, operation)| operation.clone()),
+            serving: serving.as_ref().map(|(label, _)| label.clone()),
+            method: method.clone(),
+            path: full_path,
+            idempotency_key,
+            tenant: crate::worker::tenant_in(&parts.uri.to_string(), &body),
+            content,
+        });
+        // The harness's own headers cannot be set by the process.
+        parts.headers.remove(REQUEST_ID_HEADER);
+        parts.headers.remove(ORIGIN_HEADER);
+        parts.headers.insert(REQUEST_ID_HEADER, header_value(&request_id));
+        if let Some((_, origin)) = &serving {
+            parts.headers.insert(ORIGIN_HEADER, header_value(origin));
+        }
+        parts.extensions.insert(control);
+        let described = format!("{method} {path}");
+        *current.borrow_mut() = Some((request_id.clone(), described.clone()));
+        let request = http::Request::from_parts(parts, axum::body::Body::from(body));
+        let response = self.router.clone().oneshot(request).await.unwrap_or_else(|never| match never {});
+        let (parts, body) = response.into_parts();
+        let body = body.collect().await.map(|collected| collected.to_bytes()).unwrap_or_default();
+        let committed = shared.history.committed(&request_id);
+        self.pause_at(reached(Moment::After, committed)).await;
+        *current.borrow_mut() = None;
+        if self.is_alive(&worker, incarnation) {
+            shared.history.push(EventKind::DownstreamAnswered {
+                worker: worker.clone(),
+                request_id,
+                origin: serving.map(|(_, operation)| operation),
+                request: described,
+                status: parts.status.as_u16(),
+                references: crate::worker::references_in_answer(parts.status.as_u16(), &body),
+            });
+        } else {
+            shared.history.push(EventKind::DownstreamFailed {
+                worker: worker.clone(),
+                request_id,
+                origin: serving.map(|(_, operation)| operation),
+                request: described,
+                error: "the process was killed before the answer reached it".into(),
+            });
+        }
+        Ok(http::Response::from_parts(parts, Full::new(body)))
+    }
+
+    /// `POST /v1/reconciliations`: the operators' queue, the harness's own (not the
+    /// downstream's): each entry is recorded in the history as it is filed.
+    fn file_reconciliation(&self, worker: &str, method: &str, body: &[u8]) -> http::Response<Full<Bytes>> {
+        if method != "POST" {
+            return plain(405, "POST an entry: {\"tenant\", \"operation_key\", \"finding\"}");
+        }
+        let entry: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+        let text = |field: &str| entry.get(field).and_then(|v| v.as_str()).map(str::to_owned);
+        let (Some(tenant), Some(operation_key), Some(finding)) =
+            (text("tenant"), text("operation_key"), text("finding"))
+        else {
+            return plain(400, "an entry is {\"tenant\", \"operation_key\", \"finding\"}, all strings");
+        };
+        let finding = crate::worker::bounded_finding(finding);
+        self.shared.history.push(EventKind::ReconciliationFiled {
+            worker: worker.to_owned(),
+            tenant,
+            operation_key,
+            finding,
+        });
+        plain(202, "filed")
+    }
+
+    /// `GET /v1/authz`: the downstream's authorizer, its decision recorded as it is made.
+    async fn authorize(
+        &self,
+        worker: &str,
+        parts: http::request::Parts,
+        body: Bytes,
+    ) -> http::Response<Full<Bytes>> {
+        let request = http::Request::from_parts(parts, axum::body::Body::from(body));
+        let response = self.router.clone().oneshot(request).await.unwrap_or_else(|never| match never {});
+        let (parts, body) = response.into_parts();
+        let body = body.collect().await.map(|collected| collected.to_bytes()).unwrap_or_default();
+        if let Ok(decision) = serde_json::from_slice::<serde_json::Value>(&body) {
+            let text =
+                |field: &str| decision.get(field).and_then(|v| v.as_str()).unwrap_or_default().to_owned();
+            if let Some(allowed) = decision.get("allowed").and_then(serde_json::Value::as_bool) {
+                self.shared.history.push(EventKind::Authorization {
+                    worker: worker.to_owned(),
+                    actor: text("actor"),
+                    tool: text("tool"),
+                    allowed,
+                });
+            }
+        }
+        http::Response::from_parts(parts, Full::new(body))
+    }
+}
+
+fn header_value(text: &str) -> http::HeaderValue {
+    http::HeaderValue::from_str(text).unwrap_or_else(|_| http::HeaderValue::from_static("invalid"))
+}
+
+fn plain(status: u16, text: &'static str) -> http::Response<Full<Bytes>> {
+    let mut response = http::Response::new(Full::new(Bytes::from_static(text.as_bytes())));
+    *response.status_mut() = http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::BAD_REQUEST);
+    response
+}
+
+/// Accepts a worker incarnation's connections on its port until the task is aborted.
+async fn accept(boundary: Rc<Boundary>, listener: tokio::net::TcpListener, worker: String, incarnation: u32) {
+    while let Ok((stream, _peer)) = listener.accept().await {
+        let _ = stream.set_nodelay(true);
+        let boundary = boundary.clone();
+        let worker = worker.clone();
+        tokio::task::spawn_local(async move {
+            let control = wire::ConnectionControl::default();
+            let current: Rc<RefCell<Option<(String, String)>>> = Rc::default();
+            let service = {
+                let (boundary, control, current) = (boundary.clone(), control.clone(), current.clone());
+                hyper::service::service_fn(move |request| {
+                    boundary.clone().handle(
+                        worker.clone(),
+                        incarnation,
+                        request,
+                        control.clone(),
+                        current.clone(),
+                    )
+                })
+            };
+            let connection =
+                hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+            tokio::select! {
+                biased;
+                () = control.closed() => {
+                    // The downstream closed the connection without an answer (`commit_then_drop`).
+                    if let Some((request_id, request)) = current.borrow_mut().take() {
+                        boundary.shared.history.push(EventKind::DownstreamFailed {
+                            worker: worker_of(&request_id),
+                            request_id,
+                            origin: None,
+                            request,
+                            error: "the connection closed without a response".into(),
+                        });
+                    }
+                }
+                _ = connection => {}
+            }
+        });
+    }
+}
+
+/// `worker-1` of the request id `worker-1#7`.
+fn worker_of(request_id: &str) -> String {
+    request_id.split('#').next().unwrap_or_default().to_owned()
+}
+
+/// One running worker process.
+struct Process {
+    pid: u32,
+    service: RunningService<RoleClient, ()>,
+    listener: tokio::task::JoinHandle<()>,
+}
+
+/// The environment and files of one run: shared by the world and the agent's tasks.
+struct Run {
+    spec: Arc<BlackBoxSpec>,
+    shared: Rc<Shared>,
+    boundary: Rc<Boundary>,
+    /// The run's directory: `state/` (the processes' `{state}`) and `logs/` (their stderr).
+    directory: PathBuf,
+    /// The environment every process gets besides its own variables: timing and services.
+    timing: [(&'static str, String); 4],
+    peers: RefCell<BTreeMap<String, Peer<RoleClient>>>,
+    /// The tool and version each operation was last called with (a poll names them too).
+    last_tool: RefCell<BTreeMap<String, String>>,
+    starting_ms: Cell<u64>,
+}
+
+impl Run {
+    fn state_dir(&self) -> PathBuf {
+        self.directory.join("state")
+    }
+
+    fn stderr_path(&self, worker: &str, incarnation: u32) -> PathBuf {
+        self.directory.join("logs").join(format!("{worker}.{incarnation}.stderr"))
+    }
+
+    /// Starts `worker`'s incarnation `incarnation`: its port, its process, the handshake.
+    async fn start(self: &Rc<Self>, worker: &str, incarnation: u32) -> Result<Process, String> {
+        let began = Instant::now();
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .map_err(|error| format!("no loopback port for {worker}'s downstream: {error}"))?;
+        let port = listener.local_addr().map_err(|error| error.to_string())?.port();
+        self.boundary.alive.borrow_mut().insert(worker.to_owned(), incarnation);
+        let listening =
+            tokio::task::spawn_local(accept(self.boundary.clone(), listener, worker.to_owned(), incarnation));
+        let state = self.state_dir();
+        let text = self
+            .spec
+            .command
+            .replace("{worker}", worker)
+            .replace("{state}", &state.display().to_string())
+            .replace("{port}", &free_port().to_string());
+        let mut command = tokio::process::Command::new("sh");
+        command.arg("-c").arg(&text).process_group(0).kill_on_drop(true);
+        for name in env::ALL {
+            command.env_remove(name);
+        }
+        let base = format!("http://127.0.0.1:{port}");
+        command
+            .env(env::WORKER, worker)
+            .env(env::INCARNATION, incarnation.to_string())
+            .env(env::STATE_DIR, &state)
+            .env(env::DOWNSTREAM_URL, &base)
+            .env(env::AUTHZ_URL, format!("{base}/v1/authz"))
+            .env(env::OPERATORS_URL, format!("{base}{OPERATORS_PATH}"));
+        for (name, value) in &self.timing {
+            command.env(name, value);
+        }
+        let stderr = std::fs::File::create(self.stderr_path(worker, incarnation))
+            .map_err(|error| format!("cannot write {worker}'s stderr file: {error}"))?;
+        let (transport, _) = TokioChildProcess::builder(command)
+            .stderr(stderr)
+            .spawn()
+            .map_err(|error| format!("{worker} did not start ({text}): {error}"))?;
+        let pid = transport.id().unwrap_or_default();
+        let service = match tokio::time::timeout(START_PATIENCE, ().serve(transport)).await {
+            Ok(Ok(service)) => service,
+            Ok(Err(error)) => {
+                listening.abort();
+                return Err(format!(
+                    "{worker} (incarnation {incarnation}) failed the MCP handshake: {error}{}",
+                    self.stderr_tail(worker, incarnation)
+                ));
+            }
+            Err(_) => {
+                let _ = kill_group(pid);
+                listening.abort();
+                return Err(format!(
+                    "{worker} (incarnation {incarnation}) did not finish the MCP handshake within {}{}",
+                    crate::text::duration(START_PATIENCE),
+                    self.stderr_tail(worker, incarnation)
+                ));
+            }
+        };
+        self.peers.borrow_mut().insert(worker.to_owned(), service.peer().clone());
+        self.starting_ms.set(self.starting_ms.get() + began.elapsed().as_millis() as u64);
+        Ok(Process { pid, service, listener: listening })
+    }
+
+    /// The last lines `worker`'s incarnation wrote to stderr, as a sentence's tail.
+    fn stderr_tail(&self, worker: &str, incarnation: u32) -> String {
+        let text = std::fs::read_to_string(self.stderr_path(worker, incarnation)).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().filter(|line| !line.trim().is_empty()).collect();
+        if lines.is_empty() {
+            return String::new();
+        }
+        let tail = &lines[lines.len().saturating_sub(STDERR_TAIL_LINES)..];
+        format!("; its stderr ends: {}", tail.join(" / "))
+    }
+
+    /// Sends one agent command to its worker and records what came back.
+    async fn execute(self: Rc<Self>, command: AgentCommand) {
+        let shared = self.shared.clone();
+        let (label, worker, operation_path) = match &command {
+            AgentCommand::Call { label, worker, call, .. } => {
+                let path = call.operation().path();
+                (label.clone(), worker.clone(), path)
+            }
+            AgentCommand::Query { label, worker, operation, .. } => {
+                (label.clone(), worker.clone(), operation.path())
+            }
+        };
+        let peer = self.peers.borrow().get(&worker).cloned();
+        let result = match peer {
+            None => AgentResult::NoAnswer("connection_refused".into()),
+            Some(peer) => {
+                let (params, lose_answer) = self.params(&command);
+                if matches!(command, AgentCommand::Call { .. }) {
+                    shared
+                        .history
+                        .push(EventKind::CallReceived { label: label.clone(), worker: worker.clone() });
+                }
+                self.boundary
+                    .serving
+                    .borrow_mut()
+                    .entry(worker.clone())
+                    .or_default()
+                    .insert(label.clone(), operation_path.clone());
+                let answer = tokio::time::timeout(AGENT_TIMEOUT, peer.call_tool(params)).await;
+                if let Some(serving) = self.boundary.serving.borrow_mut().get_mut(&worker) {
+                    serving.remove(&label);
+                }
+                let result = match answer {
+                    Err(_) => AgentResult::NoAnswer("timeout".into()),
+                    Ok(Err(rmcp::ServiceError::TransportClosed)) => {
+                        AgentResult::NoAnswer("connection_closed".into())
+                    }
+                    Ok(Err(rmcp::ServiceError::McpError(error))) => {
+                        AgentResult::NoAnswer(format!("protocol error: {}", error.message))
+                    }
+                    Ok(Err(error)) => AgentResult::NoAnswer(format!("transport: {error}")),
+                    Ok(Ok(answer)) => outcome_of(&answer),
+                };
+                if let AgentResult::Answered(outcome) = &result {
+                    shared.history.push(EventKind::Answered {
+                        label: label.clone(),
+                        worker: worker.clone(),
+                        outcome: outcome.clone(),
+                    });
+                }
+                match result {
+                    AgentResult::Answered(_) if lose_answer => {
+                        AgentResult::NoAnswer("lost_by_scenario".into())
+                    }
+                    other => other,
+                }
+            }
+        };
+        match &result {
+            AgentResult::Answered(_) => {
+                shared.history.push(EventKind::AgentReceived { label: label.clone() })
+            }
+            AgentResult::NoAnswer(reason) => shared
+                .history
+                .push(EventKind::AgentGotNoAnswer { label: label.clone(), reason: reason.clone() }),
+        }
+        shared.agent.outstanding.borrow_mut().remove(&label);
+        shared.agent.results.borrow_mut().insert(label, result);
+    }
+
+    /// The `tools/call` an agent command is, and whether its answer is to be lost.
+    fn params(&self, command: &AgentCommand) -> (CallToolRequestParams, bool) {
+        let meta = |operation: &protocol::OperationRef, tool_version: &str, call_id: String, attempt: u32| {
+            CallMeta {
+                version: protocol::mcp::CONVENTIONS_VERSION,
+                tenant: operation.tenant.clone(),
+                environment: operation.environment.clone(),
+                workflow_id: operation.workflow_id.clone(),
+                step_id: operation.step_id.clone(),
+                actor: operation.actor.clone(),
+                tool_version: tool_version.to_owned(),
+                call_id,
+                attempt,
+                idempotency_key: CallMeta::key_of(
+                    &operation.tenant,
+                    &operation.environment,
+                    &operation.workflow_id,
+                    &operation.step_id,
+                ),
+            }
+        };
+        let (name, arguments, call_meta, lose_answer) = match command {
+            AgentCommand::Call { call, lose_answer, .. } => {
+                let operation = call.operation();
+                self.last_tool.borrow_mut().insert(operation.path(), call.tool_version.clone());
+                let mut arguments = match serde_json::from_str::<serde_json::Value>(call.arguments.get()) {
+                    Ok(serde_json::Value::Object(arguments)) => arguments,
+                    _ => serde_json::Map::new(),
+                };
+                let call_meta = meta(&operation, &call.tool_version, call.call_id.clone(), call.attempt);
+                if let KeyPlacement::Argument(argument) = &self.spec.key_placement {
+                    arguments.insert(
+                        argument.clone(),
+                        serde_json::Value::String(call_meta.idempotency_key.clone()),
+                    );
+                }
+                (call.tool.clone(), arguments, call_meta, *lose_answer)
+            }
+            AgentCommand::Query { label, kind, operation, .. } => {
+                let tool_version =
+                    self.last_tool.borrow().get(&operation.path()).cloned().unwrap_or_default();
+                let name = match kind {
+                    RequestKind::Reconcile => RECONCILE_TOOL,
+                    RequestKind::Poll | RequestKind::Call => POLL_TOOL,
+                };
+                (
+                    name.to_owned(),
+                    serde_json::Map::new(),
+                    meta(operation, &tool_version, label.clone(), 1),
+                    false,
+                )
+            }
+        };
+        let mut params = CallToolRequestParams::new(name).with_arguments(arguments);
+        let mut meta = serde_json::Map::new();
+        meta.insert(CALL_META.into(), serde_json::to_value(call_meta).unwrap_or_default());
+        params.meta = Some(meta.into());
+        (params, lose_answer)
+    }
+}
+
+/// What an MCP answer claims: its `structuredContent` as an outcome; without one, `isError:
+/// false` is a success claim with nothing named, `isError: true` claims nothing.
+fn outcome_of(answer: &CallToolResult) -> AgentResult {
+    if answer.is_error == Some(true) {
+        let text = text_of(answer);
+        return AgentResult::NoAnswer(format!("tool error: {}", crate::text::quoted(&text)));
+    }
+    if let Some(structured) = &answer.structured_content {
+        return match serde_json::from_value::<Outcome>(structured.clone()) {
+            Ok(outcome) => AgentResult::Answered(outcome),
+            Err(_) => AgentResult::NoAnswer("malformed_answer".into()),
+        };
+    }
+    let mut outcome = Outcome::new(OutcomeStatus::Applied);
+    outcome.message = Some("no structuredContent: isError false taken as a success claim".into());
+    AgentResult::Answered(outcome)
+}
+
+fn text_of(answer: &CallToolResult) -> String {
+    let text: Vec<String> =
+        answer.content.iter().filter_map(|c| c.as_text().map(|t| t.text.clone())).collect();
+    let text = text.join(" ");
+    text.chars().take(200).collect()
+}
+
+/// A loopback port free now (for `{port}`; the process binds it).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind(("127.0.0.1", 0)).and_then(|l| l.local_addr()).map_or(0, |a| a.port())
+}
+
+/// `SIGKILL` to the process group `pid` leads (the command's shell and everything it started),
+/// through procps' `kill` (the workspace forbids `unsafe`, so no `kill(2)` from here; the
+/// shell's own `kill` cannot name a group). Says why it failed, if it did.
+fn kill_group(pid: u32) -> Result<(), String> {
+    if pid == 0 {
+        return Err("no process id".into());
+    }
+    let status = std::process::Command::new("kill")
+        .args(["-s", "KILL", "--", &format!("-{pid}")])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .map_err(|error| format!("kill did not run: {error}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("kill -s KILL -- -{pid} failed ({status})"))
+    }
+}
+
+/// Whether process `pid` runs no more: gone, or a zombie its parent has not reaped yet.
+fn is_dead(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+/// How long a killed process may take to die before the crash counts as not having happened.
+const KILL_PATIENCE: Duration = Duration::from_secs(5);
+
+/// The black-box world of one run.
+pub struct RealWorld {
+    runtime: tokio::runtime::Runtime,
+    local: tokio::task::LocalSet,
+    run: Rc<Run>,
+    processes: BTreeMap<String, Process>,
+    began: Instant,
+    /// A restart that failed: the next step stops the run with it.
+    failure: Option<String>,
+}
+
+impl std::fmt::Debug for RealWorld {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RealWorld").field("directory", &self.run.directory).finish_non_exhaustive()
+    }
+}
+
+impl RealWorld {
+    /// Builds the world for `scenario`: the downstream, a run directory, and every worker
+    /// process started and past its MCP handshake.
+    pub fn build(
+        scenario: &Scenario,
+        seed: u64,
+        spec: Arc<BlackBoxSpec>,
+    ) -> Result<(RealWorld, Rc<Shared>), String> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|error| format!("no tokio runtime: {error}"))?;
+        let local = tokio::task::LocalSet::new();
+        let shared =
+            Shared::new(scenario, seed, Rc::new(NoFactory), WorldClock::real(), Arc::new(wire::TcpConnector));
+        let directory = run_directory(scenario, seed)?;
+        let contract = shared.contracts.iter().next().cloned().ok_or("no contracts")?;
+        let timing = [
+            (env::LEASE_MS, contract.lease.as_millis().to_string()),
+            (env::RETENTION_MS, contract.retention.as_millis().to_string()),
+            (env::DOWNSTREAM_TIMEOUT_MS, executor::DEFAULT_DOWNSTREAM_TIMEOUT.as_millis().to_string()),
+            (env::SERVICES, services_of(&shared.downstream.config())),
+        ];
+        let boundary = Rc::new(Boundary {
+            shared: shared.clone(),
+            router: shared.downstream.business_router(),
+            armed: RefCell::default(),
+            held: RefCell::default(),
+            alive: RefCell::default(),
+            serving: RefCell::default(),
+        });
+        let run = Rc::new(Run {
+            spec: spec.clone(),
+            shared: shared.clone(),
+            boundary,
+            directory,
+            timing,
+            peers: RefCell::default(),
+            last_tool: RefCell::default(),
+            starting_ms: Cell::new(0),
+        });
+        let mut world = RealWorld {
+            runtime,
+            local,
+            run,
+            processes: BTreeMap::new(),
+            began: Instant::now(),
+            failure: None,
+        };
+        let names = worker_names(scenario, &spec);
+        let run = world.run.clone();
+        // Every process starts at once; a run waits for the slowest handshake only.
+        let started = world.block_on(async move {
+            let starts: Vec<_> = names
+                .into_iter()
+                .map(|name| {
+                    let run = run.clone();
+                    tokio::task::spawn_local(async move {
+                        let process = run.start(&name, 0).await;
+                        (name, process)
+                    })
+                })
+                .collect();
+            let mut started = Vec::new();
+            for start in starts {
+                started.push(start.await.map_err(|error| format!("a process start failed: {error}")));
+            }
+            started
+        });
+        for start in started {
+            let (name, process) = start?;
+            match process {
+                Ok(process) => {
+                    world.processes.insert(name, process);
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        Ok((world, shared))
+    }
+
+    fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {
+        self.runtime.block_on(self.local.run_until(future))
+    }
+
+    /// Kills `worker`'s process group and waits until its process is dead; says why not.
+    fn kill(&mut self, worker: &str) -> Result<(), String> {
+        let Some(process) = self.processes.remove(worker) else { return Ok(()) };
+        let killed = kill_group(process.pid).and_then(|()| {
+            let deadline = Instant::now() + KILL_PATIENCE;
+            while !is_dead(process.pid) {
+                if Instant::now() > deadline {
+                    return Err(format!(
+                        "process {} still runs {} after SIGKILL",
+                        process.pid,
+                        crate::text::duration(KILL_PATIENCE)
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Ok(())
+        });
+        self.run.boundary.alive.borrow_mut().remove(worker);
+        self.run.peers.borrow_mut().remove(worker);
+        process.listener.abort();
+        let _context = self.runtime.enter();
+        let _local = self.local.enter();
+        drop(process.service);
+        killed
+    }
+}
+
+impl Drop for RealWorld {
+    fn drop(&mut self) {
+        let workers: Vec<String> = self.processes.keys().cloned().collect();
+        for worker in workers {
+            let _ = self.kill(&worker);
+        }
+        // Lets the killed children be reaped and the tasks end.
+        self.block_on(async { tokio::time::sleep(Duration::from_millis(20)).await });
+        let _ = std::fs::remove_dir_all(&self.run.directory);
+    }
+}
+
+impl World for RealWorld {
+    fn step(&mut self) -> Result<(), String> {
+        if let Some(failure) = self.failure.take() {
+            return Err(failure);
+        }
+        let commands: Vec<AgentCommand> = self.run.shared.agent.inbox.borrow_mut().drain(..).collect();
+        for command in commands {
+            self.local.spawn_local(self.run.clone().execute(command));
+        }
+        self.block_on(async { tokio::time::sleep(SLICE).await });
+        Ok(())
+    }
+
+    fn stepped(&self) -> Duration {
+        self.began.elapsed()
+    }
+
+    fn skips_idle_time(&self) -> bool {
+        false
+    }
+
+    fn in_flight(&mut self) -> usize {
+        0
+    }
+
+    fn arm(&mut self, name: &str, worker: Option<String>, point: PausePoint, operation: Option<String>) {
+        self.run.boundary.armed.borrow_mut().insert(name.to_owned(), Armed { worker, point, operation });
+    }
+
+    fn reached(&mut self, name: &str) -> Option<PointReached> {
+        self.run.boundary.held.borrow().get(name).map(|(reached, _)| reached.clone())
+    }
+
+    fn release(&mut self, name: &str) {
+        self.run.boundary.armed.borrow_mut().remove(name);
+        let held = self.run.boundary.held.borrow_mut().remove(name);
+        drop(held);
+    }
+
+    fn crash(&mut self, worker: &str) -> Result<(), String> {
+        self.kill(worker)
+    }
+
+    fn real_time(&self) -> Option<reports::RealTime> {
+        Some(reports::RealTime {
+            wall_ms: self.began.elapsed().as_millis() as u64,
+            starting_ms: self.run.starting_ms.get(),
+            waiting_ms: 0,
+        })
+    }
+
+    fn failure_notes(&mut self) -> Vec<String> {
+        let mut notes = Vec::new();
+        let Ok(entries) = std::fs::read_dir(self.run.directory.join("logs")) else { return notes };
+        let mut files: Vec<PathBuf> = entries.flatten().map(|entry| entry.path()).collect();
+        files.sort();
+        for file in files {
+            let Some(name) = file.file_name().and_then(|n| n.to_str()) else { continue };
+            let Some((worker, incarnation)) =
+                name.strip_suffix(".stderr").and_then(|stem| stem.rsplit_once('.'))
+            else {
+                continue;
+            };
+            let Ok(incarnation) = incarnation.parse() else { continue };
+            let tail = self.run.stderr_tail(worker, incarnation);
+            if let Some(tail) = tail.strip_prefix("; its stderr ends: ") {
+                notes.push(format!("{worker} (incarnation {incarnation}) wrote to stderr: {tail}"));
+            }
+        }
+        notes
+    }
+
+    fn restart(&mut self, worker: &str) {
+        let incarnation = self.run.shared.incarnations.borrow().get(worker).copied().unwrap_or(0) + 1;
+        self.run.shared.incarnations.borrow_mut().insert(worker.to_owned(), incarnation);
+        if let Err(error) = self.kill(worker) {
+            self.failure = Some(format!("{worker} could not be stopped before its restart: {error}"));
+            return;
+        }
+        let run = self.run.clone();
+        let name = worker.to_owned();
+        match self.block_on(async move { run.start(&name, incarnation).await }) {
+            Ok(process) => {
+                self.processes.insert(worker.to_owned(), process);
+            }
+            Err(error) => self.failure = Some(error),
+        }
+    }
+}
+
+/// [`env::SERVICES`] for a downstream configuration: what each service does in this run.
+fn services_of(config: &fake_downstream::DownstreamConfig) -> String {
+    let services: protocol::mcp::Services = fake_downstream::Service::ALL
+        .into_iter()
+        .map(|service| {
+            let traits = config.service(service);
+            let honours_keys = traits.idempotency == fake_downstream::IdempotencyMode::Honoured;
+            (
+                service.as_str().to_owned(),
+                protocol::mcp::ServiceTraits { honours_keys, receipts: traits.receipts },
+            )
+        })
+        .collect();
+    serde_json::to_string(&services).unwrap_or_default()
+}
+
+/// A fresh directory for one run, with `state/` and `logs/`.
+fn run_directory(scenario: &Scenario, seed: u64) -> Result<PathBuf, String> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let number = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let directory = std::env::temp_dir().join(format!(
+        "replaylab-black-box-{}-{number}-{}-{seed}",
+        std::process::id(),
+        scenario.id
+    ));
+    let _ = std::fs::remove_dir_all(&directory);
+    for sub in ["state", "logs"] {
+        std::fs::create_dir_all(directory.join(sub))
+            .map_err(|error| format!("cannot create the run directory {}: {error}", directory.display()))?;
+    }
+    Ok(directory)
+}
+
+/// The factory a black-box run's [`Shared`] holds: it is never asked (processes are started
+/// instead).
+#[derive(Debug)]
+struct NoFactory;
+
+impl protocol::ExecutorFactory for NoFactory {
+    fn start(&self, _env: protocol::WorkerEnv) -> Box<dyn protocol::Executor> {
+        unreachable!("the black-box world starts processes, not executors in process")
+    }
+}
+
+/// What starting the command once says of the executor: its manifest (or none), the tools
+/// `tools/list` names, and the capabilities that follow.
+#[derive(Debug, Clone)]
+pub struct Probe {
+    /// The manifest, when the server has one.
+    pub manifest: Option<Manifest>,
+    /// The tools it lists.
+    pub tools: BTreeSet<String>,
+    /// What it supports.
+    pub capabilities: ExecutorCapabilities,
+    /// The server's name and version, from its MCP handshake.
+    pub server: String,
+}
+
+/// Starts the command once, reads its manifest and tool list, and stops it: what
+/// `--executor-cmd` learns before any run (a command that cannot start is bad input).
+pub fn probe(spec: &BlackBoxSpec) -> Result<Probe, String> {
+    let scenario = scenarios::builtin().into_iter().next().ok_or("no built-in scenario")?;
+    let one = Arc::new(BlackBoxSpec { workers: 1, ..spec.clone() });
+    let (world, _shared) = RealWorld::build(&scenario, 0, one)?;
+    let peer = world.run.peers.borrow().get("worker-1").cloned().ok_or("worker-1 did not start")?;
+    let server = peer
+        .peer_info()
+        .and_then(|info| {
+            info.server_info.as_ref().map(|server| format!("{} {}", server.name, server.version))
+        })
+        .unwrap_or_default();
+    let (tools, manifest) = world.block_on(async move {
+        let tools = tokio::time::timeout(START_PATIENCE, peer.list_all_tools()).await;
+        let manifest = tokio::time::timeout(
+            START_PATIENCE,
+            peer.read_resource(ReadResourceRequestParams::new(MANIFEST_URI)),
+        )
+        .await;
+        (tools, manifest)
+    });
+    let tools: BTreeSet<String> = match tools {
+        Ok(Ok(tools)) => tools.into_iter().map(|tool| tool.name.to_string()).collect(),
+        Ok(Err(error)) => return Err(format!("tools/list failed: {error}")),
+        Err(_) => return Err("tools/list was not answered in time".into()),
+    };
+    let contract_tools: BTreeSet<String> = tools
+        .iter()
+        .filter(|tool| protocol::ContractSet::builtin().iter().any(|contract| &contract.name == *tool))
+        .cloned()
+        .collect();
+    let manifest = match manifest {
+        Ok(Ok(result)) => {
+            let text = result.contents.iter().find_map(|contents| match contents {
+                ResourceContents::TextResourceContents { text, .. } => Some(text.clone()),
+                _ => None,
+            });
+            match text.map(|text| serde_json::from_str::<Manifest>(&text)) {
+                Some(Ok(manifest)) => Some(manifest),
+                Some(Err(error)) => return Err(format!("the manifest {MANIFEST_URI} is not valid: {error}")),
+                None => None,
+            }
+        }
+        // No manifest (no resources, or not this one): the listed contract tools only.
+        Ok(Err(_)) | Err(_) => None,
+    };
+    let capabilities = match &manifest {
+        Some(manifest) => manifest.capabilities.to_capabilities(&contract_tools),
+        None => ExecutorCapabilities::tools(contract_tools.clone()),
+    };
+    drop(world);
+    Ok(Probe { manifest, tools, capabilities, server })
+}
