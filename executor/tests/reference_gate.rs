@@ -43,6 +43,7 @@ fn the_reference_passes_every_run_of_the_matrix() {
         jobs: 2,
         commit: None,
         log: None,
+        selection: false,
     };
     let result = matrix::run(&config);
     assert_eq!(result.scenarios.len(), config.scenarios.len(), "every scenario ran");

@@ -97,6 +97,10 @@ pub struct BlackBoxSpec {
     pub server: String,
     /// Where the capabilities came from: `manifest` or `tools/list` (set from the [`Probe`]).
     pub capabilities_from: String,
+    /// Whether it serves [`POLL_TOOL`] (set from the [`Probe`]): without it, the harness
+    /// cannot ask at the end how each operation stands, and the oracles that read that final
+    /// poll cannot judge.
+    pub polls: bool,
 }
 
 impl BlackBoxSpec {
@@ -450,7 +454,6 @@ impl Run {
 
     /// Starts `worker`'s incarnation `incarnation`: its port, its process, the handshake.
     async fn start(self: &Rc<Self>, worker: &str, incarnation: u32) -> Result<Process, String> {
-        let began = Instant::now();
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
             .await
             .map_err(|error| format!("no loopback port for {worker}'s downstream: {error}"))?;
@@ -508,7 +511,6 @@ impl Run {
             }
         };
         self.peers.borrow_mut().insert(worker.to_owned(), service.peer().clone());
-        self.starting_ms.set(self.starting_ms.get() + began.elapsed().as_millis() as u64);
         Ok(Process { pid, service, listener: listening })
     }
 
@@ -555,15 +557,15 @@ impl Run {
                 if let Some(serving) = self.boundary.serving.borrow_mut().get_mut(&worker) {
                     serving.remove(&label);
                 }
-                let result = match answer {
-                    Err(_) => AgentResult::NoAnswer("timeout".into()),
+                let (result, bare) = match answer {
+                    Err(_) => (AgentResult::NoAnswer("timeout".into()), false),
                     Ok(Err(rmcp::ServiceError::TransportClosed)) => {
-                        AgentResult::NoAnswer("connection_closed".into())
+                        (AgentResult::NoAnswer("connection_closed".into()), false)
                     }
                     Ok(Err(rmcp::ServiceError::McpError(error))) => {
-                        AgentResult::NoAnswer(format!("protocol error: {}", error.message))
+                        (AgentResult::NoAnswer(format!("protocol error: {}", error.message)), false)
                     }
-                    Ok(Err(error)) => AgentResult::NoAnswer(format!("transport: {error}")),
+                    Ok(Err(error)) => (AgentResult::NoAnswer(format!("transport: {error}")), false),
                     Ok(Ok(answer)) => outcome_of(&answer),
                 };
                 if let AgentResult::Answered(outcome) = &result {
@@ -571,6 +573,7 @@ impl Run {
                         label: label.clone(),
                         worker: worker.clone(),
                         outcome: outcome.clone(),
+                        bare,
                     });
                 }
                 match result {
@@ -655,21 +658,22 @@ impl Run {
 }
 
 /// What an MCP answer claims: its `structuredContent` as an outcome; without one, `isError:
-/// false` is a success claim with nothing named, `isError: true` claims nothing.
-fn outcome_of(answer: &CallToolResult) -> AgentResult {
+/// false` is a bare success claim naming nothing (the `bool`), `isError: true` claims nothing.
+fn outcome_of(answer: &CallToolResult) -> (AgentResult, bool) {
     if answer.is_error == Some(true) {
         let text = text_of(answer);
-        return AgentResult::NoAnswer(format!("tool error: {}", crate::text::quoted(&text)));
+        return (AgentResult::NoAnswer(format!("tool error: {}", crate::text::quoted(&text))), false);
     }
     if let Some(structured) = &answer.structured_content {
-        return match serde_json::from_value::<Outcome>(structured.clone()) {
+        let result = match serde_json::from_value::<Outcome>(structured.clone()) {
             Ok(outcome) => AgentResult::Answered(outcome),
             Err(_) => AgentResult::NoAnswer("malformed_answer".into()),
         };
+        return (result, false);
     }
     let mut outcome = Outcome::new(OutcomeStatus::Applied);
     outcome.message = Some("no structuredContent: isError false taken as a success claim".into());
-    AgentResult::Answered(outcome)
+    (AgentResult::Answered(outcome), true)
 }
 
 fn text_of(answer: &CallToolResult) -> String {
@@ -783,6 +787,7 @@ impl RealWorld {
         let names = worker_names(scenario, &spec);
         let run = world.run.clone();
         // Every process starts at once; a run waits for the slowest handshake only.
+        let began = Instant::now();
         let started = world.block_on(async move {
             let starts: Vec<_> = names
                 .into_iter()
@@ -800,6 +805,7 @@ impl RealWorld {
             }
             started
         });
+        world.run.starting_ms.set(began.elapsed().as_millis() as u64);
         for start in started {
             let (name, process) = start?;
             match process {
@@ -936,7 +942,10 @@ impl World for RealWorld {
         }
         let run = self.run.clone();
         let name = worker.to_owned();
-        match self.block_on(async move { run.start(&name, incarnation).await }) {
+        let began = Instant::now();
+        let started = self.block_on(async move { run.start(&name, incarnation).await });
+        self.run.starting_ms.set(self.run.starting_ms.get() + began.elapsed().as_millis() as u64);
+        match started {
             Ok(process) => {
                 self.processes.insert(worker.to_owned(), process);
             }

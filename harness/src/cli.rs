@@ -94,6 +94,9 @@ enum Command {
         /// else `debug`.
         #[arg(long)]
         log: Option<String>,
+        /// Run only these scenarios (ids or names, comma-separated): `--only S02,S03`.
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
         /// With --executor-cmd: runs per scenario (real runs are not seeded; they repeat).
         #[arg(long, requires = "executor_cmd", conflicts_with_all = ["seeds", "first_seed", "check_determinism", "log"])]
         repeat: Option<u64>,
@@ -450,6 +453,7 @@ impl Registry {
             key_placement,
             server: String::new(),
             capabilities_from: String::new(),
+            polls: false,
         };
         let probe = crate::black_box::probe(&spec).map_err(|error| {
             bad_input(anyhow::anyhow!(
@@ -516,6 +520,7 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
             shard,
             jobs,
             log,
+            only,
             repeat,
             black_box,
         } => {
@@ -543,7 +548,7 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
                     shard.count
                 )));
             }
-            let scenarios = load_scenarios(&scenario_files)?;
+            let scenarios = only_these(load_scenarios(&scenario_files)?, &only)?;
             let seeds_here = shard.map_or(seeds, |shard| {
                 (first_seed..first_seed + seeds).filter(|seed| shard.contains(*seed)).count() as u64
             });
@@ -566,6 +571,7 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
                 jobs,
                 commit,
                 log,
+                selection: !only.is_empty(),
             };
             let started = std::time::Instant::now();
             let result = matrix::run(&config);
@@ -775,6 +781,7 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
                 commit: source_commit(),
                 // The zoo's reports show no timelines: nothing to capture.
                 log: None,
+                selection: false,
             };
             let started = std::time::Instant::now();
             let result = crate::mutants::run(&base);
@@ -889,6 +896,26 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
 
 /// The threads a command uses: `--jobs` (default: the machine's cores), at least 1, and no more
 /// than can help: the cores, and the `work` items there are to share.
+/// The scenarios `only` names (by id, name or full name), in their order; all of them when
+/// `only` is empty. A name no scenario has is bad input.
+fn only_these(scenarios: Vec<Scenario>, only: &[String]) -> Result<Vec<Scenario>, Failure> {
+    if only.is_empty() {
+        return Ok(scenarios);
+    }
+    let named = |scenario: &Scenario, name: &str| {
+        scenario.id == name || scenario.name == name || scenario.full_name() == name
+    };
+    if let Some(unknown) = only.iter().find(|name| !scenarios.iter().any(|s| named(s, name))) {
+        let known: Vec<&str> = scenarios.iter().map(|s| s.id.as_str()).collect();
+        return Err(bad_input(anyhow::anyhow!(
+            "--only: no scenario {}; known: {}",
+            quoted(unknown),
+            known.join(", ")
+        )));
+    }
+    Ok(scenarios.into_iter().filter(|scenario| only.iter().any(|name| named(scenario, name))).collect())
+}
+
 /// Black-box runs mostly wait on real time (leases, settling, processes starting), so they
 /// run more at once than there are cores: by default four per core, at least eight.
 fn black_box_jobs(requested: Option<usize>, work: u64) -> Result<usize, Failure> {
@@ -1061,12 +1088,20 @@ fn render_run(result: &RunResult) -> String {
 
 fn render_matrix(result: &MatrixResult) -> String {
     let mut text = format!(
-        "matrix: executor {} {}, {} seeds per scenario{}\n\n",
+        "matrix: executor {} {}, {} {} per scenario{}\n\n",
         result.executor,
         result.executor_version,
         result.seeds,
+        if result.black_box.is_some() { "repeats" } else { "seeds" },
         result.shard.map(|shard| format!(", shard {shard} only")).unwrap_or_default()
     );
+    for line in reports::black_box_text(result) {
+        text.push_str(&line);
+        text.push('\n');
+    }
+    if result.black_box.is_some() {
+        text.push('\n');
+    }
     text.push_str(&format!("{:<5} {:<14} {:<12} {}\n", "row", "verdict", "scenarios", "runs"));
     for row in &result.rows {
         text.push_str(&format!(

@@ -92,6 +92,10 @@ pub enum EventKind {
         worker: String,
         /// The outcome.
         outcome: Outcome,
+        /// A black-box server answered without an outcome (no `structuredContent`, `isError:
+        /// false`): `outcome` is only its success claim, naming no effect and no result.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        bare: bool,
     },
     /// The agent received the answer.
     AgentReceived {
@@ -485,7 +489,7 @@ impl Event {
             EventKind::OperationQuery { label, kind, worker, operation, .. } => {
                 format!("agent -> {worker}: {} {} for {operation}", kind.as_str(), quoted(label))
             }
-            EventKind::Answered { label, worker, outcome } => format!(
+            EventKind::Answered { label, worker, outcome, .. } => format!(
                 "{worker} -> agent: {} {}{}{}",
                 quoted(label),
                 outcome.status.as_str(),

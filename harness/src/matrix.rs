@@ -35,6 +35,8 @@ pub struct MatrixConfig {
     /// Which `tracing` events the failing run each scenario shows is re-run to capture, for
     /// the reports' event tables (`None`: none).
     pub log: Option<crate::log::LogFilter>,
+    /// `scenarios` is a selection (`--only`): rows none of them covers are left out.
+    pub selection: bool,
 }
 
 impl Default for MatrixConfig {
@@ -61,6 +63,7 @@ impl Default for MatrixConfig {
             jobs: std::thread::available_parallelism().map_or(1, usize::from),
             commit: None,
             log: Some(crate::log::LogFilter::default_for_reports()),
+            selection: false,
         }
     }
 }
@@ -107,7 +110,14 @@ pub fn run(config: &MatrixConfig) -> MatrixResult {
                 let timeline = keep_timeline.then(|| {
                     timeline::draw(seed, &scenario.worker_names(), &record.history, &record.result.violations)
                 });
-                let finished = Finished { index, seed, result: record.result, deterministic, timeline };
+                let finished = Finished {
+                    index,
+                    seed,
+                    result: record.result,
+                    deterministic,
+                    timeline,
+                    exercised: record.coverage.exercised,
+                };
                 results.lock().unwrap_or_else(|p| p.into_inner()).push(finished);
             });
         }
@@ -133,6 +143,7 @@ pub fn run(config: &MatrixConfig) -> MatrixResult {
         first_seed: config.first_seed,
         determinism_checked: config.check_determinism,
         shard: config.shard,
+        selection: config.selection,
         black_box: config.executor.black_box.as_ref().map(|spec| reports::BlackBox {
             command: spec.command.clone(),
             workers: spec.workers as u64,
@@ -145,6 +156,14 @@ pub fn run(config: &MatrixConfig) -> MatrixResult {
                 .filter_map(|finished| finished.result.real_time)
                 .fold(reports::RealTime::default(), reports::RealTime::plus),
             matrix_wall_ms: began.elapsed().as_millis() as u64,
+            oracles_judged: {
+                let judged: std::collections::BTreeSet<&str> =
+                    results.iter().flat_map(|finished| finished.exercised.iter().copied()).collect();
+                let mut judged: Vec<String> = judged.into_iter().map(str::to_owned).collect();
+                judged
+                    .sort_by_key(|oracle| oracle.trim_start_matches('O').parse::<u32>().unwrap_or(u32::MAX));
+                judged
+            },
         }),
     };
     assemble(header, summaries)
@@ -178,6 +197,9 @@ pub struct Header {
     pub shard: Option<Shard>,
     /// The black-box world's parameters and time, for an executor run as processes.
     pub black_box: Option<reports::BlackBox>,
+    /// The scenarios are a selection (`matrix --only`): the rows none of them covers are left
+    /// out, rather than reported `unknown` (which a whole run's uncovered row is).
+    pub selection: bool,
 }
 
 /// The matrix result of these scenario summaries: the rows rolled up from them, and the
@@ -190,6 +212,7 @@ pub fn assemble(header: Header, summaries: Vec<ScenarioSummary>) -> MatrixResult
         summaries.iter().filter(|s| s.rows.iter().any(|row| row == "prose")).map(|s| s.id.clone());
     let rows: Vec<RowSummary> = table_rows
         .chain(prose_rows)
+        .filter(|row| !header.selection || summaries.iter().any(|s| s.rows.contains(row) || &s.id == row))
         .map(|row| {
             let covering: Vec<&ScenarioSummary> =
                 summaries.iter().filter(|s| s.rows.contains(&row) || s.id == row).collect();
@@ -263,6 +286,8 @@ struct Finished {
     result: RunResult,
     deterministic: bool,
     timeline: Option<Timeline>,
+    /// The oracles that had something to judge.
+    exercised: std::collections::BTreeSet<&'static str>,
 }
 
 fn summarise(scenario: &Scenario, runs: &[&Finished]) -> ScenarioSummary {

@@ -132,6 +132,10 @@ pub fn merge(parts: Vec<MatrixResult>) -> Result<MatrixResult, MergeError> {
         first_seed: first.first_seed,
         determinism_checked: first.determinism_checked,
         shard: None,
+        // A selection's shards (`--only`) left out the rows their scenarios do not cover.
+        selection: scenarios::Row::all()
+            .iter()
+            .any(|row| !first.rows.iter().any(|r| r.row == row.to_string())),
         // Shards of a black-box matrix: their real time adds up (the wall time is the
         // longest shard's, as if they ran side by side).
         black_box: first.black_box.clone().map(|mut black_box| {
@@ -145,6 +149,11 @@ pub fn merge(parts: Vec<MatrixResult>) -> Result<MatrixResult, MergeError> {
                 .map(|b| b.matrix_wall_ms)
                 .max()
                 .unwrap_or(0);
+            let judged: std::collections::BTreeSet<&String> =
+                parts.iter().filter_map(|s| s.black_box.as_ref()).flat_map(|b| &b.oracles_judged).collect();
+            let mut judged: Vec<String> = judged.into_iter().cloned().collect();
+            judged.sort_by_key(|oracle| oracle.trim_start_matches('O').parse::<u32>().unwrap_or(u32::MAX));
+            black_box.oracles_judged = judged;
             black_box
         }),
     };

@@ -78,6 +78,8 @@ struct AnswerFact {
     at_ms: u64,
     label: String,
     outcome: Outcome,
+    /// A black-box answer without an outcome: a success claim naming nothing.
+    bare: bool,
 }
 
 /// A business effect as it was committed, with its operation.
@@ -189,13 +191,14 @@ impl<'a> Facts<'a> {
                 EventKind::StoreCommitted { serving: Some(label), .. } => {
                     facts.acted_on.insert(label.clone());
                 }
-                EventKind::Answered { label, outcome, .. } => {
+                EventKind::Answered { label, outcome, bare, .. } => {
                     facts.acted_on.insert(label.clone());
                     facts.answers.push(AnswerFact {
                         seq: event.seq,
                         at_ms: event.at_ms,
                         label: label.clone(),
                         outcome: outcome.clone(),
+                        bare: *bare,
                     });
                 }
                 EventKind::Effect { effect } => {
@@ -499,6 +502,21 @@ fn no_phantom_success(facts: &Facts<'_>, judgement: &mut Judgement) {
     for (answer, (operation, tenant)) in facts.success_claims() {
         judgement.exercise(2);
         let status = answer.outcome.status.as_str();
+        if answer.bare {
+            // A server that names no effect claims only that the operation's effect exists.
+            if facts.own_effects(operation).next().is_none() {
+                judgement.violate(
+                    2,
+                    Some(operation),
+                    vec![answer.seq],
+                    format!(
+                        "{} was answered as a success (isError false, no structuredContent), but the ledger has no effect made by this operation",
+                        quoted(&answer.label)
+                    ),
+                );
+            }
+            continue;
+        }
         let Some(reference) = &answer.outcome.effect_reference else {
             judgement.violate(
                 2,
@@ -709,8 +727,13 @@ fn no_orphan_pending(facts: &Facts<'_>, judgement: &mut Judgement) {
         return;
     }
     for operation in facts.operations() {
-        judgement.exercise(6);
         let label = format!("{FINAL_POLL_PREFIX}{operation}");
+        if !facts.asked.contains_key(&label) {
+            // An executor that cannot be polled (a black-box server without `replaylab.poll`)
+            // was not asked: this oracle cannot judge it.
+            continue;
+        }
+        judgement.exercise(6);
         let Some(answer) = facts.answer_to(&label) else {
             judgement.violate(
                 6,
@@ -1225,7 +1248,9 @@ fn replay_fidelity(facts: &Facts<'_>, judgement: &mut Judgement) {
 /// committed, with the committed value. A result emptied to `{}` or `null` carries nothing.
 /// (A replay's values that differ are reported above; here an `applied` one's too.)
 fn results_carry_what_was_committed(facts: &Facts<'_>, judgement: &mut Judgement) {
-    let successes = facts.answers.iter().filter(|answer| answer.outcome.status.claims_success());
+    // A bare answer claims nothing of the result: there is nothing to hold it to.
+    let successes =
+        facts.answers.iter().filter(|answer| answer.outcome.status.claims_success() && !answer.bare);
     for answer in successes {
         let Some((operation, _)) = facts.request_of(&answer.label) else { continue };
         let Some(original) = facts.own_effects(operation).next() else { continue };

@@ -160,6 +160,9 @@ struct Runner {
     /// Real time the scenario asked to wait (`advance`, the settle time), in a world whose
     /// clock cannot skip: where a black-box run's time went.
     waited: Duration,
+    /// Whether the executor can be polled at the end (every in-process executor; a black-box
+    /// server only if it serves `replaylab.poll`).
+    final_polls: bool,
 }
 
 /// Runs `scenario` with `seed` against `executor`.
@@ -240,6 +243,7 @@ pub fn run_logged(
         expectation_failures: Vec::new(),
         undecided: Vec::new(),
         waited: Duration::ZERO,
+        final_polls: executor.black_box.as_ref().is_none_or(|spec| spec.polls),
     };
     let stopped = match runner.play() {
         Err(Stop::Limit(reason)) => Some(Stop::Limit(reason)),
@@ -597,6 +601,7 @@ impl Runner {
                     triggered.is_some()
                 })?;
                 let Some(triggered) = triggered.filter(|_| reached) else {
+                    self.world.release(name);
                     // The scenario's premise did not happen (the executor never got there). The
                     // run goes on, so every oracle still judges it, but cannot pass.
                     self.undecided.push(format!(
@@ -886,6 +891,9 @@ impl Runner {
             .filter(|name| called.contains(&self.operation(name, None).path()))
             .cloned()
             .collect();
+        if !self.final_polls {
+            return Ok(());
+        }
         let first_worker = self.scenario.worker_names().into_iter().next().expect("a scenario has a worker");
         for name in &names {
             let label = format!("{FINAL_POLL_PREFIX}{}", self.operation(name, None).path());

@@ -105,7 +105,7 @@ fn mark(event: &Event, context: &Context<'_>) -> Option<Mark> {
         EventKind::OperationQuery { label, kind, worker, .. } => {
             make("agent", Some(worker), MarkKind::Request, format!("{} {label}", kind.as_str()))
         }
-        EventKind::Answered { label, worker, outcome } => make(
+        EventKind::Answered { label, worker, outcome, .. } => make(
             worker,
             Some("agent"),
             MarkKind::Outcome,

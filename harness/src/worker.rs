@@ -277,6 +277,7 @@ impl Worker {
                     label,
                     worker: self.name.clone(),
                     outcome: outcome.clone(),
+                    bare: false,
                 });
                 json_answer(200, &outcome, "application/json")
             }

@@ -569,6 +569,8 @@ impl World for SimWorld {
         }
         let barrier = self.armed.get_mut(name)?;
         let triggered = poll_barrier(barrier)?;
+        // A pause stops one worker once: its barrier goes as soon as it is reached.
+        self.armed.remove(name);
         let reached = (*triggered).clone();
         self.held.insert(name.to_owned(), triggered);
         Some(reached)

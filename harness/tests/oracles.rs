@@ -308,7 +308,18 @@ impl World {
     }
 
     fn answer_with(&mut self, label: &str, outcome: Outcome) -> &mut Self {
-        self.push(EventKind::Answered { label: label.into(), worker: "worker-1".into(), outcome })
+        self.push(EventKind::Answered {
+            label: label.into(),
+            worker: "worker-1".into(),
+            outcome,
+            bare: false,
+        })
+    }
+
+    /// A black-box server's answer without `structuredContent`: `isError: false`, nothing named.
+    fn answer_bare(&mut self, label: &str) -> &mut Self {
+        let outcome = Outcome::new(OutcomeStatus::Applied);
+        self.push(EventKind::Answered { label: label.into(), worker: "worker-1".into(), outcome, bare: true })
     }
 
     fn revoke(&mut self, actor: &str) -> &mut Self {
@@ -449,6 +460,23 @@ fn o2_fires_on_success_without_an_effect() {
     assert!(world.fired().contains(&"O2".to_owned()), "{:?}", world.fired());
 }
 
+/// A server that knows nothing of the conventions answers `isError: false` and names nothing:
+/// its success claim holds when the operation has its effect, and names no reference or
+/// result to hold against the ledger (O2 only asks that the effect exists; O8 has nothing).
+#[test]
+fn o2_holds_a_bare_success_claim_to_the_operations_effect_only() {
+    let mut world = World::default();
+    world.call("first").create(OP, "first", "ticket_1").answer_bare("first");
+    assert_eq!(world.fired(), none(), "one effect, and the server said it worked");
+    let mut world = World::default();
+    world.call("first").answer_bare("first");
+    assert_eq!(world.fired(), ["O2"], "a success claim without any effect");
+    let mut world = World::default();
+    world.call("first").create(OP, "first", "ticket_1").answer_bare("first").call("again");
+    world.create(OP, "again", "ticket_2").answer_bare("again");
+    assert_eq!(world.fired(), ["O1"], "two effects: O1, not O2");
+}
+
 #[test]
 fn o3_fires_when_a_changed_request_is_not_rejected() {
     let changed = r#"{"queue": "support", "subject": "Refund", "body": "Close my account"}"#;
@@ -551,8 +579,22 @@ fn o6_fires_when_an_operation_is_still_in_flight_after_settling() {
     world.call("first").settled_with(OP, unknown);
     assert_eq!(world.fired_with(&receipts_only()), ["O6"], "unknown must point at reconciliation");
     let mut world = World::default();
-    world.call("first").settle();
+    world.call("first").settle().push(EventKind::OperationQuery {
+        label: format!("{FINAL_POLL_PREFIX}{OP}"),
+        kind: RequestKind::Poll,
+        worker: "worker-1".into(),
+        operation: OP.into(),
+        tenant: "acme".into(),
+        actor: "agent".into(),
+    });
     assert_eq!(world.fired(), ["O6"], "a settled world whose final poll got no answer");
+    let mut world = World::default();
+    world.call("first").settle();
+    assert_eq!(
+        world.fired(),
+        none(),
+        "never polled (a black-box server without replaylab.poll): O6 cannot judge"
+    );
     let mut world = World::default();
     world.call("first");
     assert_eq!(world.fired(), none(), "a run stopped before settling is judged by its limit");

@@ -67,6 +67,7 @@ fn run(body: &str) -> MatrixResult {
         commit: None,
         // The failing run shown carries the executor's log: it must not repeat the body either.
         log: Some(harness::log::LogFilter::parse("trace").expect("a filter")),
+        selection: false,
     })
 }
 

@@ -6,6 +6,49 @@ use crate::model::{
     Answer, FailedRun, LedgerEntry, MatrixResult, OperationRecord, RunResult, ScenarioSummary, Verdict,
 };
 
+/// What a black-box matrix's reports say of its world, one sentence each; empty for the
+/// simulated world.
+pub fn black_box_text(result: &MatrixResult) -> Vec<String> {
+    let Some(black_box) = &result.black_box else { return Vec::new() };
+    let time = &black_box.time;
+    let seconds = |ms: u64| format!("{:.1} s", ms as f64 / 1000.0);
+    let share = |ms: u64| (ms * 100).checked_div(time.wall_ms).unwrap_or(0);
+    let all: Vec<String> = (1..=13).map(|n| format!("O{n}")).collect();
+    let missing: Vec<&String> = all.iter().filter(|o| !black_box.oracles_judged.contains(o)).collect();
+    vec![
+        format!(
+            "Black-box world: `{}`, {} worker process(es) per run over {}{}; capabilities from {}.",
+            black_box.command,
+            black_box.workers,
+            black_box.transport,
+            if black_box.server.is_empty() { String::new() } else { format!(", server {}", black_box.server) },
+            black_box.capabilities_from
+        ),
+        "Not deterministic: real processes on real time, killed with SIGKILL; a scenario's runs are repeats, not seeds, and the same repeat can end differently.".to_owned(),
+        format!(
+            "Real time: {} over all runs ({} in parallel took {}): {} ({}%) starting processes, {} ({}%) waiting as the scenarios ask (leases, settling, jobs), {} ({}%) driving calls, faults and crashes.",
+            seconds(time.wall_ms),
+            result.scenarios.iter().map(|s| s.seeds_run).sum::<u64>(),
+            seconds(black_box.matrix_wall_ms),
+            seconds(time.starting_ms),
+            share(time.starting_ms),
+            seconds(time.waiting_ms),
+            share(time.waiting_ms),
+            seconds(time.working_ms()),
+            share(time.working_ms()),
+        ),
+        if missing.is_empty() {
+            "Every oracle had something to judge.".to_owned()
+        } else {
+            format!(
+                "Oracles that judged: {}; that had nothing to judge here: {}.",
+                black_box.oracles_judged.join(", "),
+                missing.iter().map(|o| o.as_str()).collect::<Vec<_>>().join(", ")
+            )
+        },
+    ]
+}
+
 /// A few words naming what a row is about (our wording): a row of the source document's
 /// tables, or a scenario of its prose, which is a row of its own (named by the scenario).
 pub(crate) fn row_topic(result: &MatrixResult, row: &str) -> String {

@@ -68,6 +68,7 @@ struct Page {
     seeds_text: String,
     shard: Option<String>,
     determinism_checked: bool,
+    black_box: Vec<String>,
     world: String,
     sha256: String,
     generated_at: Option<String>,
@@ -273,6 +274,7 @@ fn page(result: &MatrixResult, options: &RenderOptions) -> Page {
             p.tick_ms, p.min_latency_ms, p.max_latency_ms, p.agent_timeout_ms, p.run_limit_ms
         ),
         sha256: matrix_sha256(result),
+        black_box: crate::evidence::black_box_text(result),
         generated_at: options.generated_at_text(),
         rows_passed,
         rows_total,

@@ -25,6 +25,7 @@ mod junit;
 mod markdown;
 mod model;
 
+pub use evidence::black_box_text;
 pub use format::{
     append_step_summary, render, write_reports, write_reports_with, Format, RenderOptions, ReportError,
     STEP_SUMMARY_VARIABLE,

@@ -59,6 +59,9 @@ fn write_markdown(out: &mut String, result: &MatrixResult, options: &RenderOptio
         "| world | tick {} ms, latency {}-{} ms, agent timeout {} ms, run limit {} ms |",
         p.tick_ms, p.min_latency_ms, p.max_latency_ms, p.agent_timeout_ms, p.run_limit_ms
     )?;
+    for line in crate::evidence::black_box_text(result) {
+        writeln!(out, "| black box | {} |", text(&line))?;
+    }
     writeln!(out, "| matrix.json SHA-256 | `{}` |", matrix_sha256(result))?;
     if let Some(generated) = options.generated_at_text() {
         writeln!(out, "| generated | {generated} |")?;

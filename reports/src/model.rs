@@ -154,6 +154,10 @@ pub struct BlackBox {
     pub time: RealTime,
     /// The wall time of the whole matrix, runs in parallel.
     pub matrix_wall_ms: u64,
+    /// The oracles that had something to judge in at least one run. An oracle missing here
+    /// could not judge this executor in this world (it reads what the server does not say,
+    /// or what the harness cannot see of a process).
+    pub oracles_judged: Vec<String>,
 }
 
 impl RunResult {

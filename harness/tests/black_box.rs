@@ -1,0 +1,227 @@
+//! The black-box world through the whole command (issue 14): `--executor-cmd` starts real
+//! MCP server processes, kills them with SIGKILL between a commit and its answer, and judges
+//! them with the same scenarios and oracles as the simulated world.
+//!
+//! - The reference served as an MCP server (`replaylab executor serve`) passes the lost
+//!   answer (S02), the crash between effect and record (S03) and the concurrent claim (S05)
+//!   with two worker processes on one SQLite file; the report says the run was black-box and
+//!   not deterministic, and where the time went.
+//! - The naive Python example fails the rows of lost answers and crashes after commit, and
+//!   the reproduce command it prints fails again as printed.
+//! - Bad input exits 2 before any run.
+//!
+//! Real processes on real time: the assertions are about verdicts and premises, never about
+//! how long anything took.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+const REPLAYLAB: &str = env!("CARGO_BIN_EXE_replaylab");
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn replaylab(arguments: &[&str]) -> Output {
+    Command::new(REPLAYLAB)
+        .args(arguments)
+        .current_dir(root())
+        .stdin(Stdio::null())
+        .output()
+        .expect("replaylab runs")
+}
+
+fn text(output: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
+}
+
+/// A scratch directory of this test's own.
+fn scratch(test: &str) -> PathBuf {
+    let directory = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("black-box").join(test);
+    let _ = std::fs::remove_dir_all(&directory);
+    std::fs::create_dir_all(&directory).expect("a scratch directory");
+    directory
+}
+
+fn matrix_json(out: &Path) -> Value {
+    let text = std::fs::read_to_string(out.join("matrix.json")).expect("matrix.json was written");
+    serde_json::from_str(&text).expect("matrix.json is JSON")
+}
+
+fn scenario<'a>(matrix: &'a Value, id: &str) -> &'a Value {
+    matrix["scenarios"].as_array().expect("scenarios").iter().find(|s| s["id"] == id).expect("the scenario")
+}
+
+fn row<'a>(matrix: &'a Value, id: &str) -> &'a Value {
+    matrix["rows"].as_array().expect("rows").iter().find(|r| r["row"] == id).expect("the row")
+}
+
+/// The checked-in matrix.json schema accepts `matrix`.
+fn assert_valid(matrix: &Value) {
+    let path = root().join("reports/schema/matrix.schema.json");
+    let schema: Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("the schema")).expect("JSON");
+    let validator = jsonschema::validator_for(&schema).expect("a JSON Schema");
+    let errors: Vec<String> =
+        validator.iter_errors(matrix).map(|e| format!("{e} at {}", e.instance_path())).collect();
+    assert!(errors.is_empty(), "matrix.json breaks its schema: {errors:#?}");
+}
+
+#[test]
+fn the_reference_as_an_mcp_server_passes_lost_answers_and_crashes_after_commit() {
+    let out = scratch("reference");
+    let command = format!("{REPLAYLAB} executor serve --store sqlite:{{state}}/claims.db");
+    let output = replaylab(&[
+        "matrix",
+        "--executor-cmd",
+        &command,
+        "--workers",
+        "2",
+        "--repeat",
+        "1",
+        "--only",
+        "S02,S03,S05",
+        "--out",
+        &out.display().to_string(),
+    ]);
+    let said = text(&output);
+    assert_eq!(output.status.code(), Some(0), "{said}");
+    assert!(said.contains("Not deterministic: real processes on real time"), "{said}");
+    let matrix = matrix_json(&out);
+    assert_valid(&matrix);
+    for id in ["S02", "S03", "S05"] {
+        let summary = scenario(&matrix, id);
+        assert_eq!(summary["verdict"], "pass", "{id}: {summary:#}");
+        assert_eq!(summary["seeds_run"], 1, "{id}");
+    }
+    // S03's premise: the worker was killed while the downstream held the answer to a request
+    // it had committed; the restarted process answered the retry from the one effect.
+    let shown = &scenario(&matrix, "S03")["shown"];
+    assert_eq!(shown["effect_references"], serde_json::json!(["ticket_1"]), "{shown:#}");
+    let marks = scenario(&matrix, "S03")["timeline"]["marks"].as_array().expect("marks").clone();
+    let labels: Vec<&str> = marks.iter().filter_map(|mark| mark["label"].as_str()).collect();
+    let paused = labels
+        .iter()
+        .position(|label| label.starts_with("paused at downstream:after") && label.ends_with("(committed)"));
+    let crash = labels.iter().position(|label| *label == "crash");
+    assert!(
+        paused.zip(crash).is_some_and(|(paused, crash)| paused < crash),
+        "the timeline shows the answer held after the commit, then the crash: {labels:#?}"
+    );
+    let black_box = &matrix["black_box"];
+    assert_eq!(black_box["deterministic"], false);
+    assert_eq!(black_box["workers"], 2);
+    assert_eq!(black_box["capabilities_from"], "manifest");
+    assert!(black_box["time"]["wall_ms"].as_u64().is_some_and(|ms| ms > 0), "{black_box:#}");
+    let judged: Vec<&str> =
+        black_box["oracles_judged"].as_array().expect("a list").iter().filter_map(Value::as_str).collect();
+    assert!(judged.contains(&"O1") && judged.contains(&"O4"), "{judged:?}");
+    let run = &scenario(&matrix, "S02")["shown"];
+    assert!(
+        run["real_time"]["wall_ms"].as_u64().is_some(),
+        "each black-box run says where its time went: {run:#}"
+    );
+    assert!(run["reproduce"].as_str().is_some_and(|command| command.contains("--executor-cmd")), "{run:#}");
+}
+
+/// The venv's python with the examples' packages, or `None` (outside CI) after saying how
+/// to set it up.
+fn python() -> Option<PathBuf> {
+    let python = std::env::var_os("REPLAYLAB_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join("target/python-venv/bin/python"));
+    let ready = Command::new(&python)
+        .args(["-c", "import mcp"])
+        .stdin(Stdio::null())
+        .output()
+        .is_ok_and(|output| output.status.success());
+    if ready {
+        return Some(python);
+    }
+    let how = format!(
+        "{} cannot import mcp: run `.ci/python-examples` (or set REPLAYLAB_PYTHON)",
+        python.display()
+    );
+    assert!(std::env::var_os("CI").is_none(), "{how}");
+    eprintln!("SKIPPED: {how}");
+    None
+}
+
+#[test]
+fn the_naive_python_server_fails_lost_answers_and_its_reproduce_command_fails_again() {
+    let Some(python) = python() else { return };
+    let out = scratch("naive");
+    let command =
+        format!("{} {}", python.display(), root().join("examples/python-mcp-naive/server.py").display());
+    let output = replaylab(&[
+        "matrix",
+        "--executor-cmd",
+        &command,
+        "--repeat",
+        "1",
+        "--only",
+        "S02,S03",
+        "--out",
+        &out.display().to_string(),
+    ]);
+    let said = text(&output);
+    assert_eq!(output.status.code(), Some(1), "{said}");
+    let matrix = matrix_json(&out);
+    assert_valid(&matrix);
+    assert_eq!(matrix["black_box"]["capabilities_from"], "tools/list", "the naive server has no manifest");
+    for id in ["C2", "C3"] {
+        assert_eq!(row(&matrix, id)["verdict"], "fail", "{id}: {:#}", row(&matrix, id));
+    }
+    let failure = &scenario(&matrix, "S02")["failures"][0];
+    let oracles: Vec<&str> =
+        failure["oracles"].as_array().expect("oracles").iter().filter_map(Value::as_str).collect();
+    assert!(oracles.contains(&"O1"), "a second ticket for one operation: {failure:#}");
+    assert!(
+        !oracles.contains(&"O2") && !oracles.contains(&"O8"),
+        "a bare success claim names nothing to hold against the ledger: {failure:#}"
+    );
+    // The reproduce command works as printed.
+    let reproduce = failure["reproduce"].as_str().expect("a reproduce command");
+    assert!(reproduce.contains("run S02") && reproduce.contains("--executor-cmd"), "{reproduce}");
+    let again = Command::new("sh").arg("-c").arg(reproduce).current_dir(root()).stdin(Stdio::null()).output();
+    let again = again.expect("the reproduce command runs");
+    assert_eq!(again.status.code(), Some(1), "{}", text(&again));
+    assert!(text(&again).contains("single_effect"), "{}", text(&again));
+}
+
+#[test]
+fn bad_black_box_input_exits_2_before_any_run() {
+    let out = scratch("bad");
+    let out = out.display().to_string();
+    let serve = format!("{REPLAYLAB} executor serve --store sqlite:{{state}}/claims.db");
+    let cases: [(Vec<&str>, &str); 7] = [
+        (vec!["matrix", "--executor-cmd", "true", "--out", &out], "not an MCP server replaylab can drive"),
+        (vec!["matrix", "--executor-cmd", "  ", "--out", &out], "--executor-cmd is empty"),
+        (
+            vec!["matrix", "--executor-cmd", &serve, "--workers", "0", "--out", &out],
+            "--workers must be 1 to 16",
+        ),
+        (vec!["matrix", "--executor-cmd", &serve, "--transport", "smoke", "--out", &out], "must be stdio"),
+        (vec!["matrix", "--repeat", "2", "--out", &out], "--executor-cmd"),
+        (
+            vec!["matrix", "--executor-cmd", &serve, "--key-argument", "a b", "--out", &out],
+            "letters, digits and _",
+        ),
+        (
+            vec!["run", "S02", "--seed", "0", "--executor-cmd", &serve, "--check-determinism"],
+            "need the simulated world",
+        ),
+    ];
+    for (arguments, expected) in cases {
+        let output = replaylab(&arguments);
+        let said = text(&output);
+        assert_eq!(output.status.code(), Some(2), "{arguments:?}: {said}");
+        assert!(said.contains(expected), "{arguments:?}: {said}");
+    }
+    assert!(!Path::new(&out).join("matrix.json").exists(), "nothing was written");
+    let output = replaylab(&["matrix", "--only", "S99", "--out", &out]);
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output));
+    assert!(text(&output).contains("--only: no scenario"), "{}", text(&output));
+}
