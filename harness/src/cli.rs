@@ -53,6 +53,11 @@ struct BlackBoxArgs {
     key_argument: Option<String>,
 }
 
+/// Seeds per scenario of a matrix unless `--seeds` says.
+const MATRIX_SEEDS: u64 = 20;
+/// Repeats per scenario of a black-box matrix unless `--repeat` says.
+const BLACK_BOX_REPEATS: u64 = 3;
+
 /// The most worker processes a black-box run starts.
 const MAX_WORKERS: usize = 16;
 
@@ -64,9 +69,9 @@ enum Command {
         /// The executor under test (see `replaylab executors`).
         #[arg(long, default_value = "reference")]
         executor: String,
-        /// Seeds per scenario.
-        #[arg(long, default_value_t = 20)]
-        seeds: u64,
+        /// Seeds per scenario (default 20).
+        #[arg(long)]
+        seeds: Option<u64>,
         /// The first seed.
         #[arg(long, default_value_t = 0)]
         first_seed: u64,
@@ -252,7 +257,9 @@ enum ExecutorCommand {
     /// in the real world: the fake downstream at REPLAYLAB_DOWNSTREAM_URL, real time, the
     /// claim store in a file. Reads REPLAYLAB_WORKER, REPLAYLAB_INCARNATION,
     /// REPLAYLAB_STATE_DIR, REPLAYLAB_DOWNSTREAM_URL and, optionally, REPLAYLAB_AUTHZ_URL,
-    /// REPLAYLAB_LEASE_MS, REPLAYLAB_RETENTION_MS and REPLAYLAB_DOWNSTREAM_TIMEOUT_MS.
+    /// REPLAYLAB_LEASE_MS, REPLAYLAB_RETENTION_MS, REPLAYLAB_DOWNSTREAM_TIMEOUT_MS,
+    /// REPLAYLAB_SERVICES (what each service does: keys, receipts) and REPLAYLAB_OPERATORS_URL
+    /// (where to hand over what it cannot settle; else a file in the state directory).
     Serve {
         /// How MCP is spoken: stdio (http is not served yet).
         #[arg(long, default_value = "stdio")]
@@ -525,7 +532,9 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
             black_box,
         } => {
             let executor = registry.resolve(&executor, &black_box)?;
-            let seeds = repeat.unwrap_or(seeds);
+            // Black-box runs take real seconds each: three repeats unless told.
+            let default = if executor.black_box.is_some() { BLACK_BOX_REPEATS } else { MATRIX_SEEDS };
+            let seeds = repeat.or(seeds).unwrap_or(default);
             let shard = shard
                 .as_deref()
                 .map(parse_shard)

@@ -612,6 +612,22 @@ mod tests {
         bad(env::LEASE_MS, "0");
         bad(env::DOWNSTREAM_TIMEOUT_MS, "soon");
         bad(env::AUTHZ_URL, "http://elsewhere:1/authz");
+        bad(env::SERVICES, "keys honoured");
+        bad(env::SERVICES, r#"{"payments": {"honours_keys": true, "receipts": true}}"#);
+        bad(env::SERVICES, r#"{"charges": {"honours_keys": true}}"#);
+        bad(env::OPERATORS_URL, "https://127.0.0.1:8080/v1/reconciliations");
+        // What each service does reaches the contracts the executor works with.
+        let mut pairs = complete();
+        pairs.push((env::SERVICES, r#"{"charges": {"honours_keys": false, "receipts": false}}"#));
+        pairs.push((env::OPERATORS_URL, "http://127.0.0.1:8080/v1/reconciliations"));
+        let config =
+            ServeConfig::from_flags_and_env("stdio", "sqlite:x.db", environment(&pairs)).expect("valid");
+        let charge = config.contracts().get("payments.charge", "2026-08-18").cloned().expect("a contract");
+        assert!(!charge.downstream.honours_key && !charge.downstream.receipt_lookup, "{charge:?}");
+        let ticket = config.contracts().get("tickets.create", "2026-08-18").cloned().expect("a contract");
+        assert!(ticket.downstream.honours_key && ticket.downstream.receipt_lookup, "untouched: {ticket:?}");
+        let operators = config.world.operators.expect("an operators' queue");
+        assert_eq!((operators.port, operators.path.as_str()), (8080, "/v1/reconciliations"));
         let flags = |transport: &str, store: &str| {
             ServeConfig::from_flags_and_env(transport, store, environment(&complete())).expect_err("refused")
         };

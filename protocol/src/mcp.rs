@@ -207,7 +207,7 @@ pub struct ServiceTraits {
     pub receipts: bool,
 }
 
-/// Every service's traits, by service name (`tickets`, `payments`, `messages`, `jobs`).
+/// Every service's traits, by service name (`tickets`, `charges`, `messages`, `jobs`).
 pub type Services = BTreeMap<String, ServiceTraits>;
 
 /// The JSON Schema of the conventions' documents: the `_meta` of a call ([`CallMeta`]), the
