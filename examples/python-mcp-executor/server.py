@@ -26,6 +26,11 @@ How it stays correct (the REPLAY state machine of the Rust reference, executor/s
    becomes ``unknown`` and is settled later by a receipt lookup.
 6. A claim whose owner died (its lease ran out) is taken over by compare-and-set, and the
    downstream's receipts are asked first: the dead owner may have committed the effect.
+   Without a receipt, the request is resent under the same key only where the service
+   honours keys (REPLAYLAB_SERVICES says which do, and which keep receipts).
+7. What nothing can settle (no receipts and no honoured key, or lookups that keep failing) is
+   answered ``unknown`` and handed over to people: an entry on the operators' queue
+   (REPLAYLAB_OPERATORS_URL). An ``unknown`` nobody is told about is never settled.
 
 Run it as replaylab does: ``python server.py`` with the environment of docs/mcp.md section 5.
 """
@@ -76,11 +81,12 @@ MAX_EXACT_INTEGER = 2**53
 # Keys sent downstream must be short visible ASCII; longer or other keys are sent hashed.
 MAX_DOWNSTREAM_KEY_CHARS = 200
 
-# The executor's own reconciliation: how long after a record last changed it first looks,
-# how far apart its tries are, and how many it makes per process for one operation.
+# The executor's own reconciliation: how long after a record last changed it first looks (a
+# moment for a slow answer to land, and for the agent's own retry to come first), how far
+# apart its tries are, and how many it makes per process for one operation before handing it
+# over to people.
 RECONCILE_AFTER_MS = 1_000
 RECONCILE_ATTEMPTS = 3
-RECONCILE_TICK_SECONDS = 0.2
 
 
 # --------------------------------------------------------------------------- the contracts
@@ -101,10 +107,6 @@ class Contract:
     lease_ms: int
     retention_ms: int
     defaults: dict[str, Any] = field(default_factory=dict)
-    # A repeated Idempotency-Key replays instead of acting again. This is what the contract
-    # promises; a downstream that breaks it can only be found out by a second effect, so a
-    # resend happens only after a receipt lookup found nothing (or the service has none).
-    honours_key: bool = True
     # reconcile_first: a key arriving after retention is looked up downstream first.
     late_arrival: str = "tombstone_expired"
     # A newer version of this tool may replay what this version made (same request only).
@@ -143,6 +145,31 @@ CONTRACTS: dict[tuple[str, str], Contract] = {
 # not served: the manifest says so, and the scenarios that need them are "not applicable".
 TOOLS = sorted({name for name, _ in CONTRACTS})
 
+# The downstream's services (fake-downstream/src/config.rs), as REPLAYLAB_SERVICES names them.
+SERVICES = ("tickets", "charges", "messages", "jobs")
+
+
+@dataclass(frozen=True)
+class ServiceTraits:
+    """What one downstream service does: the two facts every recovery decision rests on.
+
+    A real tool's author knows this of the API they wrap; replaylab's fake service changes it
+    from scenario to scenario and says so in REPLAYLAB_SERVICES. Without that variable the
+    contracts' promise holds (``honours_key = true``, ``receipt_lookup = true``)."""
+
+    # A repeated Idempotency-Key is answered from the first request instead of acting again:
+    # only then is a resend under the same key safe.
+    honours_keys: bool = True
+    # ``GET /v1/receipts/{key}`` says what was made with a key: the only way to find out
+    # whether a request whose answer was lost had its effect.
+    receipts: bool = True
+
+    @property
+    def can_find_out(self) -> bool:
+        """Whether an effect in doubt can ever be settled here: a receipt lookup, or a resend
+        the service dedupes. Without either, only people can (they are handed it)."""
+        return self.honours_keys or self.receipts
+
 
 # --------------------------------------------------------------------------- configuration
 
@@ -157,6 +184,13 @@ class Config:
     lease_ms: int | None
     retention_ms: int | None
     timeout_ms: int
+    services: dict[str, ServiceTraits]
+    # The operators' queue (host, port, path): where an operation nothing can settle is
+    # handed over to people. None: only the log says so.
+    operators: tuple[str, int, str] | None
+
+    def traits(self, contract: Contract) -> ServiceTraits:
+        return self.services.get(contract.service, ServiceTraits())
 
     def lease(self, contract: Contract) -> int:
         return self.lease_ms or contract.lease_ms
@@ -170,6 +204,23 @@ def parse_http_url(url: str) -> tuple[str, int] | None:
     if parsed.scheme != "http" or not parsed.hostname or parsed.port is None:
         return None
     return parsed.hostname, parsed.port
+
+
+def parse_services(text: str) -> dict[str, ServiceTraits]:
+    """REPLAYLAB_SERVICES: ``{"charges": {"honours_keys": false, "receipts": true}, ...}``.
+    ValueError says what is wrong: a service we would misjudge is worse than no start."""
+    document = json.loads(text)
+    if not isinstance(document, dict):
+        raise ValueError("expected an object of services")
+    services = {}
+    for name, traits in document.items():
+        if name not in SERVICES:
+            raise ValueError(f"no service {name!r} (known: {', '.join(SERVICES)})")
+        if (not isinstance(traits, dict) or set(traits) != {"honours_keys", "receipts"}
+                or not all(isinstance(value, bool) for value in traits.values())):
+            raise ValueError(f"{name}: expected {{\"honours_keys\": BOOL, \"receipts\": BOOL}}")
+        services[name] = ServiceTraits(traits["honours_keys"], traits["receipts"])
+    return services
 
 
 def config_from_env(env: dict[str, str]) -> Config:
@@ -207,6 +258,19 @@ def config_from_env(env: dict[str, str]) -> Config:
     authz_url = env.get("REPLAYLAB_AUTHZ_URL", "").strip() or url.rstrip("/") + "/v1/authz"
     if parse_http_url(authz_url) is None:
         fail(f"REPLAYLAB_AUTHZ_URL={authz_url!r}: expected http://HOST:PORT/PATH")
+    services: dict[str, ServiceTraits] = {}
+    if env.get("REPLAYLAB_SERVICES", "").strip():
+        try:
+            services = parse_services(env["REPLAYLAB_SERVICES"])
+        except ValueError as error:  # json.JSONDecodeError is a ValueError
+            fail(f"REPLAYLAB_SERVICES: {error}")
+    operators = None
+    operators_url = env.get("REPLAYLAB_OPERATORS_URL", "").strip()
+    if operators_url:
+        where = parse_http_url(operators_url)
+        if where is None:
+            fail(f"REPLAYLAB_OPERATORS_URL={operators_url!r}: expected http://HOST:PORT/PATH")
+        operators = (*where, urllib.parse.urlsplit(operators_url).path or "/")
     return Config(
         worker=worker,
         incarnation=int(incarnation),
@@ -215,9 +279,12 @@ def config_from_env(env: dict[str, str]) -> Config:
         authz_url=authz_url,
         lease_ms=millis("REPLAYLAB_LEASE_MS"),
         retention_ms=millis("REPLAYLAB_RETENTION_MS"),
-        # Shorter than a lease, so that an owner that timed out still holds its claim when it
-        # records the ambiguity.
+        # Best shorter than a lease, so that an owner that timed out still holds its claim when
+        # it records the ambiguity. Where it is not (replaylab runs with both at 2 s), the
+        # compare-and-set on the owner token keeps a late owner from overwriting a new one.
         timeout_ms=millis("REPLAYLAB_DOWNSTREAM_TIMEOUT_MS") or 2_000,
+        services=services,
+        operators=operators,  # type: ignore[arg-type]
     )
 
 
@@ -427,6 +494,7 @@ CREATE TABLE IF NOT EXISTS operations (
     result_json      TEXT,
     reason           TEXT,
     request_json     TEXT,
+    handed_over_ms   INTEGER,  -- when it was filed with the operators' queue (once is enough)
     created_at_ms    INTEGER NOT NULL,
     updated_at_ms    INTEGER NOT NULL,
     expires_at_ms    INTEGER NOT NULL,
@@ -544,12 +612,17 @@ class Store:
             (now_ms(), record["tenant"], record["operation_key"]),
         )
 
+    def note_handed_over(self, tenant: str, key: str) -> None:
+        self.connection().execute(
+            "UPDATE operations SET handed_over_ms = ? WHERE tenant = ? AND operation_key = ?",
+            (now_ms(), tenant, key),
+        )
+
     def unsettled(self) -> list[sqlite3.Row]:
-        """Records nobody is known to be working on: unknown, or pending past their lease."""
+        """Records without an outcome: unknown, or pending (an owner at work, or one whose
+        lease ran out: the sweep waits for the lease before it looks)."""
         return self.connection().execute(
-            "SELECT * FROM operations WHERE status = 'unknown' "
-            "OR (status = 'pending' AND lease_until_ms <= ?) ORDER BY tenant, operation_key",
-            (now_ms(),),
+            "SELECT * FROM operations WHERE status IN ('unknown', 'pending') ORDER BY tenant, operation_key"
         ).fetchall()
 
 
@@ -662,12 +735,68 @@ class Executor:
         self.authz = parse_http_url(config.authz_url)
         authz_split = urllib.parse.urlsplit(config.authz_url)
         self.authz_path = authz_split.path or "/"
+        # Wakes this process's own reconciliation (reconcile_forever): set at start, so that a
+        # (re)started worker looks at what earlier incarnations left open, and whenever this
+        # process leaves an operation unknown. It is not a timer: a sweep that finds nothing
+        # left to try goes back to sleep, and never takes over claims it was not told about.
         self.wake = threading.Event()
+        self.wake.set()
+        # The operations a thread of this process is carrying out right now (as owner), by
+        # (tenant, key), with how many threads are at it. A lease that runs out while its owner
+        # still waits for the downstream looks abandoned to everyone else, and the compare-and-
+        # set keeps that safe; this process, though, knows its owner is alive, and its own
+        # reconciliation never takes such a claim from it (its answer is on the way).
+        self.at_work: dict[tuple[str, str], int] = {}
+        self.at_work_lock = threading.Lock()
 
     # ------------------------------------------------------------------ helpers
 
     def owner_token(self) -> str:
         return f"{self.config.worker}-{self.config.incarnation}-{secrets.token_hex(8)}"
+
+    @contextlib.contextmanager
+    def working(self, tenant: str, key: str):
+        """Marks the operation as being carried out by a thread of this process."""
+        ident = (tenant, key)
+        with self.at_work_lock:
+            self.at_work[ident] = self.at_work.get(ident, 0) + 1
+        try:
+            yield
+        finally:
+            with self.at_work_lock:
+                self.at_work[ident] -= 1
+                if not self.at_work[ident]:
+                    del self.at_work[ident]
+
+    def is_at_work(self, tenant: str, key: str) -> bool:
+        with self.at_work_lock:
+            return (tenant, key) in self.at_work
+
+    def hand_over(self, tenant: str, key: str, finding: str) -> None:
+        """Files an operation nothing here can settle with the operators' queue
+        (REPLAYLAB_OPERATORS_URL): people must find out whether the effect exists. An `unknown`
+        that nobody is told about is never settled: this is the executor's last duty to it.
+        One entry per operation: filed at least once (marked only after the queue took it, so
+        a crash in between files it again rather than never), and not again by later tries."""
+        record = self.store.load(tenant, key)
+        if record is not None and record["handed_over_ms"] is not None:
+            log.info("%s was handed over to people already; still: %s", key, finding)
+            return
+        log.warning("handing %s over to people: %s", key, finding)
+        if self.config.operators is None:
+            log.error("no REPLAYLAB_OPERATORS_URL: %s stays unknown and only this log says so", key)
+            return
+        host, port, path = self.config.operators
+        entry = {"tenant": tenant, "operation_key": key, "finding": finding}
+        try:
+            response = self.downstream.request("POST", path, entry, host=(host, port))
+        except Ambiguous as error:
+            log.error("the operators' queue did not take %s: %s", key, error)
+            return
+        if not 200 <= response.status < 300:
+            log.error("the operators' queue refused %s: %s", key, response.status)
+            return
+        self.store.note_handed_over(tenant, key)
 
     def authorized(self, actor: str, tool: str) -> bool:
         """Asked on every delivery: permissions can be revoked between attempts. An authorizer
@@ -769,6 +898,10 @@ class Executor:
             return self.describe(record)
         if status == "pending" and record["lease_until_ms"] > now_ms():
             return self.describe(record)  # its owner is at work: in_flight
+        if status == "unknown" and not self.config.traits(request.contract).can_find_out:
+            # No receipts and no honoured key: a retry can neither look it up nor resend it
+            # safely. It was handed over to people when it was marked; it stays unknown.
+            return self.describe(record)
         # Abandoned (its owner's lease ran out) or unknown: take it over, then find out.
         owner = self.owner_token()
         if not self.store.take_over(record, owner, now_ms() + self.config.lease(request.contract)):
@@ -804,7 +937,8 @@ class Executor:
         """A key past retention. Where the contract says reconcile_first, the downstream's
         receipts are asked before answering (and the finding logged for operators)."""
         contract = CONTRACTS.get((record["tool"], record["tool_version"]))
-        if contract is not None and contract.late_arrival == "reconcile_first":
+        if (contract is not None and contract.late_arrival == "reconcile_first"
+                and self.config.traits(contract).receipts):
             found = look_up_receipt(self.downstream, contract, record["tenant"], record["downstream_key"])
             log.warning("late arrival after retention for %s: receipt lookup %s %s",
                         record["operation_key"], found.kind, found.reference or found.why)
@@ -818,10 +952,12 @@ class Executor:
         if not self.authorized(request.actor, contract.name):
             return self.fail(owner, request, "unauthorized", "the actor may not use this tool now")
         method, path, body, headers = effect_request(contract, request.tenant, request.arguments)
+        # Sent even to a service that ignores it: its receipts are found by it.
         headers["Idempotency-Key"] = request.downstream_key
-        log.info("sending %s %s for %s", method, path, request.key)
-        answer = classify(contract, lambda: self.downstream.request(method, path, body, headers))
-        return self.record_answer(owner, request, answer)
+        with self.working(request.tenant, request.key):
+            log.info("sending %s %s for %s", method, path, request.key)
+            answer = classify(contract, lambda: self.downstream.request(method, path, body, headers))
+            return self.record_answer(owner, request, answer)
 
     def record_answer(self, owner: str, request: Request, answer: Answer) -> dict[str, Any]:
         if answer.kind == "receipt":
@@ -837,7 +973,10 @@ class Executor:
             self.wake.set()
             return outcome("in_flight", request.key, retry_after=max(1, math.ceil(self.config.lease(request.contract) / 1000)),
                            message=answer.why + "; poll")
-        return self.mark_unknown(owner, request.tenant, request.key, answer.why)
+        # Ambiguous: the effect may exist. Where the service neither keeps receipts nor honours
+        # keys, nothing will ever tell (a resend could charge twice): people are told now.
+        return self.mark_unknown(owner, request.tenant, request.key, answer.why,
+                                 hand_over=not self.config.traits(request.contract).can_find_out)
 
     def record_receipt(self, owner: str, tenant: str, key: str, contract: Contract, reference: str,
                        result: dict[str, Any], replayed: bool) -> dict[str, Any]:
@@ -865,11 +1004,15 @@ class Executor:
             return outcome("rejected", request.key, reason=reason, message=message)
         return self.reload(request.tenant, request.key)
 
-    def mark_unknown(self, owner: str, tenant: str, key: str, finding: str) -> dict[str, Any]:
+    def mark_unknown(self, owner: str, tenant: str, key: str, finding: str,
+                     hand_over: bool = False) -> dict[str, Any]:
         """The effect may or may not exist. Never a success claim: the record is left for a
-        receipt lookup (ours in the background, the agent's reconcile, or a retry)."""
+        receipt lookup (ours in the background, the agent's reconcile, or a retry), or, with
+        ``hand_over`` (nothing here can ever find out), filed for people before answering."""
         if self.store.mark_unknown(tenant, key, owner, finding):
             log.info("marked unknown: %s (%s)", key, finding)
+            if hand_over:
+                self.hand_over(tenant, key, finding)
             self.wake.set()
             return outcome("unknown", key, message=f"the effect may have happened ({finding}); reconcile")
         return self.reload(tenant, key)
@@ -877,23 +1020,37 @@ class Executor:
     # ------------------------------------------------------------------ recovery
 
     def recover(self, owner: str, record: sqlite3.Row, contract: Contract, request: Request | None) -> dict[str, Any]:
-        """We took over a claim whose previous owner may have reached the downstream. Ask the
-        receipts first; resend only under the same key, where the downstream honours it;
-        without the request at hand (a reconcile), never resend."""
+        """We took over a claim whose previous owner may have reached the downstream.
+
+        1. Where the service keeps receipts, ask them first: the earlier owner may have
+           committed. Found: the effect is recorded and replayed. Lookup failed: unknown, worth
+           another try later (nothing is resent while the answer is unclear).
+        2. No receipt (or none kept): resend the request under the same key, but only where
+           the service honours keys, so that a request still on its way cannot make a second
+           effect; and only with the request at hand (a reconcile by reference never resends).
+        3. Otherwise unknown. Where the service does not honour keys, "no receipt" proves
+           nothing (the lost request may still commit) and no retry can ever settle it: it is
+           handed over to people now."""
         tenant, key = record["tenant"], record["operation_key"]
-        found = look_up_receipt(self.downstream, contract, tenant, record["downstream_key"])
-        log.info("receipt lookup for %s: %s %s", key, found.kind, found.reference or found.why)
-        if found.kind == "found":
-            return self.record_receipt(owner, tenant, key, contract, found.reference,
-                                       receipt_result(contract, found), True)
-        if found.kind == "failed":
-            # Worth another try later; nothing is resent while the answer is unclear.
-            return self.mark_unknown(owner, tenant, key, f"receipt lookup failed: {found.why}")
-        # not_found (no effect carries our key so far), or unsupported (no receipts kept).
-        if request is not None and contract.honours_key:
-            return self.execute(owner, request)
-        finding = "no receipt for the key" if found.kind == "not_found" else found.why
-        return self.mark_unknown(owner, tenant, key, f"{finding}; the effect cannot be proved or safely repeated here")
+        traits = self.config.traits(contract)
+        with self.working(tenant, key):
+            if traits.receipts:
+                found = look_up_receipt(self.downstream, contract, tenant, record["downstream_key"])
+                log.info("receipt lookup for %s: %s %s", key, found.kind, found.reference or found.why)
+                if found.kind == "found":
+                    return self.record_receipt(owner, tenant, key, contract, found.reference,
+                                               receipt_result(contract, found), True)
+                if found.kind == "failed":
+                    return self.mark_unknown(owner, tenant, key, f"receipt lookup failed: {found.why}")
+                finding = "no receipt for the key" if found.kind == "not_found" else found.why
+            else:
+                finding = "the service keeps no receipts"
+            if request is not None and traits.honours_keys:
+                log.info("%s for %s: resending under the same key, which the service honours", finding, key)
+                return self.execute(owner, request)
+            return self.mark_unknown(owner, tenant, key,
+                                     f"{finding}; the effect cannot be proved or safely repeated here",
+                                     hand_over=not traits.honours_keys)
 
     def kept_request(self, record: sqlite3.Row, contract: Contract) -> Request | None:
         """The request a record kept, when it still derives the record's fingerprint."""
@@ -907,30 +1064,82 @@ class Executor:
         return request
 
     def reconcile_forever(self) -> None:
-        """This process's own reconciliation, without waiting for the agent: every unknown
-        record, and every pending one whose owner's lease ran out (a crashed worker's), is
-        taken over and looked up, a few times at most per process. A restarted worker thus
-        settles what its previous incarnation left open."""
-        tries: dict[tuple[str, str], tuple[int, int]] = {}
+        """This process's own reconciliation, on a thread of its own. It sleeps until woken
+        (at start, and whenever this process leaves an operation unknown), then sweeps until
+        nothing is left to try. A (re)started worker thus settles what its earlier
+        incarnation, or a crashed peer, left open; between sweeps it leaves other workers'
+        claims to them and to the agent's retries. Tries are counted per process, so that an
+        operation nobody can settle is not looked up forever."""
+        tries: dict[tuple[str, str], int] = {}
         while True:
-            self.wake.wait(RECONCILE_TICK_SECONDS)
+            self.wake.wait()
+            # Cleared before the sweep reads the store: an operation marked unknown after this
+            # line sets the event again and gets a sweep of its own.
             self.wake.clear()
             try:
-                for record in self.store.unsettled():
-                    contract = CONTRACTS.get((record["tool"], record["tool_version"]))
-                    if contract is None:
-                        continue
-                    ident = (record["tenant"], record["operation_key"])
-                    count, not_before = tries.get(ident, (0, record["updated_at_ms"] + RECONCILE_AFTER_MS))
-                    if count >= RECONCILE_ATTEMPTS or now_ms() < not_before:
-                        continue
-                    tries[ident] = (count + 1, now_ms() + RECONCILE_AFTER_MS)
-                    owner = self.owner_token()
-                    if self.store.take_over(record, owner, now_ms() + self.config.lease(contract)):
-                        log.info("reconciling %s in the background (try %d)", ident[1], count + 1)
-                        self.recover(owner, record, contract, self.kept_request(record, contract))
+                self.sweep(tries)
             except sqlite3.Error as error:
                 log.warning("background reconciliation: the claim store failed: %s", error)
+
+    def sweep(self, tries: dict[tuple[str, str], int]) -> None:
+        """Every unknown record, and every pending one whose lease ran out (its owner died, or
+        is too slow), is taken over and recovered as a retry would (``recover``), at most
+        RECONCILE_ATTEMPTS times per process, RECONCILE_AFTER_MS after the record last
+        changed and as long again between tries. An unknown record that every try left
+        unknown (the lookups kept failing) is handed over to people. Where the service offers
+        no way to find out, an unknown record was handed over when it was marked and is left
+        alone; an abandoned claim is taken over only to be marked and handed over in turn."""
+        not_before: dict[tuple[str, str], int] = {}
+        while True:
+            now = now_ms()
+            due: list[tuple[sqlite3.Row, Contract]] = []
+            next_wake: int | None = None
+            records = self.store.unsettled()
+            # Forget what is settled: its record can never be unsettled again.
+            for gone in set(tries) - {(r["tenant"], r["operation_key"]) for r in records}:
+                del tries[gone]
+            for record in records:
+                contract = CONTRACTS.get((record["tool"], record["tool_version"]))
+                if contract is None:
+                    continue
+                if record["status"] == "unknown" and not self.config.traits(contract).can_find_out:
+                    continue
+                ident = (record["tenant"], record["operation_key"])
+                count = tries.get(ident, 0)
+                if count >= RECONCILE_ATTEMPTS:
+                    if count == RECONCILE_ATTEMPTS and record["status"] == "unknown":
+                        tries[ident] = count + 1  # handed over once
+                        self.hand_over(ident[0], ident[1],
+                                       f"{RECONCILE_ATTEMPTS} reconciliation attempts settled nothing "
+                                       f"(last: {record['reason']})")
+                    continue
+                ready_at = max(not_before.get(ident, 0), record["updated_at_ms"] + RECONCILE_AFTER_MS)
+                if record["status"] == "pending":
+                    ready_at = max(ready_at, record["lease_until_ms"])
+                if ready_at <= now and self.is_at_work(*ident):
+                    # Our own thread still waits for the downstream: not abandoned, whatever
+                    # the lease says. Look again once it has answered (or a moment later).
+                    ready_at = now + RECONCILE_AFTER_MS
+                    not_before[ident] = ready_at
+                if ready_at <= now:
+                    tries[ident] = count + 1
+                    not_before[ident] = now + RECONCILE_AFTER_MS
+                    due.append((record, contract))
+                else:
+                    next_wake = ready_at if next_wake is None else min(next_wake, ready_at)
+            if not due:
+                if next_wake is None:
+                    return
+                # A new unknown record (the event) ends the wait early; the loop reads it.
+                if self.wake.wait((next_wake - now) / 1000):
+                    self.wake.clear()
+                continue
+            for record, contract in due:
+                owner = self.owner_token()
+                if self.store.take_over(record, owner, now_ms() + self.config.lease(contract)):
+                    log.info("reconciling %s in the background (try %d)", record["operation_key"],
+                             tries[(record["tenant"], record["operation_key"])])
+                    self.recover(owner, record, contract, self.kept_request(record, contract))
 
     # ------------------------------------------------------------------ poll and reconcile
 
@@ -957,7 +1166,10 @@ class Executor:
                 if not self.store.take_over(record, owner, now_ms() + self.config.lease(contract)):
                     return self.reload(tenant, key)
                 return self.recover(owner, record, contract, None)
-            # A poll only reads: a receipt settles the record, nothing is ever resent.
+            # A poll only reads: a receipt settles the record, nothing is ever resent. An
+            # abandoned claim without one is `unknown` (its owner is gone), never `in_flight`.
+            if not self.config.traits(contract).receipts:
+                return self.describe(record)
             found = look_up_receipt(self.downstream, contract, tenant, record["downstream_key"])
             if found.kind != "found":
                 return self.describe(record)

@@ -39,7 +39,7 @@ struct BlackBoxArgs {
     /// Test an MCP server as a black box: the command that starts one worker process (run by
     /// `sh -c`; `{worker}`, `{state}` (a directory per run that survives crashes) and `{port}`
     /// are replaced). Instead of --executor.
-    #[arg(long, conflicts_with = "executor")]
+    #[arg(long)]
     executor_cmd: Option<String>,
     /// With --executor-cmd: how to talk to the processes (`stdio`).
     #[arg(long, default_value = "stdio", requires = "executor_cmd")]
@@ -67,7 +67,7 @@ enum Command {
     /// source document's two tables (C1..C10, F1..F9).
     Matrix {
         /// The executor under test (see `replaylab executors`).
-        #[arg(long, default_value = "reference")]
+        #[arg(long, default_value = "reference", conflicts_with = "executor_cmd")]
         executor: String,
         /// Seeds per scenario (default 20).
         #[arg(long)]
@@ -120,7 +120,7 @@ enum Command {
         #[arg(long, conflicts_with_all = ["scenario", "seed"])]
         case: Option<PathBuf>,
         /// The executor under test.
-        #[arg(long, default_value = "reference")]
+        #[arg(long, default_value = "reference", conflicts_with = "executor_cmd")]
         executor: String,
         /// Print the history as readable lines (with the executor's log, when captured,
         /// each line after the history event it follows).
@@ -296,7 +296,20 @@ enum BenchCommand {
         #[arg(long, default_value_t = 20_000)]
         operations: u64,
     },
+    /// The black-box matrix once (one repeat): its wall time against the target (under 90 s
+    /// with 2 workers on 2 cores), and where the real time went. Default command: this
+    /// binary's `executor serve` on a SQLite file per run.
+    BlackBox {
+        /// Threads running runs side by side (default: four per core, at least eight).
+        #[arg(long)]
+        jobs: Option<usize>,
+        #[command(flatten)]
+        black_box: BlackBoxArgs,
+    },
 }
+
+/// What `bench black-box` holds the black-box matrix to: one repeat, two workers, two cores.
+const BLACK_BOX_TARGET: std::time::Duration = std::time::Duration::from_secs(90);
 
 /// Runs the command line of this process and returns its exit code.
 pub fn main() -> ExitCode {
@@ -864,6 +877,52 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
             );
             Ok(exit::SUCCESS)
         }
+        Command::Bench { what: BenchCommand::BlackBox { jobs, mut black_box } } => {
+            if black_box.executor_cmd.is_none() {
+                let this = std::env::current_exe()
+                    .map_err(|error| bad_input(anyhow::anyhow!("cannot name this program: {error}")))?;
+                let this = crate::runner::shell_quote(&this.display().to_string());
+                black_box.executor_cmd =
+                    Some(format!("{this} executor serve --store sqlite:{{state}}/claims.db"));
+            }
+            let executor = registry.resolve("reference", &black_box)?;
+            let scenarios = load_scenarios(&[])?;
+            let jobs = black_box_jobs(jobs, scenarios.len() as u64)?;
+            let config = MatrixConfig {
+                executor,
+                scenarios,
+                seeds: 1,
+                first_seed: 0,
+                shard: None,
+                check_determinism: false,
+                jobs,
+                commit: None,
+                log: None,
+                selection: false,
+            };
+            let result = matrix::run(&config);
+            let black_box = result.black_box.as_ref().expect("a black-box matrix says so");
+            let time = &black_box.time;
+            let ran: u64 = result.scenarios.iter().map(|s| s.seeds_run).sum();
+            println!(
+                "{ran} runs, {} worker process(es) each, {jobs} side by side; verdict {}",
+                black_box.workers, result.verdict
+            );
+            for line in reports::black_box_text(&result) {
+                println!("{line}");
+            }
+            let seconds = |ms: u64| ms as f64 / 1000.0;
+            println!(
+                "black-box: matrix wall={:.1}s target<{}s runs={ran} run time={:.1}s starting={:.1}s waiting={:.1}s working={:.1}s",
+                seconds(black_box.matrix_wall_ms),
+                BLACK_BOX_TARGET.as_secs(),
+                seconds(time.wall_ms),
+                seconds(time.starting_ms),
+                seconds(time.waiting_ms),
+                seconds(time.working_ms())
+            );
+            Ok(exit::SUCCESS)
+        }
         Command::Bench { what: BenchCommand::Store { operations } } => {
             if operations == 0 {
                 return Err(bad_input(anyhow::anyhow!("--operations must be at least 1")));
@@ -1277,6 +1336,14 @@ fn serve_downstream(listen: &str, config_path: Option<&std::path::Path>) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// clap checks its definitions only when a command is parsed in a debug build: every
+    /// subcommand is checked here, so that no release build ships a broken one.
+    #[test]
+    fn the_command_line_definitions_are_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
 
     fn program(argv0: &str, under_cargo: bool, package: Option<&str>) -> String {
         program_name(Some(PathBuf::from(argv0)), under_cargo, package.map(str::to_owned))

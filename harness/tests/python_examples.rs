@@ -6,6 +6,10 @@
 //!   changed request under the same operation is refused; the downstream commits a ticket
 //!   and holds the answer, the process is killed with SIGKILL, a new process (incarnation 1)
 //!   on the same state directory is asked again with a new call id and names the one effect.
+//! - the same server where the charge service ignores keys and keeps no receipts
+//!   (`REPLAYLAB_SERVICES`): a charge whose answer is lost after it committed is `unknown`,
+//!   handed over to the operators' queue (`REPLAYLAB_OPERATORS_URL`) by the call itself, once,
+//!   and neither a retry, a poll nor a reconcile resends it or claims success.
 //! - `examples/python-mcp-naive`: the same lost answer and retry make a second ticket (the
 //!   ledger holds two): why it fails the matrix.
 //!
@@ -15,10 +19,10 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use fake_downstream::{Downstream, DownstreamConfig, SystemClock};
+use fake_downstream::{Downstream, DownstreamConfig, IdempotencyMode, ServiceConfig, SystemClock};
 use protocol::mcp::{CallMeta, Manifest, CALL_META, MANIFEST_URI, POLL_TOOL, RECONCILE_TOOL};
 use protocol::{Outcome, OutcomeStatus, ReasonCode};
 use rmcp::model::{CallToolRequestParams, CallToolResult, ReadResourceRequestParams, ResourceContents};
@@ -84,8 +88,11 @@ struct Service {
 }
 
 async fn service() -> Service {
-    let downstream =
-        Downstream::new(DownstreamConfig::default(), Arc::new(SystemClock), Arc::new(TcpConnector));
+    service_with(DownstreamConfig::default()).await
+}
+
+async fn service_with(config: DownstreamConfig) -> Service {
+    let downstream = Downstream::new(config, Arc::new(SystemClock), Arc::new(TcpConnector));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a port");
     let port = listener.local_addr().expect("an address").port();
     tokio::spawn(wire::serve(TcpAcceptor(listener), downstream.router()));
@@ -97,10 +104,40 @@ impl Service {
     /// The next `POST /v1/tickets` is committed and its answer held for 30 s.
     async fn hold_next_ticket_answer(&self) {
         let rule = json!({"match": {"method": "POST", "path": "/v1/tickets"}, "action": "commit_then_delay", "delay": "30s", "times": 1});
-        let installed =
-            self.admin.send(HttpRequest::json(http::Method::POST, "/__admin/faults", &rule)).await;
+        self.install(&rule).await;
+    }
+
+    /// The next `POST /v1/charges` is committed, then its connection dropped: no answer.
+    async fn drop_next_charge_answer(&self) {
+        let rule = json!({"match": {"method": "POST", "path": "/v1/charges"}, "action": "commit_then_drop", "times": 1});
+        self.install(&rule).await;
+    }
+
+    async fn install(&self, rule: &Value) {
+        let installed = self.admin.send(HttpRequest::json(http::Method::POST, "/__admin/faults", rule)).await;
         assert_eq!(installed.expect("the admin API answers").status, 201);
     }
+}
+
+/// An operators' queue on a loopback port: its URL, and the entries filed with it.
+async fn operators() -> (String, Arc<Mutex<Vec<Value>>>) {
+    let filed = Arc::new(Mutex::new(Vec::new()));
+    let keep = filed.clone();
+    let router = axum::Router::new().route(
+        "/v1/reconciliations",
+        axum::routing::post(move |body: axum::body::Bytes| {
+            let keep = keep.clone();
+            async move {
+                let entry: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                keep.lock().expect("the entries").push(entry);
+                http::StatusCode::ACCEPTED
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a port");
+    let port = listener.local_addr().expect("an address").port();
+    tokio::spawn(wire::serve(TcpAcceptor(listener), router));
+    (format!("http://127.0.0.1:{port}/v1/reconciliations"), filed)
 }
 
 struct Server {
@@ -109,8 +146,16 @@ struct Server {
 }
 
 /// Starts `examples/<example>/server.py` as a worker process with the environment of
-/// docs/mcp.md section 5; its stderr goes to `server-<incarnation>.log` in the state dir.
-async fn start(python: &Path, example: &str, state: &Path, port: u16, incarnation: u32) -> Server {
+/// docs/mcp.md section 5 (and `extra` variables); its stderr goes to
+/// `server-<incarnation>.log` in the state dir.
+async fn start(
+    python: &Path,
+    example: &str,
+    state: &Path,
+    port: u16,
+    incarnation: u32,
+    extra: &[(&str, &str)],
+) -> Server {
     let mut command = tokio::process::Command::new(python);
     command.arg(root().join("examples").join(example).join("server.py"));
     for name in protocol::mcp::env::ALL {
@@ -129,6 +174,9 @@ async fn start(python: &Path, example: &str, state: &Path, port: u16, incarnatio
         // its answer when it is killed.
         .env(protocol::mcp::env::DOWNSTREAM_TIMEOUT_MS, "20000")
         .env("PYTHONDONTWRITEBYTECODE", "1");
+    for (name, value) in extra {
+        command.env(name, value);
+    }
     let log = std::fs::File::create(state.join(format!("server-{incarnation}.log"))).expect("a log file");
     let (transport, _) = TokioChildProcess::builder(command).stderr(log).spawn().expect("the server starts");
     let pid = transport.id().expect("a running child has a pid");
@@ -250,7 +298,7 @@ async fn the_careful_executor_survives_a_kill_between_commit_and_answer() {
     let service = service().await;
     let ledger = || service.downstream.ledger();
 
-    let first = start(&python, "python-mcp-executor", &state, service.port, 0).await;
+    let first = start(&python, "python-mcp-executor", &state, service.port, 0, &[]).await;
     let tools = first.client.list_all_tools().await.expect("tools/list");
     let names: Vec<&str> = tools.iter().map(|tool| tool.name.as_ref()).collect();
     for expected in ["tickets.create", "tickets.set_status", "payments.charge", POLL_TOOL, RECONCILE_TOOL] {
@@ -386,7 +434,7 @@ async fn the_careful_executor_survives_a_kill_between_commit_and_answer() {
     drop(first);
 
     // A new process, incarnation 1, on the same state; the agent retries with a new call id.
-    let second = start(&python, "python-mcp-executor", &state, service.port, 1).await;
+    let second = start(&python, "python-mcp-executor", &state, service.port, 1, &[]).await;
     assert_ne!(second.pid, first_pid, "a new process");
     let effect = ledger()[1].clone();
     let deadline = Instant::now() + PATIENCE;
@@ -430,6 +478,77 @@ async fn the_careful_executor_survives_a_kill_between_commit_and_answer() {
 }
 
 #[tokio::test(flavor = "current_thread")]
+async fn the_careful_executor_hands_over_what_nothing_can_settle() {
+    let Some(python) = python() else { return };
+    let started = Instant::now();
+    let validator = validator();
+    let state = state_dir("hand-over");
+    let config = DownstreamConfig {
+        charges: ServiceConfig { idempotency: IdempotencyMode::Ignored, receipts: false },
+        ..DownstreamConfig::default()
+    };
+    let service = service_with(config).await;
+    let ledger = || service.downstream.ledger();
+    let (operators_url, filed) = operators().await;
+    let filed = || filed.lock().expect("the entries").clone();
+    let services = r#"{"tickets": {"honours_keys": true, "receipts": true},
+        "charges": {"honours_keys": false, "receipts": false}}"#;
+    let server = start(
+        &python,
+        "python-mcp-executor",
+        &state,
+        service.port,
+        0,
+        &[("REPLAYLAB_SERVICES", services), ("REPLAYLAB_OPERATORS_URL", &operators_url)],
+    )
+    .await;
+    let peer = server.client.peer().clone();
+    let version = "2026-08-18";
+    let charge = || json!({"customer": "cus_42", "amount_minor": 5000, "currency": "EUR"});
+    let key = "acme/production/run_827/charge_fee";
+
+    // The charge commits and its answer is lost: nothing can tell whether it happened.
+    service.drop_next_charge_answer().await;
+    let first = outcome(
+        &validator,
+        &call(
+            &peer,
+            request(&validator, "payments.charge", charge(), &meta("charge_fee", "call_1", 1, version)),
+        )
+        .await,
+    );
+    assert_eq!(first.status, OutcomeStatus::Unknown, "{first:?}\n{}", logs(&state));
+    assert_eq!(first.operation_key.as_deref(), Some(key));
+    assert_eq!(ledger().len(), 1, "the charge committed");
+    // Handed over by the call itself, before its answer: under the key the answer names.
+    let entries = filed();
+    assert_eq!(entries.len(), 1, "{entries:?}\n{}", logs(&state));
+    assert_eq!(entries[0]["tenant"], "acme", "{entries:?}");
+    assert_eq!(entries[0]["operation_key"], key, "{entries:?}");
+    assert!(entries[0]["finding"].as_str().is_some_and(|finding| !finding.is_empty()), "{entries:?}");
+
+    // A retry (a new model call id), a poll and a reconcile: still unknown, nothing resent,
+    // and the operation is not filed again.
+    let retry = request(&validator, "payments.charge", charge(), &meta("charge_fee", "call_2", 2, version));
+    let again = outcome(&validator, &call(&peer, retry).await);
+    assert_eq!(again.status, OutcomeStatus::Unknown, "{again:?}");
+    for tool in [POLL_TOOL, RECONCILE_TOOL] {
+        let asked = request(&validator, tool, json!({}), &meta("charge_fee", "call_ask", 1, version));
+        let answer = outcome(&validator, &call(&peer, asked).await);
+        assert_eq!(answer.status, OutcomeStatus::Unknown, "{tool}: {answer:?}");
+    }
+    // Longer than the background reconciliation's first look (a second after the record
+    // last changed): it leaves the operation alone too.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(ledger().len(), 1, "never resent to a service that ignores keys\n{}", logs(&state));
+    assert_eq!(filed().len(), 1, "one entry per operation: {:?}", filed());
+
+    let _ = server.client.cancel().await;
+    let _ = std::fs::remove_dir_all(&state);
+    eprintln!("hand-over: {:.1} s", started.elapsed().as_secs_f64());
+}
+
+#[tokio::test(flavor = "current_thread")]
 async fn the_naive_server_makes_a_second_effect_when_an_answer_is_lost() {
     let Some(python) = python() else { return };
     let started = Instant::now();
@@ -439,7 +558,7 @@ async fn the_naive_server_makes_a_second_effect_when_an_answer_is_lost() {
     let ledger = || service.downstream.ledger();
     let version = "2026-08-18";
 
-    let first = start(&python, "python-mcp-naive", &state, service.port, 0).await;
+    let first = start(&python, "python-mcp-naive", &state, service.port, 0, &[]).await;
     let tools = first.client.list_all_tools().await.expect("tools/list");
     assert!(tools.iter().any(|tool| tool.name == "tickets.create"), "{tools:?}");
 
@@ -463,7 +582,7 @@ async fn the_naive_server_makes_a_second_effect_when_an_answer_is_lost() {
 
     // Restarted, asked again: it knows nothing of the first ticket and makes another. It
     // claims success (`isError: false`) with text alone.
-    let second = start(&python, "python-mcp-naive", &state, service.port, 1).await;
+    let second = start(&python, "python-mcp-naive", &state, service.port, 1, &[]).await;
     let retry = request(
         &validator,
         "tickets.create",
