@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A careful executor: an MCP server (stdio) that turns duplicate delivery into one effect.
+"""A careful executor: an MCP server that turns duplicate delivery into one effect.
 
 It sits between an AI agent and replaylab's fake ticket and payment service and follows
 replaylab's MCP conventions (docs/mcp.md) to the letter:
@@ -32,11 +32,15 @@ How it stays correct (the REPLAY state machine of the Rust reference, executor/s
    answered ``unknown`` and handed over to people: an entry on the operators' queue
    (REPLAYLAB_OPERATORS_URL). An ``unknown`` nobody is told about is never settled.
 
-Run it as replaylab does: ``python server.py`` with the environment of docs/mcp.md section 5.
+Run it as replaylab does: ``python server.py`` with the environment of docs/mcp.md section 5
+serves MCP over stdio; ``python server.py --transport http`` serves it over streamable HTTP at
+``http://$REPLAYLAB_MCP_LISTEN/mcp``. Either way one process is one worker: one executor, one
+claim store connection and one background reconciliation, whatever the number of sessions.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import hashlib
 import http.client
@@ -56,6 +60,7 @@ from typing import Any
 import anyio
 import mcp_types as types
 import rfc8785
+import uvicorn
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
@@ -1267,21 +1272,64 @@ def build_server(executor: Executor) -> Server:
                   on_list_resources=list_resources, on_read_resource=read_resource)
 
 
-async def serve(executor: Executor) -> None:
+async def serve_stdio(executor: Executor) -> None:
     server = build_server(executor)
     async with stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
+async def serve_http(executor: Executor, host: str, port: int) -> None:
+    """MCP over streamable HTTP at ``http://HOST:PORT/mcp``, the SDK's session manager behind
+    uvicorn. Every session (an agent may open several, one after another or at once) is served
+    by the same handlers and so by the same executor: the claims are in the shared store, never
+    in a session."""
+    server = build_server(executor)
+    # For a loopback host the SDK also checks the Host and Origin headers (DNS rebinding).
+    app = server.streamable_http_app(streamable_http_path="/mcp", host=host)
+    # log_config=None: uvicorn's own lines go through this process's logging (stderr); one
+    # line per HTTP request would bury the executor's decisions, so there is no access log.
+    config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False)
+    log.info("serving MCP over streamable HTTP at http://%s:%d/mcp", host, port)
+    await uvicorn.Server(config).serve()
+
+
+def listen_address(value: str | None) -> tuple[str, int]:
+    """REPLAYLAB_MCP_LISTEN, ``HOST:PORT`` (``127.0.0.1:8765``); SystemExit(2) when it is
+    missing or malformed."""
+
+    def fail(message: str) -> None:
+        print(f"error: --transport http: {message} (see docs/mcp.md, section 5)", file=sys.stderr)
+        raise SystemExit(2)
+
+    if not value or not value.strip():
+        fail("REPLAYLAB_MCP_LISTEN is not set; it names the address to serve MCP at, HOST:PORT")
+    host, _, port = value.strip().rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")  # an IPv6 address: [::1]:8765
+    if (not host or any(c.isspace() or c in "/[]@" for c in host)
+            or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536):
+        fail(f"REPLAYLAB_MCP_LISTEN={value!r}: expected HOST:PORT, such as 127.0.0.1:8765")
+    return host, int(port)
+
+
 def main() -> None:
-    # stdout is the MCP channel: every log line goes to stderr.
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--transport", choices=("stdio", "http"), default="stdio",
+                        help="stdio (the default): MCP on stdin/stdout; http: streamable HTTP "
+                             "at http://$REPLAYLAB_MCP_LISTEN/mcp")
+    transport = parser.parse_args().transport
+    # Over stdio, stdout is the MCP channel: every log line goes to stderr (over HTTP too).
     logging.basicConfig(stream=sys.stderr, level=os.environ.get("LOG_LEVEL", "INFO").upper(),
                         format=f"%(asctime)s {os.environ.get('REPLAYLAB_WORKER', '?')} %(levelname)s %(message)s")
+    # Checked before anything starts: a bad address exits 2 like a bad variable of section 5.
+    address = listen_address(os.environ.get("REPLAYLAB_MCP_LISTEN")) if transport == "http" else None
     config = config_from_env(dict(os.environ))
     executor = Executor(config)
     # A (re)started worker settles what earlier incarnations left open, in the background.
     threading.Thread(target=executor.reconcile_forever, name="reconcile", daemon=True).start()
-    anyio.run(serve, executor)
+    if address is None:
+        anyio.run(serve_stdio, executor)
+    else:
+        anyio.run(serve_http, executor, *address)
 
 
 if __name__ == "__main__":

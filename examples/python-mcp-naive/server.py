@@ -9,11 +9,15 @@ only, and ``isError: false`` is its only claim ("it worked").
 It is here to fail, so that you can see why (README.md): when the answer to a committed
 request is lost, the agent's retry creates a second ticket or a second charge.
 
+It speaks MCP over stdio, or with ``--transport http`` over streamable HTTP at
+``http://$REPLAYLAB_MCP_LISTEN/mcp``.
+
 Do not copy this one; copy ../python-mcp-executor/.
 """
 
 from __future__ import annotations
 
+import argparse
 import http.client
 import json
 import os
@@ -22,6 +26,7 @@ import urllib.parse
 
 import anyio
 import mcp_types as types
+import uvicorn
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
@@ -89,12 +94,29 @@ def build_server() -> Server:
     return Server("python-mcp-naive", version="0.1.0", on_list_tools=list_tools, on_call_tool=call_tool)
 
 
-async def serve() -> None:
+async def serve_stdio() -> None:
     server = build_server()
     async with stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
+def serve_http(listen: str | None) -> None:
+    """Streamable HTTP at http://HOST:PORT/mcp, HOST:PORT from REPLAYLAB_MCP_LISTEN."""
+    host, _, port = (listen or "").strip().rpartition(":")
+    if not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
+        given = "is not set" if listen is None else f"is {listen!r}"
+        print(f"error: --transport http needs REPLAYLAB_MCP_LISTEN=HOST:PORT; it {given}", file=sys.stderr)
+        raise SystemExit(2)
+    app = build_server().streamable_http_app(host=host)  # serves /mcp
+    uvicorn.run(app, host=host, port=int(port), access_log=False)
+
+
 if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description="A deliberately naive MCP tool server")
+    parser.add_argument("--transport", choices=("stdio", "http"), default="stdio")
+    transport = parser.parse_args().transport
     print(f"naive tool server for tenant {TENANT} at {DOWNSTREAM.geturl()}", file=sys.stderr)
-    anyio.run(serve)
+    if transport == "http":
+        serve_http(os.environ.get("REPLAYLAB_MCP_LISTEN"))
+    else:
+        anyio.run(serve_stdio)

@@ -27,6 +27,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
+use std::process::Stdio;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -70,13 +71,17 @@ const ORIGIN_HEADER: &str = "x-replaylab-origin";
 pub enum Transport {
     /// MCP over the process's stdin and stdout.
     Stdio,
+    /// MCP over streamable HTTP: the process serves it at `http://127.0.0.1:{port}/mcp`
+    /// ([`env::MCP_LISTEN`]).
+    Http,
 }
 
 impl Transport {
-    /// `stdio`.
+    /// `stdio`, `http`.
     pub fn as_str(self) -> &'static str {
         match self {
             Transport::Stdio => "stdio",
+            Transport::Http => "http",
         }
     }
 }
@@ -112,6 +117,9 @@ impl BlackBoxSpec {
             crate::runner::shell_quote(&self.command),
             self.workers
         );
+        if self.transport != Transport::Stdio {
+            arguments.push_str(&format!(" --transport {}", self.transport.as_str()));
+        }
         if let KeyPlacement::Argument(name) = &self.key_placement {
             arguments.push_str(&format!(" --key-argument {}", crate::runner::shell_quote(name)));
         }
@@ -426,6 +434,9 @@ struct Process {
     pid: u32,
     service: RunningService<RoleClient, ()>,
     listener: tokio::task::JoinHandle<()>,
+    /// Over HTTP the harness holds the child itself (over stdio the transport does), so that
+    /// it is reaped once killed.
+    child: Option<tokio::process::Child>,
 }
 
 /// The environment and files of one run: shared by the world and the agent's tasks.
@@ -462,12 +473,13 @@ impl Run {
         let listening =
             tokio::task::spawn_local(accept(self.boundary.clone(), listener, worker.to_owned(), incarnation));
         let state = self.state_dir();
+        let mcp_port = free_port();
         let text = self
             .spec
             .command
             .replace("{worker}", worker)
             .replace("{state}", &state.display().to_string())
-            .replace("{port}", &free_port().to_string());
+            .replace("{port}", &mcp_port.to_string());
         let mut command = tokio::process::Command::new("sh");
         command.arg("-c").arg(&text).process_group(0).kill_on_drop(true);
         for name in env::ALL {
@@ -486,12 +498,32 @@ impl Run {
         }
         let stderr = std::fs::File::create(self.stderr_path(worker, incarnation))
             .map_err(|error| format!("cannot write {worker}'s stderr file: {error}"))?;
-        let (transport, _) = TokioChildProcess::builder(command)
-            .stderr(stderr)
-            .spawn()
-            .map_err(|error| format!("{worker} did not start ({text}): {error}"))?;
-        let pid = transport.id().unwrap_or_default();
-        let service = match tokio::time::timeout(START_PATIENCE, ().serve(transport)).await {
+        let (pid, child, handshake) = match self.spec.transport {
+            Transport::Stdio => {
+                let (transport, _) = TokioChildProcess::builder(command)
+                    .stderr(stderr)
+                    .spawn()
+                    .map_err(|error| format!("{worker} did not start ({text}): {error}"))?;
+                let pid = transport.id().unwrap_or_default();
+                let handshake: std::pin::Pin<Box<dyn std::future::Future<Output = _>>> =
+                    Box::pin(async move { ().serve(transport).await.map_err(|error| error.to_string()) });
+                (pid, None, handshake)
+            }
+            Transport::Http => {
+                // The process's stdout is its own business over HTTP: it goes to the log too.
+                let stdout =
+                    stderr.try_clone().map_err(|error| format!("cannot share {worker}'s log: {error}"))?;
+                command.env(env::MCP_LISTEN, format!("127.0.0.1:{mcp_port}"));
+                command.stdin(Stdio::null()).stdout(stdout).stderr(stderr);
+                let child =
+                    command.spawn().map_err(|error| format!("{worker} did not start ({text}): {error}"))?;
+                let pid = child.id().unwrap_or_default();
+                let handshake: std::pin::Pin<Box<dyn std::future::Future<Output = _>>> =
+                    Box::pin(connect_http(mcp_port));
+                (pid, Some(child), handshake)
+            }
+        };
+        let service = match tokio::time::timeout(START_PATIENCE, handshake).await {
             Ok(Ok(service)) => service,
             Ok(Err(error)) => {
                 listening.abort();
@@ -511,7 +543,7 @@ impl Run {
             }
         };
         self.peers.borrow_mut().insert(worker.to_owned(), service.peer().clone());
-        Ok(Process { pid, service, listener: listening })
+        Ok(Process { pid, service, listener: listening, child })
     }
 
     /// The last lines `worker`'s incarnation wrote to stderr, as a sentence's tail.
@@ -683,6 +715,20 @@ fn text_of(answer: &CallToolResult) -> String {
     text.chars().take(200).collect()
 }
 
+/// The MCP handshake over streamable HTTP with a server that is starting on `port`: once
+/// the port accepts connections (tried every few milliseconds; the caller bounds the wait).
+async fn connect_http(port: u16) -> Result<RunningService<RoleClient, ()>, String> {
+    while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+        tokio::time::sleep(HTTP_RETRY).await;
+    }
+    let url = format!("http://127.0.0.1:{port}{}", protocol::mcp::HTTP_PATH);
+    let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url.clone());
+    ().serve(transport).await.map_err(|error| format!("{error} (at {url})"))
+}
+
+/// How often a starting HTTP server's port is tried again.
+const HTTP_RETRY: Duration = Duration::from_millis(20);
+
 /// A loopback port free now (for `{port}`; the process binds it).
 fn free_port() -> u16 {
     std::net::TcpListener::bind(("127.0.0.1", 0)).and_then(|l| l.local_addr()).map_or(0, |a| a.port())
@@ -845,6 +891,10 @@ impl RealWorld {
         let _context = self.runtime.enter();
         let _local = self.local.enter();
         drop(process.service);
+        if let Some(mut child) = process.child {
+            // Already killed with its group; this lets tokio reap it.
+            let _ = child.start_kill();
+        }
         killed
     }
 }

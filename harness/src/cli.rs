@@ -41,7 +41,8 @@ struct BlackBoxArgs {
     /// are replaced). Instead of --executor.
     #[arg(long)]
     executor_cmd: Option<String>,
-    /// With --executor-cmd: how to talk to the processes (`stdio`).
+    /// With --executor-cmd: how to talk to the processes: `stdio`, or `http` (streamable HTTP:
+    /// the process serves MCP at http://127.0.0.1:{port}/mcp, REPLAYLAB_MCP_LISTEN).
     #[arg(long, default_value = "stdio", requires = "executor_cmd")]
     transport: String,
     /// With --executor-cmd: worker processes per run.
@@ -441,12 +442,13 @@ impl Registry {
         }
         let transport = match black_box.transport.as_str() {
             "stdio" => crate::black_box::Transport::Stdio,
-            "http" => {
+            "http" => crate::black_box::Transport::Http,
+            other => {
                 return Err(bad_input(anyhow::anyhow!(
-                    "--transport http: the streamable HTTP transport is not built yet; use stdio"
+                    "--transport {}: must be stdio or http",
+                    quoted(other)
                 )))
             }
-            other => return Err(bad_input(anyhow::anyhow!("--transport {}: must be stdio", quoted(other)))),
         };
         if !(1..=MAX_WORKERS).contains(&black_box.workers) {
             return Err(bad_input(anyhow::anyhow!("--workers must be 1 to {MAX_WORKERS}")));

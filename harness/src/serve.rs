@@ -50,6 +50,8 @@ const UNSERVED_TOOLS: [&str; 1] = ["messages.send"];
 pub enum Transport {
     /// MCP over the process's standard input and output.
     Stdio,
+    /// MCP over streamable HTTP at `http://ADDRESS/mcp` ([`env::MCP_LISTEN`]).
+    Http(std::net::SocketAddr),
 }
 
 /// Everything `executor serve` needs, validated before any work.
@@ -82,11 +84,16 @@ impl ServeConfig {
         let transport = match transport {
             "stdio" => Transport::Stdio,
             "http" => {
-                return Err(
-                    "--transport http: the streamable HTTP transport is not yet served; use stdio".into()
-                )
+                let listen = variable(env::MCP_LISTEN).unwrap_or_default();
+                let address = listen.parse().map_err(|_| {
+                    format!(
+                        "--transport http needs {}=HOST:PORT (an IP address and a port), not {listen:?}",
+                        env::MCP_LISTEN
+                    )
+                })?;
+                Transport::Http(address)
             }
-            other => return Err(format!("--transport {other:?}: expected stdio (or, later, http)")),
+            other => return Err(format!("--transport {other:?}: expected stdio or http")),
         };
         let store = match store.strip_prefix("sqlite:") {
             Some(path) if !path.is_empty() => PathBuf::from(path),
@@ -286,21 +293,44 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
         .map_err(|error| ServeError::Serving(format!("failed to start the async runtime: {error}")))?;
     let server = ReferenceServer::new(&config, jobs);
     let served = runtime.block_on(async move {
-        let Transport::Stdio = config.transport;
-        let running = server
-            .serve(rmcp::transport::stdio())
-            .await
-            .map_err(|error| ServeError::Serving(format!("failed to start MCP over stdio: {error}")))?;
-        running
-            .waiting()
-            .await
-            .map_err(|error| ServeError::Serving(format!("the MCP session failed: {error}")))?;
-        Ok(())
+        match config.transport {
+            Transport::Stdio => {
+                let running = server.serve(rmcp::transport::stdio()).await.map_err(|error| {
+                    ServeError::Serving(format!("failed to start MCP over stdio: {error}"))
+                })?;
+                running
+                    .waiting()
+                    .await
+                    .map_err(|error| ServeError::Serving(format!("the MCP session failed: {error}")))?;
+                Ok(())
+            }
+            Transport::Http(address) => serve_http(server, address).await,
+        }
     });
     // The handler (and with it the channel's sender) is gone: the executor's thread ends.
     drop(runtime);
     let _ = executor_thread.join();
     served
+}
+
+/// Serves MCP over streamable HTTP at `http://ADDRESS/mcp` until the process is stopped: each
+/// session gets a handler of its own, every handler feeds the one executor.
+async fn serve_http(server: ReferenceServer, address: std::net::SocketAddr) -> Result<(), ServeError> {
+    use rmcp::transport::streamable_http_server::{
+        session::local::LocalSessionManager, StreamableHttpServerConfig, StreamableHttpService,
+    };
+    let service = StreamableHttpService::new(
+        move || Ok(server.clone()),
+        std::sync::Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default(),
+    );
+    let router = axum::Router::new().nest_service(protocol::mcp::HTTP_PATH, service);
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .map_err(|error| ServeError::Serving(format!("failed to listen on {address}: {error}")))?;
+    axum::serve(listener, router)
+        .await
+        .map_err(|error| ServeError::Serving(format!("serving MCP over HTTP failed: {error}")))
 }
 
 /// The executor's thread: opens the store, says so on `started`, then answers jobs until the
@@ -631,7 +661,12 @@ mod tests {
         let flags = |transport: &str, store: &str| {
             ServeConfig::from_flags_and_env(transport, store, environment(&complete())).expect_err("refused")
         };
-        assert!(flags("http", "sqlite:x.db").contains("not yet"));
+        assert!(flags("http", "sqlite:x.db").contains(env::MCP_LISTEN), "http needs an address");
+        let mut pairs = complete();
+        pairs.push((env::MCP_LISTEN, "127.0.0.1:4100"));
+        let http =
+            ServeConfig::from_flags_and_env("http", "sqlite:x.db", environment(&pairs)).expect("valid");
+        assert_eq!(http.transport, Transport::Http(([127, 0, 0, 1], 4100).into()));
         assert!(flags("stdio", "postgres://x").contains("sqlite:PATH"));
     }
 

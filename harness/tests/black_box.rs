@@ -24,8 +24,13 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
+/// Runs the binary as a user would, outside Cargo: its reproduce commands then name the
+/// binary itself (under `cargo test` they would say `cargo run ...`, and running one would
+/// build the harness again in the middle of the test).
 fn replaylab(arguments: &[&str]) -> Output {
     Command::new(REPLAYLAB)
+        .env_remove("CARGO")
+        .env_remove("CARGO_PKG_NAME")
         .args(arguments)
         .current_dir(root())
         .stdin(Stdio::null())
@@ -124,6 +129,22 @@ fn the_reference_as_an_mcp_server_passes_lost_answers_and_crashes_after_commit()
         "each black-box run says where its time went: {run:#}"
     );
     assert!(run["reproduce"].as_str().is_some_and(|command| command.contains("--executor-cmd")), "{run:#}");
+}
+
+/// The same server over streamable HTTP: the process serves MCP at
+/// `http://127.0.0.1:{port}/mcp`, and the black-box world drives it there.
+#[test]
+fn the_reference_passes_over_streamable_http_too() {
+    let command = format!("{REPLAYLAB} executor serve --transport http --store sqlite:{{state}}/claims.db");
+    let output = replaylab(&["run", "S03", "--seed", "0", "--executor-cmd", &command, "--transport", "http"]);
+    let said = text(&output);
+    assert_eq!(output.status.code(), Some(0), "{said}");
+    assert!(said.contains(": pass"), "{said}");
+    // A server that does not serve HTTP is bad input before any run.
+    let stdio_only = format!("{REPLAYLAB} executor serve --store sqlite:{{state}}/claims.db");
+    let output =
+        replaylab(&["run", "S03", "--seed", "0", "--executor-cmd", &stdio_only, "--transport", "http"]);
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output));
 }
 
 /// The venv's python with the examples' packages, or `None` (outside CI) after saying how

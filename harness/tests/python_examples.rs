@@ -1,11 +1,14 @@
-//! The Python MCP examples as real processes, driven by an MCP client over stdio against the
-//! fake downstream on a loopback port:
+//! The Python MCP examples as real processes, driven by an MCP client over stdio (and, once,
+//! over streamable HTTP) against the fake downstream on a loopback port:
 //!
 //! - `examples/python-mcp-executor` (careful): its manifest and every answer follow the
 //!   checked-in conventions schema; a ticket is `applied` with the ledger's effect; a
 //!   changed request under the same operation is refused; the downstream commits a ticket
 //!   and holds the answer, the process is killed with SIGKILL, a new process (incarnation 1)
 //!   on the same state directory is asked again with a new call id and names the one effect.
+//! - the same server over streamable HTTP (`--transport http`, `REPLAYLAB_MCP_LISTEN`): its
+//!   manifest and a ticket `applied`, then a second session with the same process asking
+//!   again gets `replayed`, one effect.
 //! - the same server where the charge service ignores keys and keeps no receipts
 //!   (`REPLAYLAB_SERVICES`): a charge whose answer is lost after it committed is `unknown`,
 //!   handed over to the operators' queue (`REPLAYLAB_OPERATORS_URL`) by the call itself, once,
@@ -27,7 +30,7 @@ use protocol::mcp::{CallMeta, Manifest, CALL_META, MANIFEST_URI, POLL_TOOL, RECO
 use protocol::{Outcome, OutcomeStatus, ReasonCode};
 use rmcp::model::{CallToolRequestParams, CallToolResult, ReadResourceRequestParams, ResourceContents};
 use rmcp::service::{Peer, RunningService};
-use rmcp::transport::TokioChildProcess;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::{json, Value};
 use wire::{HttpClient, HttpRequest, TcpAcceptor, TcpConnector};
@@ -145,17 +148,16 @@ struct Server {
     pid: u32,
 }
 
-/// Starts `examples/<example>/server.py` as a worker process with the environment of
-/// docs/mcp.md section 5 (and `extra` variables); its stderr goes to
-/// `server-<incarnation>.log` in the state dir.
-async fn start(
+/// `examples/<example>/server.py` as a worker process with the environment of docs/mcp.md
+/// section 5 (and `extra` variables).
+fn command(
     python: &Path,
     example: &str,
     state: &Path,
     port: u16,
     incarnation: u32,
     extra: &[(&str, &str)],
-) -> Server {
+) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(python);
     command.arg(root().join("examples").join(example).join("server.py"));
     for name in protocol::mcp::env::ALL {
@@ -177,6 +179,20 @@ async fn start(
     for (name, value) in extra {
         command.env(name, value);
     }
+    command
+}
+
+/// Starts `examples/<example>/server.py` (see `command`) over stdio; its stderr goes to
+/// `server-<incarnation>.log` in the state dir.
+async fn start(
+    python: &Path,
+    example: &str,
+    state: &Path,
+    port: u16,
+    incarnation: u32,
+    extra: &[(&str, &str)],
+) -> Server {
+    let command = command(python, example, state, port, incarnation, extra);
     let log = std::fs::File::create(state.join(format!("server-{incarnation}.log"))).expect("a log file");
     let (transport, _) = TokioChildProcess::builder(command).stderr(log).spawn().expect("the server starts");
     let pid = transport.id().expect("a running child has a pid");
@@ -475,6 +491,97 @@ async fn the_careful_executor_survives_a_kill_between_commit_and_answer() {
     let _ = second.client.cancel().await;
     let _ = std::fs::remove_dir_all(&state);
     eprintln!("careful executor: {:.1} s", started.elapsed().as_secs_f64());
+}
+
+/// A loopback port free now, for the server to bind (the black-box runner's `{port}`).
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    listener.local_addr().expect("an address").port()
+}
+
+/// An MCP session over streamable HTTP with the server starting at `listen`: once its port
+/// accepts connections, the handshake at `http://{listen}/mcp` (as the black-box runner does).
+async fn connect_http(listen: &str, state: &Path) -> RunningService<RoleClient, ()> {
+    let url = format!("http://{listen}{}", protocol::mcp::HTTP_PATH);
+    let connect = async {
+        while tokio::net::TcpStream::connect(listen).await.is_err() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        ().serve(StreamableHttpClientTransport::from_uri(url.clone())).await
+    };
+    match tokio::time::timeout(PATIENCE, connect).await {
+        Ok(Ok(client)) => client,
+        Ok(Err(error)) => panic!("the MCP handshake at {url}: {error}\n{}", logs(state)),
+        Err(_) => panic!("the server at {url} initialises in time\n{}", logs(state)),
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_careful_executor_serves_streamable_http() {
+    let Some(python) = python() else { return };
+    let started = Instant::now();
+    let validator = validator();
+    let state = state_dir("http");
+    let service = service().await;
+    let ledger = || service.downstream.ledger();
+
+    // `--transport http`, the address in REPLAYLAB_MCP_LISTEN; stdout and stderr to the log.
+    let listen = format!("127.0.0.1:{}", free_port());
+    let mut command = command(
+        &python,
+        "python-mcp-executor",
+        &state,
+        service.port,
+        0,
+        &[(protocol::mcp::env::MCP_LISTEN, &listen)],
+    );
+    let log = std::fs::File::create(state.join("server-0.log")).expect("a log file");
+    let stdout = log.try_clone().expect("the log file, shared");
+    command.args(["--transport", "http"]).stdin(Stdio::null()).stdout(stdout).stderr(log).kill_on_drop(true);
+    let mut process = command.spawn().expect("the server starts");
+
+    // The manifest, over HTTP, follows the conventions.
+    let first = connect_http(&listen, &state).await;
+    let read =
+        first.peer().read_resource(ReadResourceRequestParams::new(MANIFEST_URI)).await.expect("the manifest");
+    let Some(ResourceContents::TextResourceContents { text, .. }) = read.contents.first() else {
+        panic!("a text resource: {read:?}")
+    };
+    let document: Value = serde_json::from_str(text).expect("the manifest is JSON");
+    conforms(&validator, "manifest", &document);
+
+    // A ticket: applied, with the effect the ledger holds and the result it committed.
+    let version = "2026-08-18";
+    let create = |call_id: &str, attempt| {
+        request(
+            &validator,
+            "tickets.create",
+            ticket("Over HTTP"),
+            &meta("over_http", call_id, attempt, version),
+        )
+    };
+    let applied = outcome(&validator, &call(first.peer(), create("call_1", 1)).await);
+    assert_eq!(applied.status, OutcomeStatus::Applied, "{applied:?}\n{}", logs(&state));
+    let effects = ledger();
+    assert_eq!(effects.len(), 1);
+    assert_eq!(applied.effect_reference.as_deref(), Some(effects[0].effect_reference.as_str()));
+    faithful(applied.result.as_ref(), &effects[0].answer);
+
+    // A second session with the same process, the first still open: the same executor
+    // answers it, so the operation is replayed, not carried out again.
+    let second = connect_http(&listen, &state).await;
+    let replayed = outcome(&validator, &call(second.peer(), create("call_2", 2)).await);
+    assert_eq!(replayed.status, OutcomeStatus::Replayed, "{replayed:?}\n{}", logs(&state));
+    assert_eq!(replayed.effect_reference, applied.effect_reference);
+    assert_eq!(replayed.result, applied.result, "a replay returns what was committed");
+    assert_eq!(ledger().len(), 1, "one effect per operation, whichever session asks");
+
+    let _ = first.cancel().await;
+    let _ = second.cancel().await;
+    assert!(process.try_wait().expect("the process's state").is_none(), "a session's end ends no process");
+    process.kill().await.expect("the server is stopped");
+    let _ = std::fs::remove_dir_all(&state);
+    eprintln!("careful executor over HTTP: {:.1} s", started.elapsed().as_secs_f64());
 }
 
 #[tokio::test(flavor = "current_thread")]

@@ -247,7 +247,10 @@ fn bad_flags_and_a_missing_environment_exit_2_before_any_work() {
         .env(protocol::mcp::env::STATE_DIR, &state)
         .env(protocol::mcp::env::DOWNSTREAM_URL, "127.0.0.1:8080");
     check(&mut bad_url, protocol::mcp::env::DOWNSTREAM_URL);
-    check(&mut bare_command(&["executor", "serve", "--transport", "http", "--store", &store]), "not yet");
+    check(
+        &mut bare_command(&["executor", "serve", "--transport", "http", "--store", &store]),
+        protocol::mcp::env::MCP_LISTEN,
+    );
     check(&mut bare_command(&["executor", "serve", "--store", "claims.db"]), "sqlite:PATH");
     assert!(!state.join("claims.db").exists(), "no store was created");
     let _ = std::fs::remove_dir_all(&state);

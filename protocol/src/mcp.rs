@@ -168,7 +168,8 @@ pub mod env {
     pub const RETENTION_MS: &str = "REPLAYLAB_RETENTION_MS";
     /// The downstream timeout to use, in milliseconds.
     pub const DOWNSTREAM_TIMEOUT_MS: &str = "REPLAYLAB_DOWNSTREAM_TIMEOUT_MS";
-    /// For the streamable HTTP transport: the address to serve MCP on (`{port}`).
+    /// For the streamable HTTP transport: the address to serve MCP on, `127.0.0.1:PORT` (the
+    /// port is `{port}` in the command); MCP is served at [`super::HTTP_PATH`] there.
     pub const MCP_LISTEN: &str = "REPLAYLAB_MCP_LISTEN";
     /// For an executor that receives webhooks: the address to receive them on.
     pub const WEBHOOK_LISTEN: &str = "REPLAYLAB_WEBHOOK_LISTEN";
@@ -196,6 +197,9 @@ pub mod env {
         OPERATORS_URL,
     ];
 }
+
+/// Where a server on the streamable HTTP transport serves MCP: `http://{MCP_LISTEN}/mcp`.
+pub const HTTP_PATH: &str = "/mcp";
 
 /// What one downstream service does, as [`env::SERVICES`] says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
