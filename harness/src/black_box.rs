@@ -50,7 +50,7 @@ use tower::ServiceExt as _;
 use crate::agent::AGENT_TIMEOUT;
 use crate::clock::WorldClock;
 use crate::history::{EventKind, RequestKind};
-use crate::world::{AgentCommand, AgentResult, PointReached, Reached, Shared, World};
+use crate::world::{AgentCommand, AgentResult, PointReached, Shared, World};
 
 /// How often the runner looks at the real world: the length of one step.
 const SLICE: Duration = Duration::from_millis(2);
@@ -247,20 +247,9 @@ impl Boundary {
         }
         let shared = self.shared.clone();
         let content = fake_downstream::request_content(&method, &path, &body);
-        let operations: Vec<String> = content
-            .as_ref()
-            .and_then(|content| shared.call_contents.borrow().get(content).cloned())
-            .map(|operations| operations.into_iter().collect())
-            .unwrap_or_default();
-        let reached = |moment, committed| PointReached {
-            worker: worker.clone(),
-            point: Reached::Downstream {
-                moment,
-                method: method.clone(),
-                path: path.clone(),
-                committed,
-                operations: operations.clone(),
-            },
+        let operations = shared.operations_sent(content.as_ref());
+        let reached = |moment, committed| {
+            PointReached::downstream(&worker, moment, (&method, &path), committed, &operations)
         };
         self.pause_at(reached(Moment::Before, false)).await;
         if !self.is_alive(&worker, incarnation) {

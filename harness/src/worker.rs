@@ -428,11 +428,7 @@ impl DownstreamClient for SimDownstream {
             let request_id = self.shared.next_request_id(&self.worker);
             let content = fake_downstream::request_content(&method, &path, &request.body);
             let tenant = tenant_of(&request);
-            let operations: Vec<String> = content
-                .as_ref()
-                .and_then(|content| self.shared.call_contents.borrow().get(content).cloned())
-                .map(|operations| operations.into_iter().collect())
-                .unwrap_or_default();
+            let operations = self.shared.operations_sent(content.as_ref());
             let mut request = request;
             // The harness's own headers cannot be set by the executor.
             request.headers.retain(|(name, _)| {
@@ -442,15 +438,8 @@ impl DownstreamClient for SimDownstream {
                 request.headers.push((ORIGIN_HEADER.to_owned(), origin.clone()));
             }
             request.headers.push((REQUEST_ID_HEADER.to_owned(), request_id.clone()));
-            let reached = |moment, committed| PointReached {
-                worker: self.worker.clone(),
-                point: Reached::Downstream {
-                    moment,
-                    method: method.clone(),
-                    path: path.clone(),
-                    committed,
-                    operations: operations.clone(),
-                },
+            let reached = |moment, committed| {
+                PointReached::downstream(&self.worker, moment, (&method, &path), committed, &operations)
             };
             turmoil::barriers::trigger(reached(Moment::Before, false)).await;
             self.shared.history.push(EventKind::DownstreamSent {

@@ -89,6 +89,27 @@ pub enum Reached {
 }
 
 impl PointReached {
+    /// `worker` at a downstream request's `moment`.
+    pub fn downstream(
+        worker: &str,
+        moment: Moment,
+        request: (&str, &str),
+        committed: bool,
+        operations: &[String],
+    ) -> PointReached {
+        let (method, path) = request;
+        PointReached {
+            worker: worker.to_owned(),
+            point: Reached::Downstream {
+                moment,
+                method: method.to_owned(),
+                path: path.to_owned(),
+                committed,
+                operations: operations.to_vec(),
+            },
+        }
+    }
+
     /// Whether a pause at `point` (on `worker`, or on any worker) stops here; `operation` is
     /// the path (`tenant/environment/workflow/step`) of the operation the point's filter names.
     pub fn stops(&self, worker: Option<&str>, point: &PausePoint, operation: Option<&str>) -> bool {
@@ -365,6 +386,15 @@ impl Shared {
         let number = self.requests_sent.get() + 1;
         self.requests_sent.set(number);
         format!("{worker}#{number}")
+    }
+
+    /// The operations whose calls were sent with this business content (what a pause point
+    /// that names an operation recognises a downstream request by), in order.
+    pub fn operations_sent(&self, content: Option<&String>) -> Vec<String> {
+        content
+            .and_then(|content| self.call_contents.borrow().get(content).cloned())
+            .map(|operations| operations.into_iter().collect())
+            .unwrap_or_default()
     }
 
     /// A store-call latency, 1 to `MAX_STORE_LATENCY_MS` ms.

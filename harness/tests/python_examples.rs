@@ -275,6 +275,25 @@ fn is_dead(pid: u32) -> bool {
     }
 }
 
+/// Sends `request` (whose answer the downstream will hold), waits until `committed`, kills the
+/// server `pid` with SIGKILL while the answer is still held, and checks that the call got no
+/// answer.
+async fn kill_while_the_answer_is_held(
+    peer: &Peer<RoleClient>,
+    request: CallToolRequestParams,
+    pid: u32,
+    mut committed: impl FnMut() -> bool,
+) {
+    let peer = peer.clone();
+    let held = tokio::spawn(async move { peer.call_tool(request).await });
+    eventually("the downstream commits the ticket", || committed() || held.is_finished()).await;
+    assert!(!held.is_finished(), "the answer is held: {:?}", held.await);
+    kill(pid);
+    eventually("the killed server is gone", || is_dead(pid)).await;
+    let lost = tokio::time::timeout(PATIENCE, held).await.expect("the held call ends").expect("the task");
+    assert!(lost.is_err(), "the killed server answered nothing: {lost:?}");
+}
+
 async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + PATIENCE;
     while !done() {
@@ -439,13 +458,7 @@ async fn the_careful_executor_survives_a_kill_between_commit_and_answer() {
         ticket("Lost answer"),
         &meta("lost_answer", "call_5", 1, version),
     );
-    let held = tokio::spawn(async move { peer.call_tool(held_request).await });
-    eventually("the downstream commits the ticket", || ledger().len() == 2 || held.is_finished()).await;
-    assert!(!held.is_finished(), "the answer is held: {:?}", held.await);
-    kill(first.pid);
-    eventually("the killed server is gone", || is_dead(first.pid)).await;
-    let lost = tokio::time::timeout(PATIENCE, held).await.expect("the held call ends").expect("the task");
-    assert!(lost.is_err(), "the killed server answered nothing: {lost:?}");
+    kill_while_the_answer_is_held(&peer, held_request, first.pid, || ledger().len() == 2).await;
     let first_pid = first.pid;
     drop(first);
 
@@ -678,13 +691,7 @@ async fn the_naive_server_makes_a_second_effect_when_an_answer_is_lost() {
         ticket("Lost answer"),
         &meta("lost_answer", "call_1", 1, version),
     );
-    let held = tokio::spawn(async move { peer.call_tool(held_request).await });
-    eventually("the downstream commits the ticket", || ledger().len() == 1 || held.is_finished()).await;
-    assert!(!held.is_finished(), "the answer is held: {:?}", held.await);
-    kill(first.pid);
-    eventually("the killed server is gone", || is_dead(first.pid)).await;
-    let lost = tokio::time::timeout(PATIENCE, held).await.expect("the held call ends").expect("the task");
-    assert!(lost.is_err(), "the killed server answered nothing: {lost:?}");
+    kill_while_the_answer_is_held(&peer, held_request, first.pid, || ledger().len() == 1).await;
     drop(first);
 
     // Restarted, asked again: it knows nothing of the first ticket and makes another. It
