@@ -146,10 +146,72 @@ pub fn lacks(scenario: &Scenario) -> Vec<String> {
             }
         }
     }
-    if scenario.downstream.webhook.is_some() {
+    let needs = scenario.needs(&protocol::ContractSet::builtin());
+    if needs.webhooks {
         lacks.insert("completion webhooks (not delivered to processes yet)".to_owned());
     }
+    if needs.queue_consumer {
+        lacks.insert("a queue between outboxes and consumers (the black-box world has none)".to_owned());
+    }
     lacks.into_iter().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn builtin(id: &str) -> Scenario {
+        scenarios::builtin().into_iter().find(|s| s.id == id).expect("a built-in scenario")
+    }
+
+    #[test]
+    fn what_the_black_box_world_cannot_do_makes_a_scenario_not_applicable() {
+        assert_eq!(lacks(&builtin("S02")), Vec::<String>::new(), "a lost answer needs nothing more");
+        assert_eq!(lacks(&builtin("S03")), Vec::<String>::new(), "a held answer and a kill");
+        let queue = lacks(&builtin("S16"));
+        assert!(queue.iter().any(|l| l.contains("queue")), "{queue:?}");
+        // S26 pauses at a store call and needs webhooks.
+        let store = lacks(&builtin("S26"));
+        assert!(store.iter().any(|l| l.contains("store pause points")), "{store:?}");
+        assert!(store.iter().any(|l| l.contains("webhooks")), "{store:?}");
+    }
+
+    #[test]
+    fn a_run_has_the_scenarios_workers_and_more_up_to_the_flag() {
+        let spec = |workers| BlackBoxSpec {
+            command: "true".into(),
+            workers,
+            transport: Transport::Stdio,
+            key_placement: KeyPlacement::Meta,
+            server: String::new(),
+            capabilities_from: String::new(),
+            polls: true,
+        };
+        assert_eq!(worker_names(&builtin("S02"), &spec(1)), ["worker-1"]);
+        assert_eq!(worker_names(&builtin("S02"), &spec(3)), ["worker-1", "worker-2", "worker-3"]);
+        let s28 = builtin("S28");
+        assert_eq!(worker_names(&s28, &spec(1)), s28.worker_names(), "never fewer than the scenario names");
+    }
+
+    #[test]
+    fn reproduce_arguments_name_what_the_run_needs() {
+        let mut spec = BlackBoxSpec {
+            command: "python3 server.py".into(),
+            workers: 2,
+            transport: Transport::Stdio,
+            key_placement: KeyPlacement::Meta,
+            server: String::new(),
+            capabilities_from: String::new(),
+            polls: true,
+        };
+        assert_eq!(spec.reproduce_arguments(), "--executor-cmd 'python3 server.py' --workers 2");
+        spec.transport = Transport::Http;
+        spec.key_placement = KeyPlacement::Argument("idempotencyKey".into());
+        assert_eq!(
+            spec.reproduce_arguments(),
+            "--executor-cmd 'python3 server.py' --workers 2 --transport http --key-argument idempotencyKey"
+        );
+    }
 }
 
 /// The world's worker names: the scenario's (however many it names), then `worker-N` up to

@@ -147,6 +147,26 @@ fn the_reference_passes_over_streamable_http_too() {
     assert_eq!(output.status.code(), Some(2), "{}", text(&output));
 }
 
+/// `--key-argument idempotency_key` puts the operation's key among the arguments as well; the
+/// reference takes it as transport (it validates the business arguments only) and passes.
+#[test]
+fn the_key_as_an_argument_is_transport_to_the_reference() {
+    let command = format!("{REPLAYLAB} executor serve --store sqlite:{{state}}/claims.db");
+    let output = replaylab(&[
+        "run",
+        "S06",
+        "--seed",
+        "0",
+        "--executor-cmd",
+        &command,
+        "--key-argument",
+        "idempotency_key",
+    ]);
+    let said = text(&output);
+    assert_eq!(output.status.code(), Some(0), "{said}");
+    assert!(said.contains(": pass"), "{said}");
+}
+
 /// The venv's python with the examples' packages, or `None` (outside CI) after saying how
 /// to set it up.
 fn python() -> Option<PathBuf> {
