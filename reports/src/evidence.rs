@@ -17,8 +17,8 @@ pub fn black_box_text(result: &MatrixResult) -> Vec<String> {
     let missing: Vec<&String> = all.iter().filter(|o| !black_box.oracles_judged.contains(o)).collect();
     vec![
         format!(
-            "Black-box world: `{}`, {} worker process(es) per run over {}{}; capabilities from {}.",
-            black_box.command,
+            "Black-box world: {}, {} worker process(es) per run over {}{}; capabilities from {}.",
+            quoted_command(&black_box.command),
             black_box.workers,
             black_box.transport,
             if black_box.server.is_empty() { String::new() } else { format!(", server {}", black_box.server) },
@@ -47,6 +47,11 @@ pub fn black_box_text(result: &MatrixResult) -> Vec<String> {
             )
         },
     ]
+}
+
+/// A command in a sentence: in quotes.
+fn quoted_command(command: &str) -> String {
+    format!("\u{201c}{command}\u{201d}")
 }
 
 /// A few words naming what a row is about (our wording): a row of the source document's

@@ -46,13 +46,22 @@ fn write_markdown(out: &mut String, result: &MatrixResult, options: &RenderOptio
         Some(commit) => writeln!(out, "| commit | `{}` |", code(commit))?,
         None => writeln!(out, "| commit | not recorded |")?,
     }
-    writeln!(
-        out,
-        "| seeds | {} per scenario ({}); determinism {} |",
-        result.seeds,
-        seeds_text(result),
-        if result.determinism_checked { "checked (each seed run twice)" } else { "not checked" }
-    )?;
+    if result.black_box.is_some() {
+        writeln!(
+            out,
+            "| repeats | {} per scenario ({}); not deterministic (real processes on real time) |",
+            result.seeds,
+            seeds_text(result)
+        )?;
+    } else {
+        writeln!(
+            out,
+            "| seeds | {} per scenario ({}); determinism {} |",
+            result.seeds,
+            seeds_text(result),
+            if result.determinism_checked { "checked (each seed run twice)" } else { "not checked" }
+        )?;
+    }
     let p = &result.parameters;
     writeln!(
         out,

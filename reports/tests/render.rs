@@ -252,6 +252,50 @@ fn a_scenario_not_applicable_is_shown_as_such_in_every_report() {
     assert!(html.contains(why));
 }
 
+/// A black-box matrix says so in every text report: repeats, not seeds; not deterministic;
+/// where the real time went; which oracles judged. A simulated matrix says none of it.
+#[test]
+fn a_black_box_matrix_says_it_was_real_and_not_deterministic() {
+    let simulated = fixture::matrix();
+    let mut result = simulated.clone();
+    result.black_box = Some(reports::BlackBox {
+        command: "python3 server.py".into(),
+        workers: 2,
+        transport: "stdio".into(),
+        server: "my-server 1.0".into(),
+        capabilities_from: "manifest".into(),
+        deterministic: false,
+        time: reports::RealTime { wall_ms: 40_000, starting_ms: 4_000, waiting_ms: 30_000 },
+        matrix_wall_ms: 9_000,
+        oracles_judged: vec!["O1".into(), "O2".into(), "O13".into()],
+    });
+    let said = reports::black_box_text(&result);
+    assert_eq!(said.len(), 4, "{said:#?}");
+    assert!(
+        said[0].contains("\u{201c}python3 server.py\u{201d}, 2 worker process(es) per run over stdio"),
+        "{said:#?}"
+    );
+    assert!(said[1].starts_with("Not deterministic"), "{said:#?}");
+    assert!(said[2].contains("4.0 s (10%) starting processes, 30.0 s (75%) waiting"), "{said:#?}");
+    assert!(said[2].contains("6.0 s (15%) driving"), "{said:#?}");
+    assert!(
+        said[3].contains("that had nothing to judge here: O3, O4, O5, O6, O7, O8, O9, O10, O11, O12"),
+        "{said:#?}"
+    );
+    let markdown = render_markdown(&result, &RenderOptions::new());
+    assert!(markdown.contains("| repeats |") && markdown.contains("not deterministic"), "{markdown}");
+    assert!(markdown.contains("| black box | Not deterministic"), "{markdown}");
+    let html = render_html(&result, &RenderOptions::new());
+    assert!(html.contains("<th>repeats</th>") && html.contains("Not deterministic"), "black-box HTML");
+    assert!(reports::black_box_text(&simulated).is_empty());
+    let markdown = render_markdown(&simulated, &RenderOptions::new());
+    assert!(!markdown.contains("| repeats |") && !markdown.contains("black box"), "{markdown}");
+    // It survives matrix.json and its schema.
+    let json = render_json(&result);
+    let back: MatrixResult = serde_json::from_str(&json).expect("matrix.json reads back");
+    assert_eq!(back, result);
+}
+
 /// The executor's events that led to a mark unfold under it in the HTML event table, and are
 /// kept in `matrix.json`; marks without any show nothing extra.
 #[test]
