@@ -133,6 +133,11 @@ fn matrix_properties(result: &MatrixResult) -> Vec<(String, String)> {
     ]
     .into_iter()
     .map(|(name, value)| (name.to_owned(), value))
+    // A black-box matrix: real processes, not deterministic, and where the time went.
+    .chain(
+        (!crate::evidence::black_box_text(result).is_empty())
+            .then(|| ("black_box".to_owned(), crate::evidence::black_box_text(result).join(" "))),
+    )
     .collect()
 }
 

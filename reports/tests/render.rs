@@ -287,6 +287,9 @@ fn a_black_box_matrix_says_it_was_real_and_not_deterministic() {
     assert!(markdown.contains("| black box | Not deterministic"), "{markdown}");
     let html = render_html(&result, &RenderOptions::new());
     assert!(html.contains("<th>repeats</th>") && html.contains("Not deterministic"), "black-box HTML");
+    let junit = render_junit(&result, &RenderOptions::new());
+    assert!(junit.contains("<property name=\"black_box\" value=\"Black-box world:"), "{junit}");
+    assert!(!render_junit(&simulated, &RenderOptions::new()).contains("black_box"));
     assert!(reports::black_box_text(&simulated).is_empty());
     let markdown = render_markdown(&simulated, &RenderOptions::new());
     assert!(!markdown.contains("| repeats |") && !markdown.contains("black box"), "{markdown}");
