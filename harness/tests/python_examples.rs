@@ -294,6 +294,18 @@ async fn kill_while_the_answer_is_held(
     assert!(lost.is_err(), "the killed server answered nothing: {lost:?}");
 }
 
+/// Calls `tool` with `arguments` and `meta` (both checked against the schema), and reads the
+/// answer's outcome (checked too).
+async fn ask(
+    validator: &jsonschema::Validator,
+    peer: &Peer<RoleClient>,
+    tool: &str,
+    arguments: Value,
+    meta: &CallMeta,
+) -> Outcome {
+    outcome(validator, &call(peer, request(validator, tool, arguments, meta)).await)
+}
+
 async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + PATIENCE;
     while !done() {
@@ -378,19 +390,14 @@ async fn the_careful_executor_survives_a_kill_between_commit_and_answer() {
     // A ticket: applied, with the effect the ledger holds and the result it committed.
     let version = "2026-08-18";
     let peer = first.client.peer().clone();
-    let applied = outcome(
+    let applied = ask(
         &validator,
-        &call(
-            &peer,
-            request(
-                &validator,
-                "tickets.create",
-                ticket("Refund"),
-                &meta("record_issue", "call_1", 1, version),
-            ),
-        )
-        .await,
-    );
+        &peer,
+        "tickets.create",
+        ticket("Refund"),
+        &meta("record_issue", "call_1", 1, version),
+    )
+    .await;
     assert_eq!(applied.status, OutcomeStatus::Applied, "{applied:?}\n{}", logs(&state));
     let effects = ledger();
     assert_eq!(effects.len(), 1);
@@ -405,48 +412,32 @@ async fn the_careful_executor_survives_a_kill_between_commit_and_answer() {
     // Delivered again (a new model call id, the key also as an argument): replayed, no new effect.
     let mut again = ticket("Refund");
     again["idempotency_key"] = json!("acme/production/run_827/record_issue");
-    let replayed = outcome(
-        &validator,
-        &call(
-            &peer,
-            request(&validator, "tickets.create", again, &meta("record_issue", "call_2", 2, version)),
-        )
-        .await,
-    );
+    let replayed =
+        ask(&validator, &peer, "tickets.create", again, &meta("record_issue", "call_2", 2, version)).await;
     assert_eq!(replayed.status, OutcomeStatus::Replayed, "{replayed:?}");
     assert_eq!(replayed.effect_reference, applied.effect_reference);
     assert_eq!(replayed.result, applied.result, "a replay returns what was committed");
 
     // A changed request under the same operation is refused, and so is another version whose
     // effect differs.
-    let changed = outcome(
+    let changed = ask(
         &validator,
-        &call(
-            &peer,
-            request(
-                &validator,
-                "tickets.create",
-                ticket("Refund!"),
-                &meta("record_issue", "call_3", 1, version),
-            ),
-        )
-        .await,
-    );
+        &peer,
+        "tickets.create",
+        ticket("Refund!"),
+        &meta("record_issue", "call_3", 1, version),
+    )
+    .await;
     assert_eq!(changed.status, OutcomeStatus::Rejected, "{changed:?}");
     assert_eq!(changed.reason, Some(ReasonCode::IdempotencyKeyReusedWithDifferentRequest), "{changed:?}");
-    let upgraded = outcome(
+    let upgraded = ask(
         &validator,
-        &call(
-            &peer,
-            request(
-                &validator,
-                "tickets.create",
-                ticket("Refund"),
-                &meta("record_issue", "call_4", 1, "2026-09-01"),
-            ),
-        )
-        .await,
-    );
+        &peer,
+        "tickets.create",
+        ticket("Refund"),
+        &meta("record_issue", "call_4", 1, "2026-09-01"),
+    )
+    .await;
     assert_eq!(upgraded.reason, Some(ReasonCode::ToolVersionChanged), "{upgraded:?}");
     assert_eq!(ledger().len(), 1, "a refused request makes no effect");
 
@@ -629,14 +620,8 @@ async fn the_careful_executor_hands_over_what_nothing_can_settle() {
 
     // The charge commits and its answer is lost: nothing can tell whether it happened.
     service.drop_next_charge_answer().await;
-    let first = outcome(
-        &validator,
-        &call(
-            &peer,
-            request(&validator, "payments.charge", charge(), &meta("charge_fee", "call_1", 1, version)),
-        )
-        .await,
-    );
+    let first =
+        ask(&validator, &peer, "payments.charge", charge(), &meta("charge_fee", "call_1", 1, version)).await;
     assert_eq!(first.status, OutcomeStatus::Unknown, "{first:?}\n{}", logs(&state));
     assert_eq!(first.operation_key.as_deref(), Some(key));
     assert_eq!(ledger().len(), 1, "the charge committed");
