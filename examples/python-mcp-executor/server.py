@@ -530,7 +530,19 @@ class Store:
             # process, not against a power cut). busy_timeout: wait for another process's
             # write lock rather than fail.
             db.execute("PRAGMA busy_timeout = 5000")
-            db.execute("PRAGMA journal_mode = WAL")
+            # SQLite answers "database is locked" at once, without waiting, where waiting could
+            # deadlock: two processes opening a new file together while one switches it to WAL.
+            # Try the switch again for as long as the busy timeout.
+            deadline = time.monotonic() + 5.0
+            while True:
+                try:
+                    if db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                        db.execute("PRAGMA journal_mode = WAL")
+                    break
+                except sqlite3.OperationalError as error:
+                    if "locked" not in str(error) or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.01)
             db.execute("PRAGMA synchronous = NORMAL")
             self.local.db = db
         return db
