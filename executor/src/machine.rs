@@ -1,7 +1,7 @@
 //! The REPLAY state machine: [`ReferenceExecutor`] and its [`ReferenceFactory`].
 
-use std::cell::Cell;
-use std::collections::BTreeMap;
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, BTreeSet};
 use std::rc::{Rc, Weak};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -29,8 +29,10 @@ use crate::strategy::{
 use crate::warm::{Idle, WarmDatabase, WorkerStore};
 
 /// How long the executor waits for the downstream by default: longer than a healthy answer
-/// takes in the simulation (tens of milliseconds), shorter than a lease (seconds), so that a
-/// timed-out owner still holds its claim when it records the ambiguity.
+/// takes in the simulation (tens of milliseconds). It may outlast a short lease (the
+/// simulation's is 2 s): then another worker may take the claim over while the owner waits
+/// (the compare-and-set decides who records), but this worker's own reconciliation never does
+/// (see `Machine::at_work`).
 pub const DEFAULT_DOWNSTREAM_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// When to poll a delayed job again: the fake's jobs take about two seconds, so polling every
@@ -172,6 +174,8 @@ impl ExecutorFactory for ReferenceFactory {
             strategies,
             this: this.clone(),
             reconciling: Cell::new(false),
+            again: Cell::new(false),
+            at_work: RefCell::default(),
         });
         // A worker (re)start picks up what earlier incarnations left open.
         machine.reconcile_in_background();
@@ -203,6 +207,31 @@ struct Machine {
     this: Weak<Machine>,
     /// Whether this worker's reconciliation is running.
     reconciling: Cell<bool>,
+    /// Set when something may have become due while the reconciliation was reading the store
+    /// (an operation marked `unknown`, a claim this worker stopped working on): it reads again
+    /// instead of ending.
+    again: Cell<bool>,
+    /// The owner tokens of the claims this worker's own calls are still working on (between
+    /// claiming and recording an outcome). Its reconciliation leaves them alone, whatever their
+    /// lease says: the owner is alive, in this very process, and records the outcome itself.
+    at_work: RefCell<BTreeSet<String>>,
+}
+
+/// A claim this worker is working on, for as long as the guard lives: see
+/// [`Machine::at_work`].
+struct AtWork<'a> {
+    machine: &'a Machine,
+    owner_token: String,
+}
+
+impl Drop for AtWork<'_> {
+    fn drop(&mut self) {
+        self.machine.at_work.borrow_mut().remove(&self.owner_token);
+        // A reconciliation that skipped this claim looks at it again.
+        if self.machine.reconciling.get() {
+            self.machine.again.set(true);
+        }
+    }
 }
 
 impl std::fmt::Debug for ReferenceExecutor {
@@ -402,6 +431,18 @@ impl Machine {
         format!("{}-{}-{:016x}", self.env.worker_id, self.env.incarnation, self.env.entropy.next_u64())
     }
 
+    /// Marks the claim `owner_token` as worked on by one of this worker's calls until the
+    /// guard is dropped.
+    fn at_work(&self, owner_token: &str) -> AtWork<'_> {
+        self.at_work.borrow_mut().insert(owner_token.to_owned());
+        AtWork { machine: self, owner_token: owner_token.to_owned() }
+    }
+
+    /// Whether one of this worker's calls is still working on the claim `record` holds.
+    fn worked_on_here(&self, record: &OperationRecord) -> bool {
+        record.owner_token.as_ref().is_some_and(|token| self.at_work.borrow().contains(token))
+    }
+
     async fn send(&self, request: wire::HttpRequest) -> Sent {
         crate::downstream::send(&self.env, request, self.config.downstream_timeout).await
     }
@@ -588,7 +629,11 @@ impl Machine {
             return unauthorized(key);
         }
         match claimed {
-            Claimed::New(record) => self.perform(&owned_claim(&record), &record, contract, request).await,
+            Claimed::New(record) => {
+                let owned = owned_claim(&record);
+                let _at_work = self.at_work(&owned.owner_token);
+                self.perform(&owned, &record, contract, request).await
+            }
             Claimed::Existing(record) => match self.retire(record).await {
                 Ok(Some(record)) => self.answer_existing(record, contract, request).await,
                 // Only a mutant forgets records: the late duplicate is then claimed afresh.
@@ -661,6 +706,7 @@ impl Machine {
                     tracing::debug!(key, "another worker changed the record first");
                     return self.reload_and_describe(&record.tenant, &key).await;
                 };
+                let _at_work = self.at_work(&owned.owner_token);
                 self.recover(&owned, &record, contract, Some(request)).await
             }
         }
@@ -1127,6 +1173,7 @@ impl Machine {
     /// [`Machine::reconcile_unsettled`].
     fn reconcile_in_background(&self) {
         if self.reconciling.replace(true) {
+            self.again.set(true);
             return;
         }
         let Some(machine) = self.this.upgrade() else {
@@ -1155,6 +1202,7 @@ impl Machine {
     async fn reconcile_unsettled(&self) {
         let mut tried: BTreeMap<(String, String), (u32, u64)> = BTreeMap::new();
         loop {
+            self.again.set(false);
             let Ok(records) = self.gated().call("unsettled", ClaimStore::unsettled).await else { return };
             let now = self.now_ms();
             let mut due = Vec::new();
@@ -1167,6 +1215,12 @@ impl Machine {
                 // to people when it was marked; an abandoned claim is taken over only to be
                 // marked and handed over in turn.
                 if !self.can_find_out(contract) && record.status == RecordStatus::Unknown {
+                    continue;
+                }
+                // One of this worker's calls still waits on it (its lease may have run out
+                // while the downstream is slow): that call records the outcome, and a claim it
+                // leaves open is looked at again then (`again`).
+                if self.worked_on_here(&record) {
                     continue;
                 }
                 let id = (record.tenant.clone(), record.operation_key.clone());
@@ -1200,6 +1254,9 @@ impl Machine {
                 }
             }
             if due.is_empty() {
+                if self.again.get() {
+                    continue;
+                }
                 let Some(wake) = next_wake else { return };
                 self.env.background.sleep(Duration::from_millis(wake - now)).await;
                 continue;
@@ -1282,7 +1339,10 @@ impl Machine {
             RecordStatus::Pending | RecordStatus::Unknown => match lookup {
                 Lookup::Poll => self.settle_from_receipt(&record, contract).await,
                 Lookup::Reconcile => match self.take_over(&record, contract).await {
-                    Some(owned) => self.recover(&owned, &record, contract, None).await,
+                    Some(owned) => {
+                        let _at_work = self.at_work(&owned.owner_token);
+                        self.recover(&owned, &record, contract, None).await
+                    }
                     None => self.reload_and_describe(&record.tenant, &key).await,
                 },
             },

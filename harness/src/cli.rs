@@ -1210,10 +1210,12 @@ fn render_matrix(result: &MatrixResult) -> String {
             text.push_str(&format!("  {}_{}: {why}\n", scenario.id, scenario.name));
         }
     }
+    // A black-box run is not seeded: its number counts repeats (`run --seed` takes it back).
+    let unit = if result.black_box.is_some() { "repeat" } else { "seed" };
     for scenario in &result.scenarios {
         if let Some(failure) = scenario.failures.first() {
             text.push_str(&format!(
-                "\n{}_{} first {} at seed {} ({} of {} seeds did not pass: {}):\n",
+                "\n{}_{} first {} at {unit} {} ({} of {} {unit}s did not pass: {}):\n",
                 scenario.id,
                 scenario.name,
                 failure.verdict,
@@ -1225,7 +1227,7 @@ fn render_matrix(result: &MatrixResult) -> String {
             if !scenario.oracle_counts.is_empty() {
                 let counts: Vec<String> =
                     scenario.oracle_counts.iter().map(|(oracle, runs)| format!("{oracle} x{runs}")).collect();
-                text.push_str(&format!("  oracles over all seeds: {}\n", counts.join(", ")));
+                text.push_str(&format!("  oracles over all {unit}s: {}\n", counts.join(", ")));
             }
             for violation in &failure.violations {
                 text.push_str(&format!("  violation: {violation}\n"));

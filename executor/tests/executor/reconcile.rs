@@ -8,7 +8,7 @@ use executor::RecordStatus;
 use fake_downstream::{FaultAction, FaultRule, IdempotencyMode, RuleMatch, Service, ServiceConfig, Times};
 use protocol::{ContractSet, OutcomeStatus};
 
-use crate::support::{PausingGate, World, LEASE_MS, TICKET};
+use crate::support::{eventually, PausingGate, World, LEASE_MS, TICKET};
 
 fn on(method: &str, path: &str) -> RuleMatch {
     RuleMatch { method: Some(method.into()), path: Some(path.into()), ..RuleMatch::default() }
@@ -92,6 +92,49 @@ async fn without_a_receipt_an_honoured_key_lets_it_resend_the_kept_request() {
     );
     assert_eq!(record.request_json, None, "a settled operation keeps no request");
     assert_eq!(world.ledger().len(), 1);
+}
+
+/// A call whose downstream answer is slower than its lease still owns its claim as far as its
+/// own worker is concerned: the worker's reconciliation (running for another operation) does
+/// not take it over, look it up or resend it while the call waits, and the call records the
+/// answer itself. Taking it over raced the call's own outcome in real time (CI saw S12's
+/// swallowed call answered `replayed`, its resend committed before the answer).
+#[tokio::test(flavor = "current_thread")]
+async fn its_own_reconciliation_leaves_a_claim_alone_while_its_call_still_waits() {
+    let world = World::builder().timeout(std::time::Duration::from_secs(10)).build().await;
+    // "a" is left unknown, which starts the worker's reconciliation.
+    world.downstream.install_fault(FaultRule::once(on("POST", "/v1/tickets"), FaultAction::CommitThenDrop));
+    let worker = world.worker("worker-1");
+    let a = worker.call(world.call("tickets.create", "a", TICKET)).await;
+    assert_eq!(a.status, OutcomeStatus::Unknown, "{a:?}");
+    // "s" is held at the downstream, before its commit, past its lease.
+    let hold = world.downstream.install_fault(FaultRule::once(on("POST", "/v1/tickets"), FaultAction::Hold));
+    let slow = worker.call(world.call("tickets.create", "s", TICKET));
+    let meanwhile = async {
+        eventually("the call's request is held", || world.downstream.held(hold) == 1).await;
+        let owner = world.record("s").owner_token;
+        world.advance_ms(LEASE_MS + 1);
+        world.run_background().await;
+        let after_sweep = world.record("s");
+        world.downstream.release(hold).unwrap();
+        (owner, after_sweep)
+    };
+    let (s, (owner, after_sweep)) = tokio::join!(slow, meanwhile);
+
+    assert_eq!(world.record("a").status, RecordStatus::Applied, "the sweep did run: it settled a");
+    assert_eq!(after_sweep.status, RecordStatus::Pending, "{after_sweep:?}");
+    assert_eq!(after_sweep.owner_token, owner, "the sweep did not take the call's claim over");
+    let key = World::key("s");
+    let s_lookups = world.requests_to("GET", &format!("/v1/receipts/{}*", key.replace(':', "%3A")));
+    assert!(s_lookups.is_empty(), "nothing looked s up while its call waited: {s_lookups:?}");
+    let s_posts: Vec<_> = world
+        .requests_to("POST", "/v1/tickets")
+        .into_iter()
+        .filter(|r| r.idempotency_key.as_deref() == Some(key.as_str()))
+        .collect();
+    assert_eq!(s_posts.len(), 1, "s was sent once, by its call");
+    assert_eq!((s.status, s.effect_reference.as_deref()), (OutcomeStatus::Applied, Some("ticket_2")), "{s:?}");
+    assert_eq!(world.ledger().len(), 2);
 }
 
 #[tokio::test(flavor = "current_thread")]
