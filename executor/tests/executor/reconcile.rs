@@ -133,7 +133,11 @@ async fn its_own_reconciliation_leaves_a_claim_alone_while_its_call_still_waits(
         .filter(|r| r.idempotency_key.as_deref() == Some(key.as_str()))
         .collect();
     assert_eq!(s_posts.len(), 1, "s was sent once, by its call");
-    assert_eq!((s.status, s.effect_reference.as_deref()), (OutcomeStatus::Applied, Some("ticket_2")), "{s:?}");
+    assert_eq!(
+        (s.status, s.effect_reference.as_deref()),
+        (OutcomeStatus::Applied, Some("ticket_2")),
+        "{s:?}"
+    );
     assert_eq!(world.ledger().len(), 2);
 }
 
