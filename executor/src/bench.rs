@@ -110,7 +110,7 @@ fn store_path(store: &ClaimStore, claims: &[NewClaim]) -> Result<Duration, Store
 fn raw_path(raw: &ClaimStore, claims: &[NewClaim]) -> Result<Duration, StoreError> {
     let failed =
         |source| StoreError::Query { operation: "run the hand-written benchmark statements", source };
-    let connection = &raw.connection;
+    let connection = &raw.sqlite().expect("the raw path's store is a SQLite file").connection;
     let started = Instant::now();
     for claim in claims {
         connection

@@ -18,6 +18,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use protocol::StoreGate;
+
+mod postgres;
+
+pub use postgres::{fresh_schema, test_postgres, valid_schema_name, TEST_POSTGRES_ENV};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row, Transaction, TransactionBehavior};
 
 /// How long a connection to a file store waits for another connection's write lock before
@@ -100,6 +104,15 @@ pub enum StoreLocation {
     /// shared between workers. The reference never uses it; it exists for the
     /// `in_memory_claims` mutant.
     PrivateMemory,
+    /// A Postgres database (`postgres://user@host:port/db`, or libpq's key=value form), shared
+    /// by every process that connects to it. With `schema`, the store's tables live in that
+    /// schema (created if missing), so that several stores can share one database.
+    Postgres {
+        /// The connection string.
+        url: String,
+        /// The schema, a plain lowercase identifier ([`valid_schema_name`]).
+        schema: Option<String>,
+    },
 }
 
 impl StoreLocation {
@@ -123,6 +136,13 @@ impl std::fmt::Display for StoreLocation {
             StoreLocation::File(path) => write!(f, "file {}", path.display()),
             StoreLocation::SharedMemory(name) => write!(f, "shared memory database \"{name}\""),
             StoreLocation::PrivateMemory => write!(f, "private memory database"),
+            StoreLocation::Postgres { url, schema } => {
+                write!(f, "postgres database {}", postgres::without_password(url))?;
+                match schema {
+                    Some(schema) => write!(f, ", schema {schema}"),
+                    None => Ok(()),
+                }
+            }
         }
     }
 }
@@ -153,6 +173,31 @@ pub enum StoreError {
         /// Why.
         source: rusqlite::Error,
     },
+    /// The Postgres database could not be reached, or its migrations not applied.
+    #[error("failed to open the claim store ({location}): {source}")]
+    OpenPostgres {
+        /// Where (without the password).
+        location: String,
+        /// Why.
+        source: ::postgres::Error,
+    },
+    /// A schema name that is not a plain lowercase identifier.
+    #[error(
+        "failed to open the claim store: schema {0:?} must be 1 to 63 characters of a-z, 0-9 \
+         and `_`, not starting with a digit or `pg_`"
+    )]
+    InvalidSchema(String),
+    /// A Postgres statement failed.
+    #[error("failed to {operation} in the claim store: {source}")]
+    PostgresQuery {
+        /// What was being done (`claim`, `complete`, ...).
+        operation: &'static str,
+        /// Why.
+        source: ::postgres::Error,
+    },
+    /// The thread that holds the Postgres connection is gone (it panicked).
+    #[error("failed to {0} in the claim store: its Postgres connection thread is gone")]
+    PostgresGone(&'static str),
     /// A row holds a value this code never writes (the file was edited by hand).
     #[error("failed to read the claim store: {0}")]
     Corrupt(String),
@@ -372,14 +417,47 @@ pub struct Reconciliation {
     pub finding: String,
 }
 
-/// A connection to the claim store.
+/// A connection to the claim store: SQLite (a file or memory) or Postgres, by its
+/// [`StoreLocation`]. Both backends keep the same contract, checked by one conformance suite
+/// (`executor/tests/store_conformance.rs`).
+#[derive(Debug)]
 pub struct ClaimStore {
+    backend: Backend,
+}
+
+#[derive(Debug)]
+enum Backend {
+    Sqlite(SqliteStore),
+    Postgres(postgres::PostgresStore),
+}
+
+/// A SQLite connection.
+pub(crate) struct SqliteStore {
     pub(crate) connection: Connection,
 }
 
-impl std::fmt::Debug for ClaimStore {
+impl std::fmt::Debug for SqliteStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClaimStore").field("path", &self.connection.path()).finish_non_exhaustive()
+        f.debug_struct("SqliteStore").field("path", &self.connection.path()).finish_non_exhaustive()
+    }
+}
+
+impl ClaimStore {
+    /// The SQLite connection, for the SQLite-only parts (the benchmark's hand-written
+    /// statements, the warm pool); `None` on Postgres.
+    pub(crate) fn sqlite(&self) -> Option<&SqliteStore> {
+        match &self.backend {
+            Backend::Sqlite(store) => Some(store),
+            Backend::Postgres(_) => None,
+        }
+    }
+
+    /// The Postgres connection, for the benchmark's hand-written statements; `None` on SQLite.
+    pub(crate) fn postgres(&self) -> Option<&postgres::PostgresStore> {
+        match &self.backend {
+            Backend::Postgres(store) => Some(store),
+            Backend::Sqlite(_) => None,
+        }
     }
 }
 
@@ -458,6 +536,302 @@ fn checked(raw: RawRecord) -> Result<OperationRecord, StoreError> {
 impl ClaimStore {
     /// Opens (and if needed creates) the store at `location`.
     pub fn open(location: &StoreLocation) -> Result<Self, StoreError> {
+        match location {
+            StoreLocation::Postgres { url, schema } => {
+                postgres::PostgresStore::open(url, schema.as_deref()).map(|store| Self { backend: Backend::Postgres(store) })
+            }
+            _ => SqliteStore::open(location).map(|store| Self { backend: Backend::Sqlite(store) }),
+        }
+    }
+
+    /// Claims the operation or loads the existing record, atomically: the insert is decided
+    /// by the primary key, and the load happens in the same transaction.
+    pub fn claim(&self, claim: &NewClaim) -> Result<Claimed, StoreError> {
+        match &self.backend {
+            Backend::Sqlite(store) => store.claim(claim),
+            Backend::Postgres(store) => store.claim(claim),
+        }
+    }
+
+    /// The record of `(tenant, operation_key)`, if any.
+    pub fn load(&self, tenant: &str, operation_key: &str) -> Result<Option<OperationRecord>, StoreError> {
+        match &self.backend {
+            Backend::Sqlite(store) => store.load(tenant, operation_key),
+            Backend::Postgres(store) => store.load(tenant, operation_key),
+        }
+    }
+
+    /// The record that sent `downstream_key` for `tenant`, if any (webhook matching).
+    pub fn load_by_downstream_key(
+        &self,
+        tenant: &str,
+        downstream_key: &str,
+    ) -> Result<Option<OperationRecord>, StoreError> {
+        match &self.backend {
+            Backend::Sqlite(store) => store.load_by_downstream_key(tenant, downstream_key),
+            Backend::Postgres(store) => store.load_by_downstream_key(tenant, downstream_key),
+        }
+    }
+
+    /// The record that owns downstream job `job_id` for `tenant`, if any (webhook matching
+    /// when the event carries no key).
+    pub fn load_by_job(&self, tenant: &str, job_id: &str) -> Result<Option<OperationRecord>, StoreError> {
+        match &self.backend {
+            Backend::Sqlite(store) => store.load_by_job(tenant, job_id),
+            Backend::Postgres(store) => store.load_by_job(tenant, job_id),
+        }
+    }
+
+    /// Every record, by tenant then key (for inspection and tests).
+    pub fn records(&self) -> Result<Vec<OperationRecord>, StoreError> {
+        match &self.backend {
+            Backend::Sqlite(store) => store.records(),
+            Backend::Postgres(store) => store.records(),
+        }
+    }
+
+    /// The records whose outcome is still open and that no queue or job will settle: `unknown`
+    /// ones, and `pending` ones held by an owner (whose lease may run out) with no downstream
+    /// job. By tenant then key. The executor's own reconciliation works through these.
+    pub fn unsettled(&self) -> Result<Vec<OperationRecord>, StoreError> {
+        match &self.backend {
+            Backend::Sqlite(store) => store.unsettled(),
+            Backend::Postgres(store) => store.unsettled(),
+        }
+    }
+
+    /// Gives up on operation `operation_key`'s running job `job_id`: `pending` ->
+    /// `failed_permanent` with `reason`. False when the record is no longer that pending job.
+    /// (No correct executor does this: a job the downstream accepted is an effect the operation
+    /// owns. The `impatient_job_poll` mutant does.)
+    pub fn give_up_job(
+        &self,
+        tenant: &str,
+        operation_key: &str,
+        job_id: &str,
+        reason: &str,
+        now_ms: u64,
+    ) -> Result<bool, StoreError> {
+        match &self.backend {
+            Backend::Sqlite(store) => store.give_up_job(tenant, operation_key, job_id, reason, now_ms),
+            Backend::Postgres(store) => store.give_up_job(tenant, operation_key, job_id, reason, now_ms),
+        }
+    }
+
+    /// Owner `owned` records the effect: `pending` -> `applied`. False when the claim is no
+    /// longer `owned`'s (its lease was taken over): nothing is written then. The reference
+    /// executor always stores `Some` reference; `None` exists for mutants that keep none.
+    pub fn complete(
+        &self,
+        owned: &OwnedClaim,
+        effect_reference: Option<&str>,
+        response_json: &str,
+        now_ms: u64,
+    ) -> Result<bool, StoreError> {
+        match &self.backend {
+            Backend::Sqlite(store) => store.complete(owned, effect_reference, response_json, now_ms),
+            Backend::Postgres(store) => store.complete(owned, effect_reference, response_json, now_ms),
+        }
+    }
+
+    /// Owner `owned` records a permanent refusal (`reason` is a reason code): `pending` ->
+    /// `failed_permanent`. False when the claim is no longer `owned`'s.
+    pub fn fail_permanent(&self, owned: &OwnedClaim, reason: &str, now_ms: u64) -> Result<bool, StoreError> {
+        match &self.backend {
+            Backend::Sqlite(store) => store.fail_permanent(owned, reason, now_ms),
+            Backend::Postgres(store) => store.fail_permanent(owned, reason, now_ms),
+        }
+    }
+
+    /// Owner `owned` gives the record to reconciliation: `pending` -> `unknown`, and a
+    /// `reconciliations` row with `finding`, in one transaction. False (and nothing written)
+    /// when the claim is no longer `owned`'s.
+    pub fn mark_unknown(&self, owned: &OwnedClaim, finding: &str, now_ms: u64) -> Result<bool, StoreError> {
+        match &self.backend {
+            Backend::Sqlite(store) => store.mark_unknown(owned, finding, now_ms),
+            Backend::Postgres(store) => store.mark_unknown(owned, finding, now_ms),
+        }
+    }
+
+    /// Owner `owned` hands the record to the queue: it stays `pending` with no owner and no
+    /// lease until a consumer claims it. False when the claim is no longer `owned`'s.
+    pub fn release(&self, owned: &OwnedClaim, now_ms: u64) -> Result<bool, StoreError> {
+        match &self.backend {
+            Backend::Sqlite(store) => store.release(owned, now_ms),
+            Backend::Postgres(store) => store.release(owned, now_ms),
+        }
+    }
+
+    /// Owner `owned` stores the downstream job id: the record stays `pending`, owned by the
+    /// job (no owner token, no lease). False when the claim is no longer `owned`'s.
+    pub fn set_job(&self, owned: &OwnedClaim, job_id: &str, now_ms: u64) -> Result<bool, StoreError> {
+        match &self.backend {
+            Backend::Sqlite(store) => store.set_job(owned, job_id, now_ms),
+            Backend::Postgres(store) => store.set_job(owned, job_id, now_ms),
+        }
+    }
+
+    /// Takes over a claim exactly as observed (see [`TakeOver`]): sets a new owner and lease
+    /// and the status back to `pending`. Only `pending` (without a job) or `unknown` records
+    /// whose lease has run out can be taken over. False when the record changed meanwhile.
+    pub fn take_over(&self, take_over: &TakeOver) -> Result<bool, StoreError> {
+        match &self.backend {
+            Backend::Sqlite(store) => store.take_over(take_over),
+            Backend::Postgres(store) => store.take_over(take_over),
+        }
+    }
+
+    /// Settles a delayed job, once per operation: `pending` (or `unknown`) with this job (or
+    /// no job recorded yet) -> `applied` with the job id as effect reference. Only the caller
+    /// that gets `true` made the transition; with `notice_due`, it owes the job's completion
+    /// notice from then on ([`ClaimStore::due_notice`]), in the same transaction.
+    pub fn settle_job(
+        &self,
+        tenant: &str,
+        operation_key: &str,
+        job_id: &str,
+        response_json: &str,
+        now_ms: u64,
+        notice_due: bool,
+    ) -> Result<bool, StoreError> {
+        match &self.backend {
+            Backend::Sqlite(store) => store.settle_job(tenant, operation_key, job_id, response_json, now_ms, notice_due),
+            Backend::Postgres(store) => store.settle_job(tenant, operation_key, job_id, response_json, now_ms, notice_due),
+        }
+    }
+
+    /// The completion notice still owed for an operation's settled job: (job id, when its
+    /// sender claimed it). The winner of [`ClaimStore::settle_job`] owes it from the
+    /// settlement on, in the same transaction, so that a crash before the notice went out
+    /// leaves it owed rather than forgotten.
+    pub fn due_notice(&self, tenant: &str, operation_key: &str) -> Result<Option<(String, u64)>, StoreError> {
+        match &self.backend {
+            Backend::Sqlite(store) => store.due_notice(tenant, operation_key),
+            Backend::Postgres(store) => store.due_notice(tenant, operation_key),
+        }
+    }
+
+    /// Claims an owed notice to send it, by compare-and-set on when it was last claimed (as
+    /// observed): true for exactly one of several callers that observed the same claim.
+    pub fn claim_notice(
+        &self,
+        tenant: &str,
+        operation_key: &str,
+        observed_claimed_at_ms: u64,
+        now_ms: u64,
+    ) -> Result<bool, StoreError> {
+        match &self.backend {
+            Backend::Sqlite(store) => store.claim_notice(tenant, operation_key, observed_claimed_at_ms, now_ms),
+            Backend::Postgres(store) => store.claim_notice(tenant, operation_key, observed_claimed_at_ms, now_ms),
+        }
+    }
+
+    /// The notice is no longer owed (sent and confirmed, or handed over to people). False when
+    /// it was not owed.
+    pub fn notice_done(&self, tenant: &str, operation_key: &str) -> Result<bool, StoreError> {
+        match &self.backend {
+            Backend::Sqlite(store) => store.notice_done(tenant, operation_key),
+            Backend::Postgres(store) => store.notice_done(tenant, operation_key),
+        }
+    }
+
+    /// Writes a finished job's result whatever the record's state: -> `applied` with the job
+    /// id as effect reference. True whenever the record exists, so every caller believes it
+    /// made the transition. The reference executor never does this (a redelivered completion
+    /// would settle again and send a second notice); it exists for the `webhook_no_dedupe`
+    /// mutant. Use [`ClaimStore::settle_job`].
+    pub fn write_job_result(
+        &self,
+        tenant: &str,
+        operation_key: &str,
+        job_id: &str,
+        response_json: &str,
+        now_ms: u64,
+    ) -> Result<bool, StoreError> {
+        match &self.backend {
+            Backend::Sqlite(store) => store.write_job_result(tenant, operation_key, job_id, response_json, now_ms),
+            Backend::Postgres(store) => store.write_job_result(tenant, operation_key, job_id, response_json, now_ms),
+        }
+    }
+
+    /// Turns a terminal record into a tombstone: keeps key, fingerprint and effect reference,
+    /// drops the response. False when the record is not terminal (or already a tombstone).
+    pub fn tombstone(&self, tenant: &str, operation_key: &str, now_ms: u64) -> Result<bool, StoreError> {
+        match &self.backend {
+            Backend::Sqlite(store) => store.tombstone(tenant, operation_key, now_ms),
+            Backend::Postgres(store) => store.tombstone(tenant, operation_key, now_ms),
+        }
+    }
+
+    /// Deletes a record. The reference executor never does (a late duplicate would become a
+    /// new effect); it exists for the `short_ttl_delete` mutant.
+    pub fn forget(&self, tenant: &str, operation_key: &str) -> Result<bool, StoreError> {
+        match &self.backend {
+            Backend::Sqlite(store) => store.forget(tenant, operation_key),
+            Backend::Postgres(store) => store.forget(tenant, operation_key),
+        }
+    }
+
+    /// Records a webhook event id; false when it was recorded before (a redelivery).
+    pub fn record_event(
+        &self,
+        event_id: &str,
+        tenant: &str,
+        operation_key: Option<&str>,
+        now_ms: u64,
+    ) -> Result<bool, StoreError> {
+        match &self.backend {
+            Backend::Sqlite(store) => store.record_event(event_id, tenant, operation_key, now_ms),
+            Backend::Postgres(store) => store.record_event(event_id, tenant, operation_key, now_ms),
+        }
+    }
+
+    /// Appends a reconciliation finding for an operation.
+    pub fn record_reconciliation(
+        &self,
+        tenant: &str,
+        operation_key: &str,
+        at_ms: u64,
+        finding: &str,
+    ) -> Result<(), StoreError> {
+        match &self.backend {
+            Backend::Sqlite(store) => store.record_reconciliation(tenant, operation_key, at_ms, finding),
+            Backend::Postgres(store) => store.record_reconciliation(tenant, operation_key, at_ms, finding),
+        }
+    }
+
+    /// Deletes every row of every table of the store: the database is then as good as new.
+    pub(crate) fn empty_every_table(&self) -> Result<(), StoreError> {
+        match &self.backend {
+            Backend::Sqlite(store) => store.empty_every_table(),
+            Backend::Postgres(store) => store.empty_every_table(),
+        }
+    }
+
+    /// Every reconciliation finding, oldest first.
+    pub fn all_reconciliations(&self) -> Result<Vec<Reconciliation>, StoreError> {
+        match &self.backend {
+            Backend::Sqlite(store) => store.all_reconciliations(),
+            Backend::Postgres(store) => store.all_reconciliations(),
+        }
+    }
+
+    /// The reconciliation findings of an operation, oldest first.
+    pub fn reconciliations(
+        &self,
+        tenant: &str,
+        operation_key: &str,
+    ) -> Result<Vec<Reconciliation>, StoreError> {
+        match &self.backend {
+            Backend::Sqlite(store) => store.reconciliations(tenant, operation_key),
+            Backend::Postgres(store) => store.reconciliations(tenant, operation_key),
+        }
+    }
+}
+
+/// The SQLite backend: see [`ClaimStore`] for what each call promises.
+impl SqliteStore {
+    pub(crate) fn open(location: &StoreLocation) -> Result<Self, StoreError> {
         let opened = match location {
             StoreLocation::File(path) => Self::open_file(path),
             StoreLocation::SharedMemory(name) => {
@@ -472,6 +846,7 @@ impl ClaimStore {
                 Connection::open_with_flags(uri, flags).and_then(Self::prepare)
             }
             StoreLocation::PrivateMemory => Connection::open_in_memory().and_then(Self::prepare),
+            StoreLocation::Postgres { .. } => unreachable!("ClaimStore::open opens Postgres locations"),
         };
         opened.map_err(|source| StoreError::Open { location: location.to_string(), source })
     }
@@ -522,9 +897,7 @@ impl ClaimStore {
         Transaction::new_unchecked(&self.connection, TransactionBehavior::Immediate)
     }
 
-    /// Claims the operation or loads the existing record, atomically: the insert is decided
-    /// by the primary key, and the load happens in the same transaction.
-    pub fn claim(&self, claim: &NewClaim) -> Result<Claimed, StoreError> {
+    pub(crate) fn claim(&self, claim: &NewClaim) -> Result<Claimed, StoreError> {
         let run = || -> rusqlite::Result<Option<RawRecord>> {
             let transaction = self.immediate()?;
             let inserted = transaction
@@ -578,16 +951,14 @@ impl ClaimStore {
             .optional()
     }
 
-    /// The record of `(tenant, operation_key)`, if any.
-    pub fn load(&self, tenant: &str, operation_key: &str) -> Result<Option<OperationRecord>, StoreError> {
+    pub(crate) fn load(&self, tenant: &str, operation_key: &str) -> Result<Option<OperationRecord>, StoreError> {
         Self::select_one(&self.connection, tenant, operation_key)
             .map_err(query("load"))?
             .map(checked)
             .transpose()
     }
 
-    /// The record that sent `downstream_key` for `tenant`, if any (webhook matching).
-    pub fn load_by_downstream_key(
+    pub(crate) fn load_by_downstream_key(
         &self,
         tenant: &str,
         downstream_key: &str,
@@ -605,9 +976,7 @@ impl ClaimStore {
             .transpose()
     }
 
-    /// The record that owns downstream job `job_id` for `tenant`, if any (webhook matching
-    /// when the event carries no key).
-    pub fn load_by_job(&self, tenant: &str, job_id: &str) -> Result<Option<OperationRecord>, StoreError> {
+    pub(crate) fn load_by_job(&self, tenant: &str, job_id: &str) -> Result<Option<OperationRecord>, StoreError> {
         self.connection
             .prepare_cached(&format!(
                 "SELECT {RECORD_COLUMNS} FROM tool_operations WHERE tenant = ?1 AND job_id = ?2 \
@@ -619,8 +988,7 @@ impl ClaimStore {
             .transpose()
     }
 
-    /// Every record, by tenant then key (for inspection and tests).
-    pub fn records(&self) -> Result<Vec<OperationRecord>, StoreError> {
+    pub(crate) fn records(&self) -> Result<Vec<OperationRecord>, StoreError> {
         let raws = self
             .connection
             .prepare_cached(&format!(
@@ -633,10 +1001,7 @@ impl ClaimStore {
         raws.into_iter().map(checked).collect()
     }
 
-    /// The records whose outcome is still open and that no queue or job will settle: `unknown`
-    /// ones, and `pending` ones held by an owner (whose lease may run out) with no downstream
-    /// job. By tenant then key. The executor's own reconciliation works through these.
-    pub fn unsettled(&self) -> Result<Vec<OperationRecord>, StoreError> {
+    pub(crate) fn unsettled(&self) -> Result<Vec<OperationRecord>, StoreError> {
         let raws = self
             .connection
             .prepare_cached(&format!(
@@ -652,11 +1017,7 @@ impl ClaimStore {
         raws.into_iter().map(checked).collect()
     }
 
-    /// Gives up on operation `operation_key`'s running job `job_id`: `pending` ->
-    /// `failed_permanent` with `reason`. False when the record is no longer that pending job.
-    /// (No correct executor does this: a job the downstream accepted is an effect the operation
-    /// owns. The `impatient_job_poll` mutant does.)
-    pub fn give_up_job(
+    pub(crate) fn give_up_job(
         &self,
         tenant: &str,
         operation_key: &str,
@@ -678,10 +1039,7 @@ impl ClaimStore {
         Ok(changed == 1)
     }
 
-    /// Owner `owned` records the effect: `pending` -> `applied`. False when the claim is no
-    /// longer `owned`'s (its lease was taken over): nothing is written then. The reference
-    /// executor always stores `Some` reference; `None` exists for mutants that keep none.
-    pub fn complete(
+    pub(crate) fn complete(
         &self,
         owned: &OwnedClaim,
         effect_reference: Option<&str>,
@@ -709,9 +1067,7 @@ impl ClaimStore {
         Ok(changed == 1)
     }
 
-    /// Owner `owned` records a permanent refusal (`reason` is a reason code): `pending` ->
-    /// `failed_permanent`. False when the claim is no longer `owned`'s.
-    pub fn fail_permanent(&self, owned: &OwnedClaim, reason: &str, now_ms: u64) -> Result<bool, StoreError> {
+    pub(crate) fn fail_permanent(&self, owned: &OwnedClaim, reason: &str, now_ms: u64) -> Result<bool, StoreError> {
         let changed = self
             .connection
             .prepare_cached(
@@ -732,10 +1088,7 @@ impl ClaimStore {
         Ok(changed == 1)
     }
 
-    /// Owner `owned` gives the record to reconciliation: `pending` -> `unknown`, and a
-    /// `reconciliations` row with `finding`, in one transaction. False (and nothing written)
-    /// when the claim is no longer `owned`'s.
-    pub fn mark_unknown(&self, owned: &OwnedClaim, finding: &str, now_ms: u64) -> Result<bool, StoreError> {
+    pub(crate) fn mark_unknown(&self, owned: &OwnedClaim, finding: &str, now_ms: u64) -> Result<bool, StoreError> {
         let run = || -> rusqlite::Result<bool> {
             let transaction = self.immediate()?;
             let changed = transaction
@@ -766,9 +1119,7 @@ impl ClaimStore {
         run().map_err(query("mark unknown"))
     }
 
-    /// Owner `owned` hands the record to the queue: it stays `pending` with no owner and no
-    /// lease until a consumer claims it. False when the claim is no longer `owned`'s.
-    pub fn release(&self, owned: &OwnedClaim, now_ms: u64) -> Result<bool, StoreError> {
+    pub(crate) fn release(&self, owned: &OwnedClaim, now_ms: u64) -> Result<bool, StoreError> {
         let changed = self
             .connection
             .prepare_cached(
@@ -787,9 +1138,7 @@ impl ClaimStore {
         Ok(changed == 1)
     }
 
-    /// Owner `owned` stores the downstream job id: the record stays `pending`, owned by the
-    /// job (no owner token, no lease). False when the claim is no longer `owned`'s.
-    pub fn set_job(&self, owned: &OwnedClaim, job_id: &str, now_ms: u64) -> Result<bool, StoreError> {
+    pub(crate) fn set_job(&self, owned: &OwnedClaim, job_id: &str, now_ms: u64) -> Result<bool, StoreError> {
         let changed = self
             .connection
             .prepare_cached(
@@ -810,10 +1159,7 @@ impl ClaimStore {
         Ok(changed == 1)
     }
 
-    /// Takes over a claim exactly as observed (see [`TakeOver`]): sets a new owner and lease
-    /// and the status back to `pending`. Only `pending` (without a job) or `unknown` records
-    /// whose lease has run out can be taken over. False when the record changed meanwhile.
-    pub fn take_over(&self, take_over: &TakeOver) -> Result<bool, StoreError> {
+    pub(crate) fn take_over(&self, take_over: &TakeOver) -> Result<bool, StoreError> {
         let changed = self
             .connection
             .prepare_cached(
@@ -837,11 +1183,7 @@ impl ClaimStore {
         Ok(changed == 1)
     }
 
-    /// Settles a delayed job, once per operation: `pending` (or `unknown`) with this job (or
-    /// no job recorded yet) -> `applied` with the job id as effect reference. Only the caller
-    /// that gets `true` made the transition; with `notice_due`, it owes the job's completion
-    /// notice from then on ([`ClaimStore::due_notice`]), in the same transaction.
-    pub fn settle_job(
+    pub(crate) fn settle_job(
         &self,
         tenant: &str,
         operation_key: &str,
@@ -875,11 +1217,7 @@ impl ClaimStore {
         run().map_err(query("settle job"))
     }
 
-    /// The completion notice still owed for an operation's settled job: (job id, when its
-    /// sender claimed it). The winner of [`ClaimStore::settle_job`] owes it from the
-    /// settlement on, in the same transaction, so that a crash before the notice went out
-    /// leaves it owed rather than forgotten.
-    pub fn due_notice(&self, tenant: &str, operation_key: &str) -> Result<Option<(String, u64)>, StoreError> {
+    pub(crate) fn due_notice(&self, tenant: &str, operation_key: &str) -> Result<Option<(String, u64)>, StoreError> {
         self.connection
             .prepare_cached(
                 "SELECT job_id, claimed_at_ms FROM notices WHERE tenant = ?1 AND operation_key = ?2",
@@ -892,9 +1230,7 @@ impl ClaimStore {
             .map_err(query("load due notice"))
     }
 
-    /// Claims an owed notice to send it, by compare-and-set on when it was last claimed (as
-    /// observed): true for exactly one of several callers that observed the same claim.
-    pub fn claim_notice(
+    pub(crate) fn claim_notice(
         &self,
         tenant: &str,
         operation_key: &str,
@@ -919,9 +1255,7 @@ impl ClaimStore {
         Ok(changed == 1)
     }
 
-    /// The notice is no longer owed (sent and confirmed, or handed over to people). False when
-    /// it was not owed.
-    pub fn notice_done(&self, tenant: &str, operation_key: &str) -> Result<bool, StoreError> {
+    pub(crate) fn notice_done(&self, tenant: &str, operation_key: &str) -> Result<bool, StoreError> {
         let deleted = self
             .connection
             .prepare_cached("DELETE FROM notices WHERE tenant = ?1 AND operation_key = ?2")
@@ -930,12 +1264,7 @@ impl ClaimStore {
         Ok(deleted == 1)
     }
 
-    /// Writes a finished job's result whatever the record's state: -> `applied` with the job
-    /// id as effect reference. True whenever the record exists, so every caller believes it
-    /// made the transition. The reference executor never does this (a redelivered completion
-    /// would settle again and send a second notice); it exists for the `webhook_no_dedupe`
-    /// mutant. Use [`ClaimStore::settle_job`].
-    pub fn write_job_result(
+    pub(crate) fn write_job_result(
         &self,
         tenant: &str,
         operation_key: &str,
@@ -958,9 +1287,7 @@ impl ClaimStore {
         Ok(changed == 1)
     }
 
-    /// Turns a terminal record into a tombstone: keeps key, fingerprint and effect reference,
-    /// drops the response. False when the record is not terminal (or already a tombstone).
-    pub fn tombstone(&self, tenant: &str, operation_key: &str, now_ms: u64) -> Result<bool, StoreError> {
+    pub(crate) fn tombstone(&self, tenant: &str, operation_key: &str, now_ms: u64) -> Result<bool, StoreError> {
         let changed = self
             .connection
             .prepare_cached(
@@ -973,9 +1300,7 @@ impl ClaimStore {
         Ok(changed == 1)
     }
 
-    /// Deletes a record. The reference executor never does (a late duplicate would become a
-    /// new effect); it exists for the `short_ttl_delete` mutant.
-    pub fn forget(&self, tenant: &str, operation_key: &str) -> Result<bool, StoreError> {
+    pub(crate) fn forget(&self, tenant: &str, operation_key: &str) -> Result<bool, StoreError> {
         let changed = self
             .connection
             .prepare_cached("DELETE FROM tool_operations WHERE tenant = ?1 AND operation_key = ?2")
@@ -984,8 +1309,7 @@ impl ClaimStore {
         Ok(changed == 1)
     }
 
-    /// Records a webhook event id; false when it was recorded before (a redelivery).
-    pub fn record_event(
+    pub(crate) fn record_event(
         &self,
         event_id: &str,
         tenant: &str,
@@ -1019,8 +1343,7 @@ impl ClaimStore {
             .execute(params![tenant, operation_key, sql_ms(at_ms), finding])
     }
 
-    /// Appends a reconciliation finding for an operation.
-    pub fn record_reconciliation(
+    pub(crate) fn record_reconciliation(
         &self,
         tenant: &str,
         operation_key: &str,
@@ -1032,8 +1355,6 @@ impl ClaimStore {
         Ok(())
     }
 
-    /// Deletes every row of every table in the schema (read from `sqlite_master`, so no
-    /// table is forgotten), in one transaction: the database is then as good as new.
     pub(crate) fn empty_every_table(&self) -> Result<(), StoreError> {
         let run = || -> rusqlite::Result<()> {
             let transaction = self.immediate()?;
@@ -1052,8 +1373,7 @@ impl ClaimStore {
         run().map_err(query("empty the tables"))
     }
 
-    /// Every reconciliation finding, oldest first.
-    pub fn all_reconciliations(&self) -> Result<Vec<Reconciliation>, StoreError> {
+    pub(crate) fn all_reconciliations(&self) -> Result<Vec<Reconciliation>, StoreError> {
         self.connection
             .prepare_cached(
                 "SELECT id, tenant, operation_key, at_ms, finding FROM reconciliations ORDER BY id",
@@ -1062,8 +1382,7 @@ impl ClaimStore {
             .map_err(query("list reconciliations"))
     }
 
-    /// The reconciliation findings of an operation, oldest first.
-    pub fn reconciliations(
+    pub(crate) fn reconciliations(
         &self,
         tenant: &str,
         operation_key: &str,

@@ -2,8 +2,8 @@
 //!
 //! Every property of a store connection is a plain function over a `&ClaimStore` in
 //! [`contract`]; the `#[test]`s at the bottom call each one with a store from [`fresh`], the
-//! only place a store is built. Another store implementation (Postgres) can reuse the
-//! properties by providing its own `fresh` and the same list of tests.
+//! only place a SQLite store is built, and again (`postgres::`) with one from [`fresh_postgres`]:
+//! both backends keep one contract.
 //!
 //! What a caller relies on is what is checked: the boolean of every compare-and-set write ("did
 //! I change the row?") and the row afterwards, read back with `load`. Times are the explicit
@@ -764,15 +764,38 @@ mod contract {
     }
 }
 
-/// One `#[test]` per property, each with a store from [`fresh`].
+/// A new, empty Postgres store: a schema of its own in `REPLAYLAB_TEST_POSTGRES`'s database;
+/// `None` (the test is skipped, and says so) when that is unset outside CI.
+fn fresh_postgres(test: &str) -> Option<ClaimStore> {
+    let url = executor::test_postgres(test)?;
+    let location = StoreLocation::Postgres { url, schema: Some(executor::fresh_schema("conformance")) };
+    Some(ClaimStore::open(&location).unwrap_or_else(|error| panic!("{test}: {error}")))
+}
+
+/// One `#[test]` per property and backend: `sqlite::` with a store from [`fresh`], `postgres::`
+/// with one from [`fresh_postgres`].
 macro_rules! conformance_tests {
     ($($property:ident),* $(,)?) => {
-        $(
-            #[test]
-            fn $property() {
-                contract::$property(&fresh());
-            }
-        )*
+        mod sqlite {
+            use super::*;
+            $(
+                #[test]
+                fn $property() {
+                    contract::$property(&fresh());
+                }
+            )*
+        }
+        mod postgres {
+            use super::*;
+            $(
+                #[test]
+                fn $property() {
+                    if let Some(store) = fresh_postgres(stringify!($property)) {
+                        contract::$property(&store);
+                    }
+                }
+            )*
+        }
     };
 }
 
