@@ -81,8 +81,9 @@ mod warm;
 
 pub use machine::{ReferenceConfig, ReferenceExecutor, ReferenceFactory, DEFAULT_DOWNSTREAM_TIMEOUT};
 pub use store::{
-    ClaimStore, Claimed, GatedStore, NewClaim, OperationRecord, OwnedClaim, Reconciliation, RecordStatus,
-    StoreError, StoreLocation, TakeOver, fresh_schema, test_postgres, valid_schema_name, TEST_POSTGRES_ENV,
+    fresh_schema, test_postgres, valid_schema_name, ClaimStore, Claimed, GatedStore, NewClaim,
+    OperationRecord, OwnedClaim, Reconciliation, RecordStatus, StoreError, StoreLocation, TakeOver,
+    TEST_POSTGRES_ENV,
 };
 pub use strategy::{
     downstream_key_for, reference_ambiguity, reference_authorize_at, reference_claim, reference_completion,

@@ -537,9 +537,8 @@ impl ClaimStore {
     /// Opens (and if needed creates) the store at `location`.
     pub fn open(location: &StoreLocation) -> Result<Self, StoreError> {
         match location {
-            StoreLocation::Postgres { url, schema } => {
-                postgres::PostgresStore::open(url, schema.as_deref()).map(|store| Self { backend: Backend::Postgres(store) })
-            }
+            StoreLocation::Postgres { url, schema } => postgres::PostgresStore::open(url, schema.as_deref())
+                .map(|store| Self { backend: Backend::Postgres(store) }),
             _ => SqliteStore::open(location).map(|store| Self { backend: Backend::Sqlite(store) }),
         }
     }
@@ -695,8 +694,12 @@ impl ClaimStore {
         notice_due: bool,
     ) -> Result<bool, StoreError> {
         match &self.backend {
-            Backend::Sqlite(store) => store.settle_job(tenant, operation_key, job_id, response_json, now_ms, notice_due),
-            Backend::Postgres(store) => store.settle_job(tenant, operation_key, job_id, response_json, now_ms, notice_due),
+            Backend::Sqlite(store) => {
+                store.settle_job(tenant, operation_key, job_id, response_json, now_ms, notice_due)
+            }
+            Backend::Postgres(store) => {
+                store.settle_job(tenant, operation_key, job_id, response_json, now_ms, notice_due)
+            }
         }
     }
 
@@ -721,8 +724,12 @@ impl ClaimStore {
         now_ms: u64,
     ) -> Result<bool, StoreError> {
         match &self.backend {
-            Backend::Sqlite(store) => store.claim_notice(tenant, operation_key, observed_claimed_at_ms, now_ms),
-            Backend::Postgres(store) => store.claim_notice(tenant, operation_key, observed_claimed_at_ms, now_ms),
+            Backend::Sqlite(store) => {
+                store.claim_notice(tenant, operation_key, observed_claimed_at_ms, now_ms)
+            }
+            Backend::Postgres(store) => {
+                store.claim_notice(tenant, operation_key, observed_claimed_at_ms, now_ms)
+            }
         }
     }
 
@@ -749,8 +756,12 @@ impl ClaimStore {
         now_ms: u64,
     ) -> Result<bool, StoreError> {
         match &self.backend {
-            Backend::Sqlite(store) => store.write_job_result(tenant, operation_key, job_id, response_json, now_ms),
-            Backend::Postgres(store) => store.write_job_result(tenant, operation_key, job_id, response_json, now_ms),
+            Backend::Sqlite(store) => {
+                store.write_job_result(tenant, operation_key, job_id, response_json, now_ms)
+            }
+            Backend::Postgres(store) => {
+                store.write_job_result(tenant, operation_key, job_id, response_json, now_ms)
+            }
         }
     }
 
@@ -951,7 +962,11 @@ impl SqliteStore {
             .optional()
     }
 
-    pub(crate) fn load(&self, tenant: &str, operation_key: &str) -> Result<Option<OperationRecord>, StoreError> {
+    pub(crate) fn load(
+        &self,
+        tenant: &str,
+        operation_key: &str,
+    ) -> Result<Option<OperationRecord>, StoreError> {
         Self::select_one(&self.connection, tenant, operation_key)
             .map_err(query("load"))?
             .map(checked)
@@ -976,7 +991,11 @@ impl SqliteStore {
             .transpose()
     }
 
-    pub(crate) fn load_by_job(&self, tenant: &str, job_id: &str) -> Result<Option<OperationRecord>, StoreError> {
+    pub(crate) fn load_by_job(
+        &self,
+        tenant: &str,
+        job_id: &str,
+    ) -> Result<Option<OperationRecord>, StoreError> {
         self.connection
             .prepare_cached(&format!(
                 "SELECT {RECORD_COLUMNS} FROM tool_operations WHERE tenant = ?1 AND job_id = ?2 \
@@ -1067,7 +1086,12 @@ impl SqliteStore {
         Ok(changed == 1)
     }
 
-    pub(crate) fn fail_permanent(&self, owned: &OwnedClaim, reason: &str, now_ms: u64) -> Result<bool, StoreError> {
+    pub(crate) fn fail_permanent(
+        &self,
+        owned: &OwnedClaim,
+        reason: &str,
+        now_ms: u64,
+    ) -> Result<bool, StoreError> {
         let changed = self
             .connection
             .prepare_cached(
@@ -1088,7 +1112,12 @@ impl SqliteStore {
         Ok(changed == 1)
     }
 
-    pub(crate) fn mark_unknown(&self, owned: &OwnedClaim, finding: &str, now_ms: u64) -> Result<bool, StoreError> {
+    pub(crate) fn mark_unknown(
+        &self,
+        owned: &OwnedClaim,
+        finding: &str,
+        now_ms: u64,
+    ) -> Result<bool, StoreError> {
         let run = || -> rusqlite::Result<bool> {
             let transaction = self.immediate()?;
             let changed = transaction
@@ -1217,7 +1246,11 @@ impl SqliteStore {
         run().map_err(query("settle job"))
     }
 
-    pub(crate) fn due_notice(&self, tenant: &str, operation_key: &str) -> Result<Option<(String, u64)>, StoreError> {
+    pub(crate) fn due_notice(
+        &self,
+        tenant: &str,
+        operation_key: &str,
+    ) -> Result<Option<(String, u64)>, StoreError> {
         self.connection
             .prepare_cached(
                 "SELECT job_id, claimed_at_ms FROM notices WHERE tenant = ?1 AND operation_key = ?2",
@@ -1287,7 +1320,12 @@ impl SqliteStore {
         Ok(changed == 1)
     }
 
-    pub(crate) fn tombstone(&self, tenant: &str, operation_key: &str, now_ms: u64) -> Result<bool, StoreError> {
+    pub(crate) fn tombstone(
+        &self,
+        tenant: &str,
+        operation_key: &str,
+        now_ms: u64,
+    ) -> Result<bool, StoreError> {
         let changed = self
             .connection
             .prepare_cached(

@@ -89,7 +89,7 @@ impl Transport {
 /// A black-box executor: the command that starts one worker process, and how to drive it.
 #[derive(Debug, Clone)]
 pub struct BlackBoxSpec {
-    /// The command, run by `sh -c`, with `{worker}`, `{state}` and `{port}` replaced.
+    /// The command, run by `sh -c`, with `{worker}`, `{state}`, `{run}` and `{port}` replaced.
     pub command: String,
     /// Worker processes per run, at least: a scenario that names more workers gets one process
     /// for each.
@@ -497,6 +497,8 @@ struct Run {
     boundary: Rc<Boundary>,
     /// The run's directory: `state/` (the processes' `{state}`) and `logs/` (their stderr).
     directory: PathBuf,
+    /// The run's name (`{run}`).
+    name: String,
     /// The environment every process gets besides its own variables: timing and services.
     timing: [(&'static str, String); 4],
     peers: RefCell<BTreeMap<String, Peer<RoleClient>>>,
@@ -530,6 +532,7 @@ impl Run {
             .command
             .replace("{worker}", worker)
             .replace("{state}", &state.display().to_string())
+            .replace("{run}", &self.name)
             .replace("{port}", &mcp_port.to_string());
         let mut command = tokio::process::Command::new("sh");
         command.arg("-c").arg(&text).process_group(0).kill_on_drop(true);
@@ -847,7 +850,7 @@ impl RealWorld {
         let local = tokio::task::LocalSet::new();
         let shared =
             Shared::new(scenario, seed, Rc::new(NoFactory), WorldClock::real(), Arc::new(wire::TcpConnector));
-        let directory = run_directory(scenario, seed)?;
+        let (directory, name) = run_directory(scenario, seed)?;
         let contract = shared.contracts.iter().next().cloned().ok_or("no contracts")?;
         let timing = [
             (env::LEASE_MS, contract.lease.as_millis().to_string()),
@@ -868,6 +871,7 @@ impl RealWorld {
             shared: shared.clone(),
             boundary,
             directory,
+            name,
             timing,
             peers: RefCell::default(),
             last_tool: RefCell::default(),
@@ -1071,21 +1075,22 @@ fn services_of(config: &fake_downstream::DownstreamConfig) -> String {
     serde_json::to_string(&services).unwrap_or_default()
 }
 
-/// A fresh directory for one run, with `state/` and `logs/`.
-fn run_directory(scenario: &Scenario, seed: u64) -> Result<PathBuf, String> {
+/// A fresh directory for one run, with `state/` and `logs/`, and the run's name for `{run}`:
+/// lowercase letters, digits and `_`, unique on this machine while this process lives (a
+/// Postgres schema name, say).
+fn run_directory(scenario: &Scenario, seed: u64) -> Result<(PathBuf, String), String> {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let number = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let directory = std::env::temp_dir().join(format!(
-        "replaylab-black-box-{}-{number}-{}-{seed}",
-        std::process::id(),
-        scenario.id
-    ));
+    let pid = std::process::id();
+    let directory =
+        std::env::temp_dir().join(format!("replaylab-black-box-{pid}-{number}-{}-{seed}", scenario.id));
     let _ = std::fs::remove_dir_all(&directory);
     for sub in ["state", "logs"] {
         std::fs::create_dir_all(directory.join(sub))
             .map_err(|error| format!("cannot create the run directory {}: {error}", directory.display()))?;
     }
-    Ok(directory)
+    let name = format!("r{pid}_{number}_{}_{seed}", scenario.id.to_ascii_lowercase());
+    Ok((directory, name))
 }
 
 /// The factory a black-box run's [`Shared`] holds: it is never asked (processes are started

@@ -37,7 +37,8 @@ struct Cli {
 #[derive(Debug, clap::Args)]
 struct BlackBoxArgs {
     /// Test an MCP server as a black box: the command that starts one worker process (run by
-    /// `sh -c`; `{worker}`, `{state}` (a directory per run that survives crashes) and `{port}`
+    /// `sh -c`; `{worker}`, `{state}` (a directory per run that survives crashes), `{run}` (a
+    /// name of the run: lowercase letters, digits and `_`, e.g. a database schema) and `{port}`
     /// are replaced). Instead of --executor.
     #[arg(long)]
     executor_cmd: Option<String>,
@@ -256,19 +257,23 @@ enum Command {
 enum ExecutorCommand {
     /// Serve the reference executor as an MCP server (replaylab's conventions, docs/mcp.md),
     /// in the real world: the fake downstream at REPLAYLAB_DOWNSTREAM_URL, real time, the
-    /// claim store in a file. Reads REPLAYLAB_WORKER, REPLAYLAB_INCARNATION,
+    /// claim store in a SQLite file or a Postgres database. Reads REPLAYLAB_WORKER, REPLAYLAB_INCARNATION,
     /// REPLAYLAB_STATE_DIR, REPLAYLAB_DOWNSTREAM_URL and, optionally, REPLAYLAB_AUTHZ_URL,
     /// REPLAYLAB_LEASE_MS, REPLAYLAB_RETENTION_MS, REPLAYLAB_DOWNSTREAM_TIMEOUT_MS,
     /// REPLAYLAB_SERVICES (what each service does: keys, receipts) and REPLAYLAB_OPERATORS_URL
     /// (where to hand over what it cannot settle; else a file in the state directory).
     Serve {
-        /// How MCP is spoken: stdio (http is not served yet).
+        /// How MCP is spoken: stdio, or http (streamable HTTP at REPLAYLAB_MCP_LISTEN).
         #[arg(long, default_value = "stdio")]
         transport: String,
-        /// The claim store: sqlite:PATH (a file; it survives the process and is shared by
-        /// every process that opens it).
+        /// The claim store: sqlite:PATH (a file), or postgres://USER@HOST:PORT/DB (a Postgres
+        /// database); either survives the process and is shared by every process that opens it.
         #[arg(long)]
         store: String,
+        /// With a postgres:// store: the schema the store's tables live in (created if missing;
+        /// lowercase letters, digits and `_`), e.g. `run_{run}` under --executor-cmd.
+        #[arg(long)]
+        schema: Option<String>,
     },
 }
 
@@ -520,10 +525,13 @@ fn bad_input(error: anyhow::Error) -> Failure {
 fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
     match cli.command {
         Command::Downstream { listen, config } => serve_downstream(&listen, config.as_deref()),
-        Command::Executor { what: ExecutorCommand::Serve { transport, store } } => {
-            let config = crate::serve::ServeConfig::from_flags_and_env(&transport, &store, |name| {
-                std::env::var(name).ok()
-            })
+        Command::Executor { what: ExecutorCommand::Serve { transport, store, schema } } => {
+            let config = crate::serve::ServeConfig::from_flags_and_env(
+                &transport,
+                &store,
+                schema.as_deref(),
+                |name| std::env::var(name).ok(),
+            )
             .map_err(|message| bad_input(anyhow::anyhow!("executor serve: {message}")))?;
             match crate::serve::run(config) {
                 Ok(()) => Ok(exit::SUCCESS),

@@ -59,8 +59,8 @@ pub enum Transport {
 pub struct ServeConfig {
     /// How MCP is spoken.
     pub transport: Transport,
-    /// The claim store's file (`--store sqlite:PATH`).
-    pub store: PathBuf,
+    /// The claim store (`--store sqlite:PATH`, or `--store postgres://..` with `--schema`).
+    pub store: StoreLocation,
     /// The worker's world: name, incarnation, downstream, state directory.
     pub world: RealWorld,
     /// How long one downstream request may take ([`env::DOWNSTREAM_TIMEOUT_MS`]).
@@ -73,12 +73,34 @@ pub struct ServeConfig {
     pub services: Option<protocol::mcp::Services>,
 }
 
+/// `--store` and `--schema`, checked.
+fn store_location(store: &str, schema: Option<&str>) -> Result<StoreLocation, String> {
+    let expected =
+        "expected sqlite:PATH (a SQLite file) or postgres://USER@HOST:PORT/DB (a Postgres database)";
+    if store.starts_with("postgres://") || store.starts_with("postgresql://") {
+        if let Some(schema) = schema.filter(|schema| !executor::valid_schema_name(schema)) {
+            return Err(format!(
+                "--schema {schema:?}: expected 1 to 63 of a-z, 0-9 and `_`, not starting with a digit or pg_"
+            ));
+        }
+        return Ok(StoreLocation::Postgres { url: store.to_owned(), schema: schema.map(str::to_owned) });
+    }
+    if schema.is_some() {
+        return Err("--schema is for a postgres:// store".into());
+    }
+    match store.strip_prefix("sqlite:") {
+        Some(path) if !path.is_empty() => Ok(StoreLocation::File(PathBuf::from(path))),
+        _ => Err(format!("--store {store:?}: {expected}")),
+    }
+}
+
 impl ServeConfig {
     /// The configuration from the flags and the environment (`variable` looks one up); an
     /// error names the flag or the variable and what is wrong with it.
     pub fn from_flags_and_env(
         transport: &str,
         store: &str,
+        schema: Option<&str>,
         variable: impl Fn(&str) -> Option<String>,
     ) -> Result<Self, String> {
         let transport = match transport {
@@ -95,10 +117,7 @@ impl ServeConfig {
             }
             other => return Err(format!("--transport {other:?}: expected stdio or http")),
         };
-        let store = match store.strip_prefix("sqlite:") {
-            Some(path) if !path.is_empty() => PathBuf::from(path),
-            _ => return Err(format!("--store {store:?}: expected sqlite:PATH (a SQLite file)")),
-        };
+        let store = store_location(store, schema)?;
         let required = |name: &str| match variable(name) {
             Some(value) if !value.trim().is_empty() => Ok(value),
             _ => Err(format!("{name} is not set (see docs/mcp.md, section 5)")),
@@ -243,8 +262,8 @@ fn parse_http_url(url: &str) -> Option<(String, u16)> {
 pub enum ServeError {
     /// The claim store could not be opened (bad input: nothing was served).
     Store {
-        /// The store's file.
-        path: PathBuf,
+        /// Where the store is.
+        location: String,
         /// What went wrong.
         message: String,
     },
@@ -255,8 +274,8 @@ pub enum ServeError {
 impl std::fmt::Display for ServeError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::Store { path, message } => {
-                write!(f, "failed to open the claim store {}: {message}", path.display())
+            Self::Store { location, message } => {
+                write!(f, "failed to open the claim store ({location}): {message}")
             }
             Self::Serving(message) => f.write_str(message),
         }
@@ -351,13 +370,15 @@ fn run_executor(
     let local = tokio::task::LocalSet::new();
     local.block_on(&runtime, async move {
         let factory = match ReferenceFactory::new(
-            StoreLocation::File(config.store.clone()),
+            config.store.clone(),
             ReferenceConfig::default().with_downstream_timeout(config.downstream_timeout),
         ) {
             Ok(factory) => factory,
             Err(error) => {
-                let _ = started
-                    .send(Err(ServeError::Store { path: config.store.clone(), message: error.to_string() }));
+                let _ = started.send(Err(ServeError::Store {
+                    location: config.store.to_string(),
+                    message: error.to_string(),
+                }));
                 return;
             }
         };
@@ -618,13 +639,13 @@ mod tests {
     #[test]
     fn the_environment_is_read_and_checked() {
         let config =
-            ServeConfig::from_flags_and_env("stdio", "sqlite:/tmp/claims.db", environment(&complete()))
+            ServeConfig::from_flags_and_env("stdio", "sqlite:/tmp/claims.db", None, environment(&complete()))
                 .expect("a configuration");
         assert_eq!(config.world.downstream, ("127.0.0.1".to_owned(), 8080));
         assert_eq!(config.downstream_timeout, DEFAULT_DOWNSTREAM_TIMEOUT);
         for missing in [env::WORKER, env::INCARNATION, env::STATE_DIR, env::DOWNSTREAM_URL] {
             let without: Vec<_> = complete().into_iter().filter(|(name, _)| *name != missing).collect();
-            let error = ServeConfig::from_flags_and_env("stdio", "sqlite:x.db", environment(&without))
+            let error = ServeConfig::from_flags_and_env("stdio", "sqlite:x.db", None, environment(&without))
                 .expect_err("refused");
             assert!(error.contains(missing), "{error}");
         }
@@ -632,7 +653,7 @@ mod tests {
             let mut pairs = complete();
             pairs.retain(|(known, _)| *known != name);
             pairs.push((name, value));
-            let error = ServeConfig::from_flags_and_env("stdio", "sqlite:x.db", environment(&pairs))
+            let error = ServeConfig::from_flags_and_env("stdio", "sqlite:x.db", None, environment(&pairs))
                 .expect_err(value);
             assert!(error.contains(name), "{error}");
         };
@@ -650,31 +671,58 @@ mod tests {
         let mut pairs = complete();
         pairs.push((env::SERVICES, r#"{"charges": {"honours_keys": false, "receipts": false}}"#));
         pairs.push((env::OPERATORS_URL, "http://127.0.0.1:8080/v1/reconciliations"));
-        let config =
-            ServeConfig::from_flags_and_env("stdio", "sqlite:x.db", environment(&pairs)).expect("valid");
+        let config = ServeConfig::from_flags_and_env("stdio", "sqlite:x.db", None, environment(&pairs))
+            .expect("valid");
         let charge = config.contracts().get("payments.charge", "2026-08-18").cloned().expect("a contract");
         assert!(!charge.downstream.honours_key && !charge.downstream.receipt_lookup, "{charge:?}");
         let ticket = config.contracts().get("tickets.create", "2026-08-18").cloned().expect("a contract");
         assert!(ticket.downstream.honours_key && ticket.downstream.receipt_lookup, "untouched: {ticket:?}");
         let operators = config.world.operators.expect("an operators' queue");
         assert_eq!((operators.port, operators.path.as_str()), (8080, "/v1/reconciliations"));
-        let flags = |transport: &str, store: &str| {
-            ServeConfig::from_flags_and_env(transport, store, environment(&complete())).expect_err("refused")
+        let flags = |transport: &str, store: &str, schema: Option<&str>| {
+            ServeConfig::from_flags_and_env(transport, store, schema, environment(&complete()))
+                .expect_err("refused")
         };
-        assert!(flags("http", "sqlite:x.db").contains(env::MCP_LISTEN), "http needs an address");
+        assert!(flags("http", "sqlite:x.db", None).contains(env::MCP_LISTEN), "http needs an address");
         let mut pairs = complete();
         pairs.push((env::MCP_LISTEN, "127.0.0.1:4100"));
         let http =
-            ServeConfig::from_flags_and_env("http", "sqlite:x.db", environment(&pairs)).expect("valid");
+            ServeConfig::from_flags_and_env("http", "sqlite:x.db", None, environment(&pairs)).expect("valid");
         assert_eq!(http.transport, Transport::Http(([127, 0, 0, 1], 4100).into()));
-        assert!(flags("stdio", "postgres://x").contains("sqlite:PATH"));
+        assert!(flags("stdio", "mysql://x", None).contains("sqlite:PATH"));
+        assert!(flags("stdio", "sqlite:x.db", Some("run_1")).contains("--schema is for a postgres"));
+        for bad in ["Run1", "1run", "pg_run", "run-1", "run;drop", ""] {
+            let error = flags("stdio", "postgres://u@h/db", Some(bad));
+            assert!(error.contains("--schema"), "{bad}: {error}");
+        }
+        let postgres = |schema: Option<&str>| {
+            ServeConfig::from_flags_and_env(
+                "stdio",
+                "postgres://u@h:5432/db",
+                schema,
+                environment(&complete()),
+            )
+            .expect("valid")
+            .store
+        };
+        assert_eq!(
+            postgres(Some("run_r12_3_s02_0")),
+            StoreLocation::Postgres {
+                url: "postgres://u@h:5432/db".into(),
+                schema: Some("run_r12_3_s02_0".into())
+            }
+        );
+        assert_eq!(
+            postgres(None),
+            StoreLocation::Postgres { url: "postgres://u@h:5432/db".into(), schema: None }
+        );
     }
 
     #[test]
     fn the_manifest_names_what_is_served() {
         let mut pairs = complete();
         pairs.push((env::LEASE_MS, "1500"));
-        let config = ServeConfig::from_flags_and_env("stdio", "sqlite:x.db", environment(&pairs))
+        let config = ServeConfig::from_flags_and_env("stdio", "sqlite:x.db", None, environment(&pairs))
             .expect("a configuration");
         let manifest = config.manifest();
         let tools = manifest.capabilities.tools.clone().expect("tools");

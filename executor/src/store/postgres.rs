@@ -33,7 +33,9 @@ use std::thread::JoinHandle;
 use postgres::types::ToSql;
 use postgres::{Client, NoTls, Row, Statement};
 
-use super::{Claimed, NewClaim, OperationRecord, OwnedClaim, RawRecord, Reconciliation, StoreError, TakeOver};
+use super::{
+    Claimed, NewClaim, OperationRecord, OwnedClaim, RawRecord, Reconciliation, StoreError, TakeOver,
+};
 
 /// `SELECT` of a whole record (the columns in [`super::RECORD_COLUMNS`]' order) followed by
 /// `$tail`, as one literal: statements are cached by their text.
@@ -231,17 +233,29 @@ impl Connection {
     }
 
     /// Runs prepared `sql`; the number of rows it changed.
-    pub(crate) fn execute(&mut self, sql: &'static str, params: &[&(dyn ToSql + Sync)]) -> Result<u64, postgres::Error> {
+    pub(crate) fn execute(
+        &mut self,
+        sql: &'static str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<u64, postgres::Error> {
         let statement = self.prepared(sql)?;
         self.client.execute(&statement, params)
     }
 
-    fn query(&mut self, sql: &'static str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, postgres::Error> {
+    fn query(
+        &mut self,
+        sql: &'static str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, postgres::Error> {
         let statement = self.prepared(sql)?;
         self.client.query(&statement, params)
     }
 
-    fn query_opt(&mut self, sql: &'static str, params: &[&(dyn ToSql + Sync)]) -> Result<Option<Row>, postgres::Error> {
+    fn query_opt(
+        &mut self,
+        sql: &'static str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Option<Row>, postgres::Error> {
         let statement = self.prepared(sql)?;
         self.client.query_opt(&statement, params)
     }
@@ -300,7 +314,8 @@ fn connect(url: &str, schema: Option<&str>) -> Result<Connection, postgres::Erro
     transaction.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
     if let Some(schema) = schema {
         // The name was checked to be a plain identifier: it cannot be a parameter here.
-        transaction.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {schema}; SET search_path TO {schema}"))?;
+        transaction
+            .batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {schema}; SET search_path TO {schema}"))?;
     }
     transaction.batch_execute(
         "CREATE TABLE IF NOT EXISTS replaylab_schema_migrations (
@@ -315,7 +330,8 @@ fn connect(url: &str, schema: Option<&str>) -> Result<Connection, postgres::Erro
         let version = i32::try_from(index + 1).unwrap_or(i32::MAX);
         if version > applied {
             transaction.batch_execute(migration)?;
-            transaction.execute("INSERT INTO replaylab_schema_migrations (version) VALUES ($1)", &[&version])?;
+            transaction
+                .execute("INSERT INTO replaylab_schema_migrations (version) VALUES ($1)", &[&version])?;
         }
     }
     transaction.commit()?;
@@ -414,8 +430,10 @@ impl PostgresStore {
             }
             // A new statement, a new snapshot: the row that won the conflict is visible. Only
             // a deletion in between (a mutant's `forget`) leaves none: then claim again.
-            let found = connection
-                .query_opt(select_records!("WHERE tenant = $1 AND operation_key = $2"), &[&new.tenant, &new.operation_key])?;
+            let found = connection.query_opt(
+                select_records!("WHERE tenant = $1 AND operation_key = $2"),
+                &[&new.tenant, &new.operation_key],
+            )?;
             if let Some(row) = found {
                 return Ok(Some(raw_record(&row)));
             }
@@ -426,7 +444,11 @@ impl PostgresStore {
         }
     }
 
-    pub(crate) fn load(&self, tenant: &str, operation_key: &str) -> Result<Option<OperationRecord>, StoreError> {
+    pub(crate) fn load(
+        &self,
+        tenant: &str,
+        operation_key: &str,
+    ) -> Result<Option<OperationRecord>, StoreError> {
         let (tenant, key) = (tenant.to_owned(), operation_key.to_owned());
         one_record(self.run("load", move |c| {
             c.query_opt(select_records!("WHERE tenant = $1 AND operation_key = $2"), &[&tenant, &key])
@@ -447,7 +469,11 @@ impl PostgresStore {
         })?)
     }
 
-    pub(crate) fn load_by_job(&self, tenant: &str, job_id: &str) -> Result<Option<OperationRecord>, StoreError> {
+    pub(crate) fn load_by_job(
+        &self,
+        tenant: &str,
+        job_id: &str,
+    ) -> Result<Option<OperationRecord>, StoreError> {
         let (tenant, job_id) = (tenant.to_owned(), job_id.to_owned());
         one_record(self.run("load by job", move |c| {
             c.query_opt(
@@ -458,7 +484,9 @@ impl PostgresStore {
     }
 
     pub(crate) fn records(&self) -> Result<Vec<OperationRecord>, StoreError> {
-        records(self.run("list records", |c| c.query(select_records!("ORDER BY tenant, operation_key"), &[]))?)
+        records(
+            self.run("list records", |c| c.query(select_records!("ORDER BY tenant, operation_key"), &[]))?,
+        )
     }
 
     pub(crate) fn unsettled(&self) -> Result<Vec<OperationRecord>, StoreError> {
@@ -513,7 +541,12 @@ impl PostgresStore {
         })
     }
 
-    pub(crate) fn fail_permanent(&self, owned: &OwnedClaim, reason: &str, now_ms: u64) -> Result<bool, StoreError> {
+    pub(crate) fn fail_permanent(
+        &self,
+        owned: &OwnedClaim,
+        reason: &str,
+        now_ms: u64,
+    ) -> Result<bool, StoreError> {
         let (owned, reason) = (owned.clone(), reason.to_owned());
         self.changed_one("fail", move |c| {
             c.execute(
@@ -525,7 +558,12 @@ impl PostgresStore {
         })
     }
 
-    pub(crate) fn mark_unknown(&self, owned: &OwnedClaim, finding: &str, now_ms: u64) -> Result<bool, StoreError> {
+    pub(crate) fn mark_unknown(
+        &self,
+        owned: &OwnedClaim,
+        finding: &str,
+        now_ms: u64,
+    ) -> Result<bool, StoreError> {
         let (owned, finding) = (owned.clone(), finding.to_owned());
         self.run("mark unknown", move |c| {
             c.in_transaction(|c| {
@@ -597,7 +635,8 @@ impl PostgresStore {
         now_ms: u64,
         notice_due: bool,
     ) -> Result<bool, StoreError> {
-        let values = (tenant.to_owned(), operation_key.to_owned(), job_id.to_owned(), response_json.to_owned());
+        let values =
+            (tenant.to_owned(), operation_key.to_owned(), job_id.to_owned(), response_json.to_owned());
         self.run("settle job", move |c| {
             let (tenant, key, job_id, response) = &values;
             c.in_transaction(|c| {
@@ -621,7 +660,11 @@ impl PostgresStore {
         })
     }
 
-    pub(crate) fn due_notice(&self, tenant: &str, operation_key: &str) -> Result<Option<(String, u64)>, StoreError> {
+    pub(crate) fn due_notice(
+        &self,
+        tenant: &str,
+        operation_key: &str,
+    ) -> Result<Option<(String, u64)>, StoreError> {
         let (tenant, key) = (tenant.to_owned(), operation_key.to_owned());
         self.run("load due notice", move |c| {
             let row = c.query_opt(
@@ -664,7 +707,8 @@ impl PostgresStore {
         response_json: &str,
         now_ms: u64,
     ) -> Result<bool, StoreError> {
-        let values = (tenant.to_owned(), operation_key.to_owned(), job_id.to_owned(), response_json.to_owned());
+        let values =
+            (tenant.to_owned(), operation_key.to_owned(), job_id.to_owned(), response_json.to_owned());
         self.changed_one("write job result", move |c| {
             let (tenant, key, job_id, response) = &values;
             c.execute(
@@ -677,7 +721,12 @@ impl PostgresStore {
         })
     }
 
-    pub(crate) fn tombstone(&self, tenant: &str, operation_key: &str, now_ms: u64) -> Result<bool, StoreError> {
+    pub(crate) fn tombstone(
+        &self,
+        tenant: &str,
+        operation_key: &str,
+        now_ms: u64,
+    ) -> Result<bool, StoreError> {
         let (tenant, key) = (tenant.to_owned(), operation_key.to_owned());
         self.changed_one("tombstone", move |c| {
             c.execute(
@@ -692,7 +741,10 @@ impl PostgresStore {
     pub(crate) fn forget(&self, tenant: &str, operation_key: &str) -> Result<bool, StoreError> {
         let (tenant, key) = (tenant.to_owned(), operation_key.to_owned());
         self.changed_one("forget", move |c| {
-            c.execute("DELETE FROM tool_operations WHERE tenant = $1 AND operation_key = $2", &[&tenant, &key])
+            c.execute(
+                "DELETE FROM tool_operations WHERE tenant = $1 AND operation_key = $2",
+                &[&tenant, &key],
+            )
         })
     }
 
