@@ -32,23 +32,64 @@ pub struct StoreBench {
     pub ratio: f64,
 }
 
-/// Runs `operations` claim-and-complete operations through the store and the same number of
-/// hand-written insert-and-update pairs, each on its own temporary database file with the
-/// same settings (WAL, `synchronous=NORMAL`), and compares their rates.
-pub fn store_bench(operations: u64) -> Result<StoreBench, StoreError> {
-    let operations = operations.max(ROUNDS);
-    let directory = BenchDirectory::create()?;
-    let store = ClaimStore::open(&StoreLocation::File(directory.file("store.db")))?;
-    let raw = ClaimStore::open(&StoreLocation::File(directory.file("raw.db")))?;
+/// Where [`store_bench`] measures.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BenchStore {
+    /// Two temporary SQLite files (WAL, `synchronous=NORMAL`), removed afterwards.
+    SqliteFiles,
+    /// Two fresh schemas in this Postgres database (the URL), dropped afterwards.
+    Postgres(String),
+}
 
-    store_path(&store, &claims("warm", WARM_UP_OPERATIONS))?;
-    raw_path(&raw, &claims("warm", WARM_UP_OPERATIONS))?;
+/// Runs `operations` claim-and-complete operations through the store and the same number of
+/// hand-written insert-and-update pairs, each on its own database of the same kind (`on`),
+/// and compares their rates.
+pub fn store_bench(operations: u64, on: &BenchStore) -> Result<StoreBench, StoreError> {
+    match on {
+        BenchStore::SqliteFiles => {
+            let directory = BenchDirectory::create()?;
+            let store = ClaimStore::open(&StoreLocation::File(directory.file("store.db")))?;
+            let raw = ClaimStore::open(&StoreLocation::File(directory.file("raw.db")))?;
+            measure(operations, &store, &raw, raw_path)
+        }
+        BenchStore::Postgres(url) => {
+            let schemas =
+                [crate::store::fresh_schema("bench_store"), crate::store::fresh_schema("bench_raw")];
+            let open = |schema: &str| {
+                ClaimStore::open(&StoreLocation::Postgres {
+                    url: url.clone(),
+                    schema: Some(schema.to_owned()),
+                })
+            };
+            let (store, raw) = (open(&schemas[0])?, open(&schemas[1])?);
+            let measured = measure(operations, &store, &raw, raw_path_postgres);
+            for (connection, schema) in [(&store, &schemas[0]), (&raw, &schemas[1])] {
+                if let Some(postgres) = connection.postgres() {
+                    // A schema left behind is harmless; the measurement is what counts.
+                    let _ = postgres.drop_schema(schema);
+                }
+            }
+            measured
+        }
+    }
+}
+
+fn measure(
+    operations: u64,
+    store: &ClaimStore,
+    raw: &ClaimStore,
+    raw_path: fn(&ClaimStore, &[NewClaim]) -> Result<Duration, StoreError>,
+) -> Result<StoreBench, StoreError> {
+    let operations = operations.max(ROUNDS);
+    store_path(store, &claims("warm", WARM_UP_OPERATIONS))?;
+    raw_path(raw, &claims("warm", WARM_UP_OPERATIONS))?;
     let per_round = operations / ROUNDS;
     let (mut store_time, mut raw_time) = (Duration::ZERO, Duration::ZERO);
     for round in 0..ROUNDS {
         let prefix = format!("round{round}");
-        raw_time += raw_path(&raw, &claims(&prefix, per_round))?;
-        store_time += store_path(&store, &claims(&prefix, per_round))?;
+        raw_time += raw_path(raw, &claims(&prefix, per_round))?;
+        store_time += store_path(store, &claims(&prefix, per_round))?;
     }
     let measured = (per_round * ROUNDS) as f64;
     let claims_per_second = measured / store_time.as_secs_f64().max(f64::EPSILON);
@@ -158,6 +199,54 @@ fn raw_path(raw: &ClaimStore, claims: &[NewClaim]) -> Result<Duration, StoreErro
     Ok(started.elapsed())
 }
 
+/// The hand-written statements on Postgres: the same insert and update, prepared once, run
+/// on the connection's own thread in one go (no hand-over per statement, as a program that
+/// owns its connection would).
+fn raw_path_postgres(raw: &ClaimStore, claims: &[NewClaim]) -> Result<Duration, StoreError> {
+    let postgres = raw.postgres().expect("the raw path's store is a Postgres schema");
+    let claims = claims.to_vec();
+    let started = Instant::now();
+    postgres.run("run the hand-written benchmark statements", move |connection| {
+        for claim in &claims {
+            connection.execute(
+                "INSERT INTO tool_operations (tenant, operation_key, tool_name, tool_version, \
+                 request_fingerprint, status, owner_token, lease_until_ms, downstream_key, \
+                 created_at_ms, updated_at_ms, expires_at_ms, request_json) \
+                 VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7, $8, $9, $9, $10, $11) \
+                 ON CONFLICT (tenant, operation_key) DO NOTHING",
+                &[
+                    &claim.tenant,
+                    &claim.operation_key,
+                    &claim.tool_name,
+                    &claim.tool_version,
+                    &claim.request_fingerprint,
+                    &claim.owner_token,
+                    &(claim.lease_until_ms as i64),
+                    &claim.downstream_key,
+                    &(claim.now_ms as i64),
+                    &(claim.expires_at_ms as i64),
+                    &claim.request_json,
+                ],
+            )?;
+            connection.execute(
+                "UPDATE tool_operations SET status = 'applied', effect_reference = $4, response_json = $5, \
+                 owner_token = NULL, lease_until_ms = 0, request_json = NULL, updated_at_ms = $6 \
+                 WHERE tenant = $1 AND operation_key = $2 AND owner_token = $3",
+                &[
+                    &claim.tenant,
+                    &claim.operation_key,
+                    &claim.owner_token,
+                    &format!("ticket_{}", claim.now_ms),
+                    &response(claim),
+                    &((claim.now_ms + 1) as i64),
+                ],
+            )?;
+        }
+        Ok(())
+    })?;
+    Ok(started.elapsed())
+}
+
 /// A fresh directory under the system's temporary directory, removed on drop.
 struct BenchDirectory {
     path: PathBuf,
@@ -199,7 +288,7 @@ mod tests {
 
     #[test]
     fn the_bench_measures_both_paths_and_cleans_up() {
-        let bench = store_bench(400).unwrap();
+        let bench = store_bench(400, &BenchStore::SqliteFiles).unwrap();
         assert_eq!(bench.operations, 400);
         assert!(bench.claims_per_second > 0.0 && bench.raw_inserts_per_second > 0.0, "{bench:?}");
         assert!((bench.ratio - bench.claims_per_second / bench.raw_inserts_per_second).abs() < 1e-9);

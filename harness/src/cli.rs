@@ -296,11 +296,16 @@ enum BenchCommand {
         executor: String,
     },
     /// Executor claims per second (claim + complete through the store API) against plain
-    /// INSERT .. ON CONFLICT + UPDATE on the same SQLite settings.
+    /// INSERT .. ON CONFLICT + UPDATE on the same kind of database: two SQLite files, or two
+    /// fresh schemas in a Postgres database with --store.
     Store {
         /// Operations of each.
         #[arg(long, default_value_t = 20_000)]
         operations: u64,
+        /// A Postgres database to measure in (postgres://USER@HOST:PORT/DB); default: SQLite
+        /// files in the temporary directory.
+        #[arg(long)]
+        store: Option<String>,
     },
     /// The black-box matrix once (one repeat): its wall time against the target (under 90 s
     /// with 2 workers on 2 cores), and where the real time went. Default command: this
@@ -933,7 +938,18 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
             );
             Ok(exit::SUCCESS)
         }
-        Command::Bench { what: BenchCommand::Store { operations } } => {
+        Command::Bench { what: BenchCommand::Store { operations, store } } => {
+            let on = match store.as_deref() {
+                None => executor::bench::BenchStore::SqliteFiles,
+                Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+                    executor::bench::BenchStore::Postgres(url.to_owned())
+                }
+                Some(other) => {
+                    return Err(bad_input(anyhow::anyhow!(
+                        "--store {other:?}: expected postgres://USER@HOST:PORT/DB (without it, SQLite files)"
+                    )))
+                }
+            };
             if operations == 0 {
                 return Err(bad_input(anyhow::anyhow!("--operations must be at least 1")));
             }
@@ -942,7 +958,7 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
                     "--operations must be at most {MAX_BENCH_OPERATIONS} (each keeps a row in memory)"
                 )));
             }
-            let result = executor::bench::store_bench(operations)
+            let result = executor::bench::store_bench(operations, &on)
                 .map_err(|error| Failure { code: exit::CHECK_FAILED, error: error.into() })?;
             println!(
                 "store: executor claims/s={:.0} raw inserts/s={:.0} ratio={:.2}",

@@ -73,8 +73,13 @@ CREATE TABLE tool_operations (
     request_json        TEXT,
     PRIMARY KEY (tenant, operation_key)
 );
-CREATE INDEX tool_operations_by_downstream_key ON tool_operations (tenant, downstream_key);
-CREATE INDEX tool_operations_by_job ON tool_operations (tenant, job_id);
+-- Partial indexes: besides being smaller, a lookup by key cannot use them, so the planner
+-- never prefers one of them (scanning a whole tenant) over the primary key; a generic plan
+-- made while the table is empty and unanalysed did exactly that.
+CREATE INDEX tool_operations_by_downstream_key ON tool_operations (tenant, downstream_key)
+    WHERE downstream_key IS NOT NULL;
+CREATE INDEX tool_operations_by_job ON tool_operations (tenant, job_id)
+    WHERE job_id IS NOT NULL;
 CREATE INDEX tool_operations_unsettled ON tool_operations (tenant, operation_key)
     WHERE status IN ('pending', 'unknown');
 CREATE TABLE webhook_events (
@@ -808,6 +813,15 @@ impl PostgresStore {
             )
         })?;
         Ok(rows.iter().map(reconciliation).collect())
+    }
+
+    /// Drops `schema` and everything in it (the benchmark's own schemas).
+    pub(crate) fn drop_schema(&self, schema: &str) -> Result<(), StoreError> {
+        if !valid_schema_name(schema) {
+            return Err(StoreError::InvalidSchema(schema.to_owned()));
+        }
+        let sql = format!("DROP SCHEMA IF EXISTS {schema} CASCADE");
+        self.run("drop a schema", move |c| c.client.batch_execute(&sql))
     }
 
     /// Runs a write and answers whether it changed exactly one row.
