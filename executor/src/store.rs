@@ -1677,9 +1677,18 @@ mod tests {
     fn a_file_store_uses_wal_with_normal_synchronous_writes() {
         let path = std::env::temp_dir().join(format!("replaylab-store-pragmas-{}.db", std::process::id()));
         let store = ClaimStore::open(&StoreLocation::File(path.clone())).unwrap();
-        let mode: String = store.connection.query_row("PRAGMA journal_mode", [], |row| row.get(0)).unwrap();
-        let synchronous: i64 =
-            store.connection.query_row("PRAGMA synchronous", [], |row| row.get(0)).unwrap();
+        let mode: String = store
+            .sqlite()
+            .expect("a SQLite store")
+            .connection
+            .query_row("PRAGMA journal_mode", [], |row| row.get(0))
+            .unwrap();
+        let synchronous: i64 = store
+            .sqlite()
+            .expect("a SQLite store")
+            .connection
+            .query_row("PRAGMA synchronous", [], |row| row.get(0))
+            .unwrap();
         assert_eq!((mode.as_str(), synchronous), ("wal", 1), "1 is NORMAL");
         drop(store);
         for suffix in ["", "-wal", "-shm"] {
@@ -1710,8 +1719,18 @@ mod tests {
     fn a_hand_edited_status_is_reported_not_trusted() {
         let store = memory();
         store.claim(&claim("acme", "k1", "A", 0)).unwrap();
-        store.connection.pragma_update(None, "ignore_check_constraints", true).unwrap();
-        store.connection.execute("UPDATE tool_operations SET status = 'done'", []).unwrap();
+        store
+            .sqlite()
+            .expect("a SQLite store")
+            .connection
+            .pragma_update(None, "ignore_check_constraints", true)
+            .unwrap();
+        store
+            .sqlite()
+            .expect("a SQLite store")
+            .connection
+            .execute("UPDATE tool_operations SET status = 'done'", [])
+            .unwrap();
         let error = store.load("acme", "k1").unwrap_err();
         assert!(error.to_string().contains("status \"done\""), "{error}");
     }

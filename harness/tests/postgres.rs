@@ -107,7 +107,7 @@ async fn eight_processes_racing_on_every_key_make_one_effect_each_and_leave_no_c
     let began = Instant::now();
     let mut statuses: BTreeMap<String, usize> = BTreeMap::new();
     let mut applied_per_key = vec![0usize; KEYS];
-    for key in 0..KEYS {
+    for (key, applied) in applied_per_key.iter_mut().enumerate() {
         let mut calls = tokio::task::JoinSet::new();
         for (worker, server) in servers.iter().enumerate() {
             let peer = server.peer().clone();
@@ -128,7 +128,7 @@ async fn eight_processes_racing_on_every_key_make_one_effect_each_and_leave_no_c
                 ),
                 "key {key}: a racing delivery is applied once, else replayed or in flight: {outcome:?}"
             );
-            applied_per_key[key] += usize::from(outcome.status == OutcomeStatus::Applied);
+            *applied += usize::from(outcome.status == OutcomeStatus::Applied);
             *statuses.entry(outcome.status.as_str().to_owned()).or_default() += 1;
         }
     }
