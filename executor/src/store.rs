@@ -1,4 +1,5 @@
-//! The durable claim store: one SQLite table of operations, decided by its primary key.
+//! The durable claim store: one table of operations, decided by its primary key, in SQLite
+//! (this file) or Postgres (`postgres.rs`, same contract).
 //!
 //! Every function here is synchronous and does one short transaction or statement; the
 //! executor wraps each call in the worker's [`StoreGate`] ([`GatedStore`]) so that inside
