@@ -175,7 +175,7 @@ pub enum StoreError {
         source: rusqlite::Error,
     },
     /// The Postgres database could not be reached, or its migrations not applied.
-    #[error("failed to open the claim store ({location}): {source}")]
+    #[error("failed to open the claim store ({location}): {}", with_causes(source))]
     OpenPostgres {
         /// Where (without the password).
         location: String,
@@ -189,7 +189,7 @@ pub enum StoreError {
     )]
     InvalidSchema(String),
     /// A Postgres statement failed.
-    #[error("failed to {operation} in the claim store: {source}")]
+    #[error("failed to {operation} in the claim store: {}", with_causes(source))]
     PostgresQuery {
         /// What was being done (`claim`, `complete`, ...).
         operation: &'static str,
@@ -210,6 +210,22 @@ pub enum StoreError {
         /// Why.
         source: std::io::Error,
     },
+}
+
+/// `error` and the errors beneath it, `: `-separated (the Postgres client's own text is often
+/// only "error connecting to server"; the cause says why).
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(inner) = cause {
+        let said = inner.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        cause = inner.source();
+    }
+    text
 }
 
 /// The status column of a record.

@@ -274,9 +274,8 @@ pub enum ServeError {
 impl std::fmt::Display for ServeError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::Store { location, message } => {
-                write!(f, "failed to open the claim store ({location}): {message}")
-            }
+            // The store's own error already says which store and what failed.
+            Self::Store { message, .. } => f.write_str(message),
             Self::Serving(message) => f.write_str(message),
         }
     }
