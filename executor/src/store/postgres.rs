@@ -454,10 +454,12 @@ impl PostgresStore {
         tenant: &str,
         operation_key: &str,
     ) -> Result<Option<OperationRecord>, StoreError> {
-        let (tenant, key) = (tenant.to_owned(), operation_key.to_owned());
-        one_record(self.run("load", move |c| {
-            c.query_opt(select_records!("WHERE tenant = $1 AND operation_key = $2"), &[&tenant, &key])
-        })?)
+        self.one_of_tenant(
+            "load",
+            select_records!("WHERE tenant = $1 AND operation_key = $2"),
+            tenant,
+            operation_key,
+        )
     }
 
     pub(crate) fn load_by_downstream_key(
@@ -465,13 +467,8 @@ impl PostgresStore {
         tenant: &str,
         downstream_key: &str,
     ) -> Result<Option<OperationRecord>, StoreError> {
-        let (tenant, key) = (tenant.to_owned(), downstream_key.to_owned());
-        one_record(self.run("load by downstream key", move |c| {
-            c.query_opt(
-                select_records!("WHERE tenant = $1 AND downstream_key = $2 ORDER BY operation_key LIMIT 1"),
-                &[&tenant, &key],
-            )
-        })?)
+        let sql = select_records!("WHERE tenant = $1 AND downstream_key = $2 ORDER BY operation_key LIMIT 1");
+        self.one_of_tenant("load by downstream key", sql, tenant, downstream_key)
     }
 
     pub(crate) fn load_by_job(
@@ -479,13 +476,20 @@ impl PostgresStore {
         tenant: &str,
         job_id: &str,
     ) -> Result<Option<OperationRecord>, StoreError> {
-        let (tenant, job_id) = (tenant.to_owned(), job_id.to_owned());
-        one_record(self.run("load by job", move |c| {
-            c.query_opt(
-                select_records!("WHERE tenant = $1 AND job_id = $2 ORDER BY operation_key LIMIT 1"),
-                &[&tenant, &job_id],
-            )
-        })?)
+        let sql = select_records!("WHERE tenant = $1 AND job_id = $2 ORDER BY operation_key LIMIT 1");
+        self.one_of_tenant("load by job", sql, tenant, job_id)
+    }
+
+    /// The record `sql` selects with `$1` = `tenant` and `$2` = `value`, if any.
+    fn one_of_tenant(
+        &self,
+        operation: &'static str,
+        sql: &'static str,
+        tenant: &str,
+        value: &str,
+    ) -> Result<Option<OperationRecord>, StoreError> {
+        let (tenant, value) = (tenant.to_owned(), value.to_owned());
+        one_record(self.run(operation, move |c| c.query_opt(sql, &[&tenant, &value]))?)
     }
 
     pub(crate) fn records(&self) -> Result<Vec<OperationRecord>, StoreError> {
