@@ -1125,12 +1125,11 @@ pub fn read_then_insert_claim<'a>(
     claim: &'a NewClaim,
 ) -> LocalBoxFuture<'a, Result<Claimed, StoreError>> {
     Box::pin(async move {
-        let seen =
-            store.call("load", async |store| store.load(&claim.tenant, &claim.operation_key).await).await?;
+        let seen = store.call("load", |store| store.load(&claim.tenant, &claim.operation_key)).await?;
         if let Some(record) = seen {
             return Ok(Claimed::Existing(record));
         }
-        store.call("insert", async |store| store.claim(claim).await).await?;
+        store.call("insert", |store| store.claim(claim)).await?;
         Ok(Claimed::New(claim.to_record()))
     })
 }
