@@ -35,6 +35,12 @@ use crate::warm::{Idle, WarmDatabase, WorkerStore};
 /// (see `Machine::at_work`).
 pub const DEFAULT_DOWNSTREAM_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// How long after a claim's lease ran out the background reconciliation waits before it takes
+/// the claim over: an owner whose downstream timeout ends as its lease does (the simulation's
+/// lease and timeout are both 2 s) records its own `unknown` in that time, rather than racing
+/// another worker's take-over (which would answer its agent `in_flight`, or resend first).
+const LEASE_GRACE: Duration = Duration::from_millis(250);
+
 /// When to poll a delayed job again: the fake's jobs take about two seconds, so polling every
 /// second converges quickly without hammering the service.
 const JOB_POLL_AFTER_SECONDS: u32 = 1;
@@ -1243,7 +1249,11 @@ impl Machine {
                     continue;
                 }
                 let ready_at = match record.status {
-                    RecordStatus::Pending => not_before.max(record.lease_until_ms),
+                    // An owner may still be finishing when its lease runs out (its downstream
+                    // timeout can end at the very moment): it gets `LEASE_GRACE` to record.
+                    RecordStatus::Pending => {
+                        not_before.max(record.lease_until_ms.saturating_add(duration_ms(LEASE_GRACE)))
+                    }
                     _ => not_before,
                 };
                 if ready_at <= now {
