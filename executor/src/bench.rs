@@ -12,8 +12,8 @@ use rusqlite::params;
 
 use crate::store::{ClaimStore, Claimed, NewClaim, OwnedClaim, StoreError, StoreLocation};
 
-/// The two paths run in this many alternating rounds, so that neither gets all the warm
-/// caches or all the disk noise.
+/// The two paths run in this many alternating rounds, each first in half of them, so that
+/// neither gets all the warm caches or all the disk noise.
 const ROUNDS: u64 = 4;
 
 /// Operations run on each path before measuring (statement caches, page cache, WAL file).
@@ -44,14 +44,28 @@ pub enum BenchStore {
 
 /// Runs `operations` claim-and-complete operations through the store and the same number of
 /// hand-written insert-and-update pairs, each on its own database of the same kind (`on`),
-/// and compares their rates.
+/// and compares their rates. Both paths run as a task on a current-thread tokio runtime's
+/// `LocalSet`, as a worker of `executor serve` runs its calls: the store's calls are awaited
+/// like the hand-written ones.
 pub fn store_bench(operations: u64, on: &BenchStore) -> Result<StoreBench, StoreError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|source| StoreError::BenchFile { path: "(the benchmark's tokio runtime)".into(), source })?;
+    let on = on.clone();
+    let local = tokio::task::LocalSet::new();
+    let measured =
+        local.block_on(&runtime, async move { tokio::task::spawn_local(bench_on(operations, on)).await });
+    measured.unwrap_or_else(|panicked| std::panic::resume_unwind(panicked.into_panic()))
+}
+
+async fn bench_on(operations: u64, on: BenchStore) -> Result<StoreBench, StoreError> {
     match on {
         BenchStore::SqliteFiles => {
             let directory = BenchDirectory::create()?;
             let store = ClaimStore::open(&StoreLocation::File(directory.file("store.db")))?;
             let raw = ClaimStore::open(&StoreLocation::File(directory.file("raw.db")))?;
-            measure(operations, &store, &raw, raw_path)
+            measure(operations, &store, &raw).await
         }
         BenchStore::Postgres(url) => {
             let schemas =
@@ -63,11 +77,11 @@ pub fn store_bench(operations: u64, on: &BenchStore) -> Result<StoreBench, Store
                 })
             };
             let (store, raw) = (open(&schemas[0])?, open(&schemas[1])?);
-            let measured = measure(operations, &store, &raw, raw_path_postgres);
+            let measured = measure(operations, &store, &raw).await;
             for (connection, schema) in [(&store, &schemas[0]), (&raw, &schemas[1])] {
                 if let Some(postgres) = connection.postgres() {
                     // A schema left behind is harmless; the measurement is what counts.
-                    let _ = postgres.drop_schema(schema);
+                    let _ = postgres.drop_schema(schema).await;
                 }
             }
             measured
@@ -75,21 +89,23 @@ pub fn store_bench(operations: u64, on: &BenchStore) -> Result<StoreBench, Store
     }
 }
 
-fn measure(
-    operations: u64,
-    store: &ClaimStore,
-    raw: &ClaimStore,
-    raw_path: fn(&ClaimStore, &[NewClaim]) -> Result<Duration, StoreError>,
-) -> Result<StoreBench, StoreError> {
+async fn measure(operations: u64, store: &ClaimStore, raw: &ClaimStore) -> Result<StoreBench, StoreError> {
     let operations = operations.max(ROUNDS);
-    store_path(store, &claims("warm", WARM_UP_OPERATIONS))?;
-    raw_path(raw, &claims("warm", WARM_UP_OPERATIONS))?;
+    store_path(store, &claims("warm", WARM_UP_OPERATIONS)).await?;
+    raw_path(raw, &claims("warm", WARM_UP_OPERATIONS)).await?;
     let per_round = operations / ROUNDS;
     let (mut store_time, mut raw_time) = (Duration::ZERO, Duration::ZERO);
     for round in 0..ROUNDS {
-        let prefix = format!("round{round}");
-        raw_time += raw_path(raw, &claims(&prefix, per_round))?;
-        store_time += store_path(store, &claims(&prefix, per_round))?;
+        // Each path goes first in half the rounds: the one after meets the database busy
+        // with what the first left behind (dirty pages, WAL to write).
+        let batch = claims(&format!("round{round}"), per_round);
+        if round % 2 == 0 {
+            raw_time += raw_path(raw, &batch).await?;
+            store_time += store_path(store, &batch).await?;
+        } else {
+            store_time += store_path(store, &batch).await?;
+            raw_time += raw_path(raw, &batch).await?;
+        }
     }
     let measured = (per_round * ROUNDS) as f64;
     let claims_per_second = measured / store_time.as_secs_f64().max(f64::EPSILON);
@@ -100,6 +116,14 @@ fn measure(
         raw_inserts_per_second,
         ratio: claims_per_second / raw_inserts_per_second,
     })
+}
+
+/// The hand-written path on `raw`'s backend.
+async fn raw_path(raw: &ClaimStore, claims: &[NewClaim]) -> Result<Duration, StoreError> {
+    match raw.postgres() {
+        Some(_) => raw_path_postgres(raw, claims).await,
+        None => raw_path_sqlite(raw, claims),
+    }
 }
 
 fn claims(prefix: &str, count: u64) -> Vec<NewClaim> {
@@ -127,10 +151,10 @@ fn response(claim: &NewClaim) -> String {
     format!(r#"{{"ticket_id":"ticket_{}","version":1,"status":"open"}}"#, claim.now_ms)
 }
 
-fn store_path(store: &ClaimStore, claims: &[NewClaim]) -> Result<Duration, StoreError> {
+async fn store_path(store: &ClaimStore, claims: &[NewClaim]) -> Result<Duration, StoreError> {
     let started = Instant::now();
     for claim in claims {
-        let Claimed::New(record) = store.claim(claim)? else {
+        let Claimed::New(record) = store.claim(claim).await? else {
             panic!("benchmark keys are fresh, yet {} was already claimed", claim.operation_key)
         };
         let owned = OwnedClaim {
@@ -141,14 +165,14 @@ fn store_path(store: &ClaimStore, claims: &[NewClaim]) -> Result<Duration, Store
         };
         let reference = format!("ticket_{}", claim.now_ms);
         assert!(
-            store.complete(&owned, Some(&reference), &response(claim), claim.now_ms + 1)?,
+            store.complete(&owned, Some(&reference), &response(claim), claim.now_ms + 1).await?,
             "the owner completes"
         );
     }
     Ok(started.elapsed())
 }
 
-fn raw_path(raw: &ClaimStore, claims: &[NewClaim]) -> Result<Duration, StoreError> {
+fn raw_path_sqlite(raw: &ClaimStore, claims: &[NewClaim]) -> Result<Duration, StoreError> {
     let failed =
         |source| StoreError::Query { operation: "run the hand-written benchmark statements", source };
     let connection = &raw.sqlite().expect("the raw path's store is a SQLite file").connection;
@@ -199,21 +223,38 @@ fn raw_path(raw: &ClaimStore, claims: &[NewClaim]) -> Result<Duration, StoreErro
     Ok(started.elapsed())
 }
 
-/// The hand-written statements on Postgres: the same insert and update, prepared once, run
-/// on the connection's own thread in one go (no hand-over per statement, as a program that
-/// owns its connection would).
-fn raw_path_postgres(raw: &ClaimStore, claims: &[NewClaim]) -> Result<Duration, StoreError> {
+/// The hand-written statements on Postgres: the same insert and update, prepared once, on a
+/// connection of the store's own (made on this runtime, as a program owning its connection
+/// would).
+async fn raw_path_postgres(raw: &ClaimStore, claims: &[NewClaim]) -> Result<Duration, StoreError> {
+    let operation = "run the hand-written benchmark statements";
+    let failed = |source| StoreError::PostgresQuery { operation, source };
     let postgres = raw.postgres().expect("the raw path's store is a Postgres schema");
-    let claims = claims.to_vec();
+    let session = postgres.session(operation).await?;
+    let client = &session.client;
+    let insert = client
+        .prepare(
+            "INSERT INTO tool_operations (tenant, operation_key, tool_name, tool_version, \
+             request_fingerprint, status, owner_token, lease_until_ms, downstream_key, \
+             created_at_ms, updated_at_ms, expires_at_ms, request_json) \
+             VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7, $8, $9, $9, $10, $11) \
+             ON CONFLICT (tenant, operation_key) DO NOTHING",
+        )
+        .await
+        .map_err(failed)?;
+    let update = client
+        .prepare(
+            "UPDATE tool_operations SET status = 'applied', effect_reference = $4, response_json = $5, \
+             owner_token = NULL, lease_until_ms = 0, request_json = NULL, updated_at_ms = $6 \
+             WHERE tenant = $1 AND operation_key = $2 AND owner_token = $3",
+        )
+        .await
+        .map_err(failed)?;
     let started = Instant::now();
-    postgres.run("run the hand-written benchmark statements", move |connection| {
-        for claim in &claims {
-            connection.execute(
-                "INSERT INTO tool_operations (tenant, operation_key, tool_name, tool_version, \
-                 request_fingerprint, status, owner_token, lease_until_ms, downstream_key, \
-                 created_at_ms, updated_at_ms, expires_at_ms, request_json) \
-                 VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7, $8, $9, $9, $10, $11) \
-                 ON CONFLICT (tenant, operation_key) DO NOTHING",
+    for claim in claims {
+        client
+            .execute(
+                &insert,
                 &[
                     &claim.tenant,
                     &claim.operation_key,
@@ -227,11 +268,12 @@ fn raw_path_postgres(raw: &ClaimStore, claims: &[NewClaim]) -> Result<Duration, 
                     &(claim.expires_at_ms as i64),
                     &claim.request_json,
                 ],
-            )?;
-            connection.execute(
-                "UPDATE tool_operations SET status = 'applied', effect_reference = $4, response_json = $5, \
-                 owner_token = NULL, lease_until_ms = 0, request_json = NULL, updated_at_ms = $6 \
-                 WHERE tenant = $1 AND operation_key = $2 AND owner_token = $3",
+            )
+            .await
+            .map_err(failed)?;
+        client
+            .execute(
+                &update,
                 &[
                     &claim.tenant,
                     &claim.operation_key,
@@ -240,10 +282,10 @@ fn raw_path_postgres(raw: &ClaimStore, claims: &[NewClaim]) -> Result<Duration, 
                     &response(claim),
                     &((claim.now_ms + 1) as i64),
                 ],
-            )?;
-        }
-        Ok(())
-    })?;
+            )
+            .await
+            .map_err(failed)?;
+    }
     Ok(started.elapsed())
 }
 

@@ -20,7 +20,7 @@
 //! )?;
 //! // The harness calls `factory.start(env)` (protocol::ExecutorFactory) at each worker
 //! // (re)start, and can inspect the store afterwards:
-//! let records = factory.with_store(|store| store.records())?;
+//! let records = factory.with_store(async |store| store.records().await)?;
 //! # Ok::<(), executor::StoreError>(())
 //! ```
 //!
@@ -81,7 +81,7 @@ mod warm;
 
 pub use machine::{ReferenceConfig, ReferenceExecutor, ReferenceFactory, DEFAULT_DOWNSTREAM_TIMEOUT};
 pub use store::{
-    fresh_schema, test_postgres, valid_schema_name, ClaimStore, Claimed, GatedStore, NewClaim,
+    block_on, fresh_schema, test_postgres, valid_schema_name, ClaimStore, Claimed, GatedStore, NewClaim,
     OperationRecord, OwnedClaim, Reconciliation, RecordStatus, StoreError, StoreLocation, TakeOver,
     TEST_POSTGRES_ENV,
 };

@@ -155,10 +155,12 @@ impl ReferenceFactory {
         ClaimStore::open(&self.location)
     }
 
-    /// Runs `inspect` on the factory's own connection (no new connection needed).
-    pub fn with_store<T>(&self, inspect: impl FnOnce(&ClaimStore) -> T) -> T {
+    /// Runs `inspect` on the factory's own connection (no new connection needed) and waits
+    /// for it ([`crate::block_on`]: outside a runtime, or inside one on a SQLite store).
+    pub fn with_store<T>(&self, inspect: impl AsyncFnOnce(&ClaimStore) -> T) -> T {
         let keeper = self.keeper.lock().unwrap_or_else(PoisonError::into_inner);
-        inspect(keeper.as_ref().expect("the keeper connection is present until the factory is dropped"))
+        let store = keeper.as_ref().expect("the keeper connection is present until the factory is dropped");
+        crate::store::block_on(inspect(store))
     }
 }
 
@@ -454,7 +456,7 @@ impl Machine {
     }
 
     async fn load(&self, tenant: &str, operation_key: &str) -> Result<Option<OperationRecord>, StoreError> {
-        self.gated().call("load", |store| store.load(tenant, operation_key)).await
+        self.gated().call("load", async |store| store.load(tenant, operation_key).await).await
     }
 
     /// The current record, described (after a lost compare-and-set, and for poll).
@@ -502,12 +504,12 @@ impl Machine {
             RetentionVerdict::Keep => Ok(Some(record)),
             RetentionVerdict::Tombstone => {
                 let (tenant, key, now) = (&record.tenant, &record.operation_key, self.now_ms());
-                self.gated().call("tombstone", |store| store.tombstone(tenant, key, now)).await?;
+                self.gated().call("tombstone", async |store| store.tombstone(tenant, key, now).await).await?;
                 self.load(tenant, key).await
             }
             RetentionVerdict::Forget => {
                 let (tenant, key) = (&record.tenant, &record.operation_key);
-                self.gated().call("forget", |store| store.forget(tenant, key)).await?;
+                self.gated().call("forget", async |store| store.forget(tenant, key).await).await?;
                 Ok(None)
             }
         }
@@ -521,8 +523,8 @@ impl Machine {
         // status already says what matters.
         let _ = self
             .gated()
-            .call("record_reconciliation", |store| {
-                store.record_reconciliation(tenant, operation_key, now, finding)
+            .call("record_reconciliation", async |store| {
+                store.record_reconciliation(tenant, operation_key, now, finding).await
             })
             .await;
     }
@@ -772,7 +774,7 @@ impl Machine {
         request: &Request,
     ) -> Outcome {
         let (tenant, key) = (&record.tenant, &record.operation_key);
-        if let Err(error) = self.gated().call("forget", |store| store.forget(tenant, key)).await {
+        if let Err(error) = self.gated().call("forget", async |store| store.forget(tenant, key).await).await {
             return store_failure(Some(key), &error);
         }
         self.claim_afresh(contract, request).await
@@ -891,7 +893,8 @@ impl Machine {
     /// There is no receipt, so there is no effect reference to store or to answer with.
     async fn record_assumed_success(&self, owned: &OwnedClaim, why: &str) -> Outcome {
         let (now, key) = (self.now_ms(), &owned.operation_key);
-        match self.gated().call("complete", |store| store.complete(owned, None, "{}", now)).await {
+        match self.gated().call("complete", async |store| store.complete(owned, None, "{}", now).await).await
+        {
             Ok(true) => {
                 let mut outcome = with_key(Outcome::new(OutcomeStatus::Applied), key);
                 outcome.message = Some(format!("taken as done ({why})"));
@@ -1011,20 +1014,29 @@ impl Machine {
     ) -> Result<bool, StoreError> {
         let now = self.now_ms();
         if contract.execution == Execution::DelayedJob {
-            return self.gated().call("set_job", |store| store.set_job(owned, reference, now)).await;
+            return self
+                .gated()
+                .call("set_job", async |store| store.set_job(owned, reference, now).await)
+                .await;
         }
         let stored = (self.strategies.completion)(reference, result);
         let (stored_reference, response_json) =
             (stored.effect_reference.as_deref(), stored.response.to_string());
         self.gated()
-            .call("complete", |store| store.complete(owned, stored_reference, &response_json, now))
+            .call("complete", async |store| {
+                store.complete(owned, stored_reference, &response_json, now).await
+            })
             .await
     }
 
     async fn fail(&self, owned: &OwnedClaim, reason: ReasonCode, message: &str) -> Outcome {
         let stored = (self.strategies.refusal)(reason).map(reason_text).unwrap_or_default();
         let (now, key, reason_code) = (self.now_ms(), &owned.operation_key, stored);
-        match self.gated().call("fail", |store| store.fail_permanent(owned, &reason_code, now)).await {
+        match self
+            .gated()
+            .call("fail", async |store| store.fail_permanent(owned, &reason_code, now).await)
+            .await
+        {
             Ok(true) => rejected(key, reason, message),
             Ok(false) => self.reload_and_describe(&owned.tenant, key).await,
             Err(error) => store_failure(Some(key), &error),
@@ -1035,7 +1047,11 @@ impl Machine {
     /// no way left to find out, so the operation is filed for people to settle.
     async fn mark_unknown(&self, owned: &OwnedClaim, finding: &str, hand_over: bool) -> Outcome {
         let (now, key) = (self.now_ms(), &owned.operation_key);
-        match self.gated().call("mark_unknown", |store| store.mark_unknown(owned, finding, now)).await {
+        match self
+            .gated()
+            .call("mark_unknown", async |store| store.mark_unknown(owned, finding, now).await)
+            .await
+        {
             Ok(true) => {
                 tracing::debug!(key, finding, hand_over, "marked unknown");
                 if hand_over {
@@ -1066,7 +1082,7 @@ impl Machine {
             return self.mark_unknown(owned, &error.to_string(), hand_over).await;
         }
         let (now, key) = (self.now_ms(), &owned.operation_key);
-        match self.gated().call("release", |store| store.release(owned, now)).await {
+        match self.gated().call("release", async |store| store.release(owned, now).await).await {
             Ok(true) => {
                 in_flight(key, QUEUE_POLL_AFTER_SECONDS, "queued; a consumer will carry it out; poll")
             }
@@ -1090,7 +1106,7 @@ impl Machine {
             lease_until_ms: now.saturating_add(duration_ms(contract.lease)),
             now_ms: now,
         };
-        match self.gated().call("take_over", |store| store.take_over(&take_over)).await {
+        match self.gated().call("take_over", async |store| store.take_over(&take_over).await).await {
             Ok(true) => {
                 tracing::debug!(
                     key = %take_over.operation_key,
@@ -1209,7 +1225,10 @@ impl Machine {
         let mut tried: BTreeMap<(String, String), (u32, u64)> = BTreeMap::new();
         loop {
             self.again.set(false);
-            let Ok(records) = self.gated().call("unsettled", ClaimStore::unsettled).await else { return };
+            let Ok(records) = self.gated().call("unsettled", async |store| store.unsettled().await).await
+            else {
+                return;
+            };
             let now = self.now_ms();
             let mut due = Vec::new();
             let mut next_wake: Option<u64> = None;
@@ -1406,7 +1425,9 @@ impl Machine {
                     let reason = reason_text(ReasonCode::DownstreamRejected);
                     let given_up = self
                         .gated()
-                        .call("give_up_job", |store| store.give_up_job(tenant, key, job_id, &reason, now))
+                        .call("give_up_job", async |store| {
+                            store.give_up_job(tenant, key, job_id, &reason, now).await
+                        })
                         .await;
                     if matches!(given_up, Ok(true)) {
                         return rejected(
@@ -1444,14 +1465,14 @@ impl Machine {
         let notice_due = plan.owe_notice && plan.announce_on_win && contract.completion_notice_to.is_some();
         let won = if plan.compare_and_set {
             self.gated()
-                .call("settle_job", |store| {
-                    store.settle_job(tenant, key, job_id, &response_json, now, notice_due)
+                .call("settle_job", async |store| {
+                    store.settle_job(tenant, key, job_id, &response_json, now, notice_due).await
                 })
                 .await?
         } else {
             self.gated()
-                .call("write_job_result", |store| {
-                    store.write_job_result(tenant, key, job_id, &response_json, now)
+                .call("write_job_result", async |store| {
+                    store.write_job_result(tenant, key, job_id, &response_json, now).await
                 })
                 .await?
         };
@@ -1484,7 +1505,7 @@ impl Machine {
     async fn notice_done(&self, tenant: &str, key: &str) {
         // A notice still marked owed after this is finished again by a later poll: it looks
         // before it resends.
-        let _ = self.gated().call("notice_done", |store| store.notice_done(tenant, key)).await;
+        let _ = self.gated().call("notice_done", async |store| store.notice_done(tenant, key).await).await;
     }
 
     /// Finishes a completion notice a settled job still owes (its sender crashed, or gave up,
@@ -1500,7 +1521,7 @@ impl Machine {
             return;
         };
         let Ok(Some((job_id, claimed_at_ms))) =
-            self.gated().call("due_notice", |store| store.due_notice(tenant, key)).await
+            self.gated().call("due_notice", async |store| store.due_notice(tenant, key).await).await
         else {
             return;
         };
@@ -1510,7 +1531,7 @@ impl Machine {
         }
         let claimed = self
             .gated()
-            .call("claim_notice", |store| store.claim_notice(tenant, key, claimed_at_ms, now))
+            .call("claim_notice", async |store| store.claim_notice(tenant, key, claimed_at_ms, now).await)
             .await;
         if !matches!(claimed, Ok(true)) {
             return;
@@ -1564,10 +1585,16 @@ impl Machine {
         let found = match event.idempotency_key.as_deref() {
             Some(key) => {
                 self.gated()
-                    .call("load_by_downstream_key", |store| store.load_by_downstream_key(tenant, key))
+                    .call("load_by_downstream_key", async |store| {
+                        store.load_by_downstream_key(tenant, key).await
+                    })
                     .await
             }
-            None => self.gated().call("load_by_job", |store| store.load_by_job(tenant, &event.job_id)).await,
+            None => {
+                self.gated()
+                    .call("load_by_job", async |store| store.load_by_job(tenant, &event.job_id).await)
+                    .await
+            }
         };
         let Ok(found) = found else { return WebhookAck::Unmatched };
         // The event must be about this operation's job (when the job is known).
@@ -1577,7 +1604,9 @@ impl Machine {
         if (self.strategies.job_settlement)().dedupe_event_ids {
             let recorded = self
                 .gated()
-                .call("record_event", |store| store.record_event(&event.event_id, tenant, operation_key, now))
+                .call("record_event", async |store| {
+                    store.record_event(&event.event_id, tenant, operation_key, now).await
+                })
                 .await;
             match recorded {
                 Ok(true) => {}

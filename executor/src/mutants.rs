@@ -1125,11 +1125,12 @@ pub fn read_then_insert_claim<'a>(
     claim: &'a NewClaim,
 ) -> LocalBoxFuture<'a, Result<Claimed, StoreError>> {
     Box::pin(async move {
-        let seen = store.call("load", |store| store.load(&claim.tenant, &claim.operation_key)).await?;
+        let seen =
+            store.call("load", async |store| store.load(&claim.tenant, &claim.operation_key).await).await?;
         if let Some(record) = seen {
             return Ok(Claimed::Existing(record));
         }
-        store.call("insert", |store| store.claim(claim)).await?;
+        store.call("insert", async |store| store.claim(claim).await).await?;
         Ok(Claimed::New(claim.to_record()))
     })
 }

@@ -1,10 +1,12 @@
 //! The durable claim store: one table of operations, decided by its primary key, in SQLite
 //! (this file) or Postgres (`postgres.rs`, same contract).
 //!
-//! Every function here is synchronous and does one short transaction or statement; the
-//! executor wraps each call in the worker's [`StoreGate`] ([`GatedStore`]) so that inside
-//! the simulation each store call costs simulated time and is a point where a worker can be
-//! paused or killed.
+//! Every call is an `async fn` that does one short transaction or statement: on SQLite it
+//! runs synchronously at its first poll (a local file or memory, like a short computation);
+//! on Postgres it awaits the server on the caller's runtime. The executor wraps each call in
+//! the worker's [`StoreGate`] ([`GatedStore`]) so that inside the simulation each store call
+//! costs simulated time and is a point where a worker can be paused or killed. Code outside
+//! a runtime (inspection, tests, tools) waits with [`block_on`].
 //!
 //! Architecture invariants:
 //! - the claim is one `INSERT .. ON CONFLICT DO NOTHING` decided by the primary key
@@ -180,7 +182,7 @@ pub enum StoreError {
         /// Where (without the password).
         location: String,
         /// Why.
-        source: ::postgres::Error,
+        source: tokio_postgres::Error,
     },
     /// A schema name that is not a plain lowercase identifier.
     #[error(
@@ -194,11 +196,12 @@ pub enum StoreError {
         /// What was being done (`claim`, `complete`, ...).
         operation: &'static str,
         /// Why.
-        source: ::postgres::Error,
+        source: tokio_postgres::Error,
     },
-    /// The thread that holds the Postgres connection is gone (it panicked).
-    #[error("failed to {0} in the claim store: its Postgres connection thread is gone")]
-    PostgresGone(&'static str),
+    /// A Postgres store was used outside a tokio runtime (its connection needs one), or the
+    /// runtime that applies its migrations at open could not start.
+    #[error("failed to {0} in the claim store: a Postgres store runs on a tokio runtime with I/O enabled")]
+    PostgresRuntime(&'static str),
     /// A row holds a value this code never writes (the file was edited by hand).
     #[error("failed to read the claim store: {0}")]
     Corrupt(String),
@@ -445,7 +448,7 @@ pub struct ClaimStore {
 #[derive(Debug)]
 enum Backend {
     Sqlite(SqliteStore),
-    Postgres(postgres::PostgresStore),
+    Postgres(Box<postgres::PostgresStore>),
 }
 
 /// A SQLite connection.
@@ -461,7 +464,7 @@ impl std::fmt::Debug for SqliteStore {
 
 impl ClaimStore {
     /// The SQLite connection, for the SQLite-only parts (the benchmark's hand-written
-    /// statements, the warm pool); `None` on Postgres.
+    /// statements, the warm pool, which empties its databases); `None` on Postgres.
     pub(crate) fn sqlite(&self) -> Option<&SqliteStore> {
         match &self.backend {
             Backend::Sqlite(store) => Some(store),
@@ -555,64 +558,72 @@ impl ClaimStore {
     pub fn open(location: &StoreLocation) -> Result<Self, StoreError> {
         match location {
             StoreLocation::Postgres { url, schema } => postgres::PostgresStore::open(url, schema.as_deref())
-                .map(|store| Self { backend: Backend::Postgres(store) }),
+                .map(|store| Self { backend: Backend::Postgres(Box::new(store)) }),
             _ => SqliteStore::open(location).map(|store| Self { backend: Backend::Sqlite(store) }),
         }
     }
 
     /// Claims the operation or loads the existing record, atomically: the insert is decided
     /// by the primary key, and the load happens in the same transaction.
-    pub fn claim(&self, claim: &NewClaim) -> Result<Claimed, StoreError> {
+    pub async fn claim(&self, claim: &NewClaim) -> Result<Claimed, StoreError> {
         match &self.backend {
             Backend::Sqlite(store) => store.claim(claim),
-            Backend::Postgres(store) => store.claim(claim),
+            Backend::Postgres(store) => store.claim(claim).await,
         }
     }
 
     /// The record of `(tenant, operation_key)`, if any.
-    pub fn load(&self, tenant: &str, operation_key: &str) -> Result<Option<OperationRecord>, StoreError> {
+    pub async fn load(
+        &self,
+        tenant: &str,
+        operation_key: &str,
+    ) -> Result<Option<OperationRecord>, StoreError> {
         match &self.backend {
             Backend::Sqlite(store) => store.load(tenant, operation_key),
-            Backend::Postgres(store) => store.load(tenant, operation_key),
+            Backend::Postgres(store) => store.load(tenant, operation_key).await,
         }
     }
 
     /// The record that sent `downstream_key` for `tenant`, if any (webhook matching).
-    pub fn load_by_downstream_key(
+    pub async fn load_by_downstream_key(
         &self,
         tenant: &str,
         downstream_key: &str,
     ) -> Result<Option<OperationRecord>, StoreError> {
         match &self.backend {
             Backend::Sqlite(store) => store.load_by_downstream_key(tenant, downstream_key),
-            Backend::Postgres(store) => store.load_by_downstream_key(tenant, downstream_key),
+            Backend::Postgres(store) => store.load_by_downstream_key(tenant, downstream_key).await,
         }
     }
 
     /// The record that owns downstream job `job_id` for `tenant`, if any (webhook matching
     /// when the event carries no key).
-    pub fn load_by_job(&self, tenant: &str, job_id: &str) -> Result<Option<OperationRecord>, StoreError> {
+    pub async fn load_by_job(
+        &self,
+        tenant: &str,
+        job_id: &str,
+    ) -> Result<Option<OperationRecord>, StoreError> {
         match &self.backend {
             Backend::Sqlite(store) => store.load_by_job(tenant, job_id),
-            Backend::Postgres(store) => store.load_by_job(tenant, job_id),
+            Backend::Postgres(store) => store.load_by_job(tenant, job_id).await,
         }
     }
 
     /// Every record, by tenant then key (for inspection and tests).
-    pub fn records(&self) -> Result<Vec<OperationRecord>, StoreError> {
+    pub async fn records(&self) -> Result<Vec<OperationRecord>, StoreError> {
         match &self.backend {
             Backend::Sqlite(store) => store.records(),
-            Backend::Postgres(store) => store.records(),
+            Backend::Postgres(store) => store.records().await,
         }
     }
 
     /// The records whose outcome is still open and that no queue or job will settle: `unknown`
     /// ones, and `pending` ones held by an owner (whose lease may run out) with no downstream
     /// job. By tenant then key. The executor's own reconciliation works through these.
-    pub fn unsettled(&self) -> Result<Vec<OperationRecord>, StoreError> {
+    pub async fn unsettled(&self) -> Result<Vec<OperationRecord>, StoreError> {
         match &self.backend {
             Backend::Sqlite(store) => store.unsettled(),
-            Backend::Postgres(store) => store.unsettled(),
+            Backend::Postgres(store) => store.unsettled().await,
         }
     }
 
@@ -620,7 +631,7 @@ impl ClaimStore {
     /// `failed_permanent` with `reason`. False when the record is no longer that pending job.
     /// (No correct executor does this: a job the downstream accepted is an effect the operation
     /// owns. The `impatient_job_poll` mutant does.)
-    pub fn give_up_job(
+    pub async fn give_up_job(
         &self,
         tenant: &str,
         operation_key: &str,
@@ -630,14 +641,16 @@ impl ClaimStore {
     ) -> Result<bool, StoreError> {
         match &self.backend {
             Backend::Sqlite(store) => store.give_up_job(tenant, operation_key, job_id, reason, now_ms),
-            Backend::Postgres(store) => store.give_up_job(tenant, operation_key, job_id, reason, now_ms),
+            Backend::Postgres(store) => {
+                store.give_up_job(tenant, operation_key, job_id, reason, now_ms).await
+            }
         }
     }
 
     /// Owner `owned` records the effect: `pending` -> `applied`. False when the claim is no
     /// longer `owned`'s (its lease was taken over): nothing is written then. The reference
     /// executor always stores `Some` reference; `None` exists for mutants that keep none.
-    pub fn complete(
+    pub async fn complete(
         &self,
         owned: &OwnedClaim,
         effect_reference: Option<&str>,
@@ -646,54 +659,64 @@ impl ClaimStore {
     ) -> Result<bool, StoreError> {
         match &self.backend {
             Backend::Sqlite(store) => store.complete(owned, effect_reference, response_json, now_ms),
-            Backend::Postgres(store) => store.complete(owned, effect_reference, response_json, now_ms),
+            Backend::Postgres(store) => store.complete(owned, effect_reference, response_json, now_ms).await,
         }
     }
 
     /// Owner `owned` records a permanent refusal (`reason` is a reason code): `pending` ->
     /// `failed_permanent`. False when the claim is no longer `owned`'s.
-    pub fn fail_permanent(&self, owned: &OwnedClaim, reason: &str, now_ms: u64) -> Result<bool, StoreError> {
+    pub async fn fail_permanent(
+        &self,
+        owned: &OwnedClaim,
+        reason: &str,
+        now_ms: u64,
+    ) -> Result<bool, StoreError> {
         match &self.backend {
             Backend::Sqlite(store) => store.fail_permanent(owned, reason, now_ms),
-            Backend::Postgres(store) => store.fail_permanent(owned, reason, now_ms),
+            Backend::Postgres(store) => store.fail_permanent(owned, reason, now_ms).await,
         }
     }
 
     /// Owner `owned` gives the record to reconciliation: `pending` -> `unknown`, and a
     /// `reconciliations` row with `finding`, in one transaction. False (and nothing written)
     /// when the claim is no longer `owned`'s.
-    pub fn mark_unknown(&self, owned: &OwnedClaim, finding: &str, now_ms: u64) -> Result<bool, StoreError> {
+    pub async fn mark_unknown(
+        &self,
+        owned: &OwnedClaim,
+        finding: &str,
+        now_ms: u64,
+    ) -> Result<bool, StoreError> {
         match &self.backend {
             Backend::Sqlite(store) => store.mark_unknown(owned, finding, now_ms),
-            Backend::Postgres(store) => store.mark_unknown(owned, finding, now_ms),
+            Backend::Postgres(store) => store.mark_unknown(owned, finding, now_ms).await,
         }
     }
 
     /// Owner `owned` hands the record to the queue: it stays `pending` with no owner and no
     /// lease until a consumer claims it. False when the claim is no longer `owned`'s.
-    pub fn release(&self, owned: &OwnedClaim, now_ms: u64) -> Result<bool, StoreError> {
+    pub async fn release(&self, owned: &OwnedClaim, now_ms: u64) -> Result<bool, StoreError> {
         match &self.backend {
             Backend::Sqlite(store) => store.release(owned, now_ms),
-            Backend::Postgres(store) => store.release(owned, now_ms),
+            Backend::Postgres(store) => store.release(owned, now_ms).await,
         }
     }
 
     /// Owner `owned` stores the downstream job id: the record stays `pending`, owned by the
     /// job (no owner token, no lease). False when the claim is no longer `owned`'s.
-    pub fn set_job(&self, owned: &OwnedClaim, job_id: &str, now_ms: u64) -> Result<bool, StoreError> {
+    pub async fn set_job(&self, owned: &OwnedClaim, job_id: &str, now_ms: u64) -> Result<bool, StoreError> {
         match &self.backend {
             Backend::Sqlite(store) => store.set_job(owned, job_id, now_ms),
-            Backend::Postgres(store) => store.set_job(owned, job_id, now_ms),
+            Backend::Postgres(store) => store.set_job(owned, job_id, now_ms).await,
         }
     }
 
     /// Takes over a claim exactly as observed (see [`TakeOver`]): sets a new owner and lease
     /// and the status back to `pending`. Only `pending` (without a job) or `unknown` records
     /// whose lease has run out can be taken over. False when the record changed meanwhile.
-    pub fn take_over(&self, take_over: &TakeOver) -> Result<bool, StoreError> {
+    pub async fn take_over(&self, take_over: &TakeOver) -> Result<bool, StoreError> {
         match &self.backend {
             Backend::Sqlite(store) => store.take_over(take_over),
-            Backend::Postgres(store) => store.take_over(take_over),
+            Backend::Postgres(store) => store.take_over(take_over).await,
         }
     }
 
@@ -701,7 +724,7 @@ impl ClaimStore {
     /// no job recorded yet) -> `applied` with the job id as effect reference. Only the caller
     /// that gets `true` made the transition; with `notice_due`, it owes the job's completion
     /// notice from then on ([`ClaimStore::due_notice`]), in the same transaction.
-    pub fn settle_job(
+    pub async fn settle_job(
         &self,
         tenant: &str,
         operation_key: &str,
@@ -715,7 +738,7 @@ impl ClaimStore {
                 store.settle_job(tenant, operation_key, job_id, response_json, now_ms, notice_due)
             }
             Backend::Postgres(store) => {
-                store.settle_job(tenant, operation_key, job_id, response_json, now_ms, notice_due)
+                store.settle_job(tenant, operation_key, job_id, response_json, now_ms, notice_due).await
             }
         }
     }
@@ -724,16 +747,20 @@ impl ClaimStore {
     /// sender claimed it). The winner of [`ClaimStore::settle_job`] owes it from the
     /// settlement on, in the same transaction, so that a crash before the notice went out
     /// leaves it owed rather than forgotten.
-    pub fn due_notice(&self, tenant: &str, operation_key: &str) -> Result<Option<(String, u64)>, StoreError> {
+    pub async fn due_notice(
+        &self,
+        tenant: &str,
+        operation_key: &str,
+    ) -> Result<Option<(String, u64)>, StoreError> {
         match &self.backend {
             Backend::Sqlite(store) => store.due_notice(tenant, operation_key),
-            Backend::Postgres(store) => store.due_notice(tenant, operation_key),
+            Backend::Postgres(store) => store.due_notice(tenant, operation_key).await,
         }
     }
 
     /// Claims an owed notice to send it, by compare-and-set on when it was last claimed (as
     /// observed): true for exactly one of several callers that observed the same claim.
-    pub fn claim_notice(
+    pub async fn claim_notice(
         &self,
         tenant: &str,
         operation_key: &str,
@@ -745,17 +772,17 @@ impl ClaimStore {
                 store.claim_notice(tenant, operation_key, observed_claimed_at_ms, now_ms)
             }
             Backend::Postgres(store) => {
-                store.claim_notice(tenant, operation_key, observed_claimed_at_ms, now_ms)
+                store.claim_notice(tenant, operation_key, observed_claimed_at_ms, now_ms).await
             }
         }
     }
 
     /// The notice is no longer owed (sent and confirmed, or handed over to people). False when
     /// it was not owed.
-    pub fn notice_done(&self, tenant: &str, operation_key: &str) -> Result<bool, StoreError> {
+    pub async fn notice_done(&self, tenant: &str, operation_key: &str) -> Result<bool, StoreError> {
         match &self.backend {
             Backend::Sqlite(store) => store.notice_done(tenant, operation_key),
-            Backend::Postgres(store) => store.notice_done(tenant, operation_key),
+            Backend::Postgres(store) => store.notice_done(tenant, operation_key).await,
         }
     }
 
@@ -764,7 +791,7 @@ impl ClaimStore {
     /// made the transition. The reference executor never does this (a redelivered completion
     /// would settle again and send a second notice); it exists for the `webhook_no_dedupe`
     /// mutant. Use [`ClaimStore::settle_job`].
-    pub fn write_job_result(
+    pub async fn write_job_result(
         &self,
         tenant: &str,
         operation_key: &str,
@@ -777,31 +804,36 @@ impl ClaimStore {
                 store.write_job_result(tenant, operation_key, job_id, response_json, now_ms)
             }
             Backend::Postgres(store) => {
-                store.write_job_result(tenant, operation_key, job_id, response_json, now_ms)
+                store.write_job_result(tenant, operation_key, job_id, response_json, now_ms).await
             }
         }
     }
 
     /// Turns a terminal record into a tombstone: keeps key, fingerprint and effect reference,
     /// drops the response. False when the record is not terminal (or already a tombstone).
-    pub fn tombstone(&self, tenant: &str, operation_key: &str, now_ms: u64) -> Result<bool, StoreError> {
+    pub async fn tombstone(
+        &self,
+        tenant: &str,
+        operation_key: &str,
+        now_ms: u64,
+    ) -> Result<bool, StoreError> {
         match &self.backend {
             Backend::Sqlite(store) => store.tombstone(tenant, operation_key, now_ms),
-            Backend::Postgres(store) => store.tombstone(tenant, operation_key, now_ms),
+            Backend::Postgres(store) => store.tombstone(tenant, operation_key, now_ms).await,
         }
     }
 
     /// Deletes a record. The reference executor never does (a late duplicate would become a
     /// new effect); it exists for the `short_ttl_delete` mutant.
-    pub fn forget(&self, tenant: &str, operation_key: &str) -> Result<bool, StoreError> {
+    pub async fn forget(&self, tenant: &str, operation_key: &str) -> Result<bool, StoreError> {
         match &self.backend {
             Backend::Sqlite(store) => store.forget(tenant, operation_key),
-            Backend::Postgres(store) => store.forget(tenant, operation_key),
+            Backend::Postgres(store) => store.forget(tenant, operation_key).await,
         }
     }
 
     /// Records a webhook event id; false when it was recorded before (a redelivery).
-    pub fn record_event(
+    pub async fn record_event(
         &self,
         event_id: &str,
         tenant: &str,
@@ -810,12 +842,12 @@ impl ClaimStore {
     ) -> Result<bool, StoreError> {
         match &self.backend {
             Backend::Sqlite(store) => store.record_event(event_id, tenant, operation_key, now_ms),
-            Backend::Postgres(store) => store.record_event(event_id, tenant, operation_key, now_ms),
+            Backend::Postgres(store) => store.record_event(event_id, tenant, operation_key, now_ms).await,
         }
     }
 
     /// Appends a reconciliation finding for an operation.
-    pub fn record_reconciliation(
+    pub async fn record_reconciliation(
         &self,
         tenant: &str,
         operation_key: &str,
@@ -824,35 +856,29 @@ impl ClaimStore {
     ) -> Result<(), StoreError> {
         match &self.backend {
             Backend::Sqlite(store) => store.record_reconciliation(tenant, operation_key, at_ms, finding),
-            Backend::Postgres(store) => store.record_reconciliation(tenant, operation_key, at_ms, finding),
-        }
-    }
-
-    /// Deletes every row of every table of the store: the database is then as good as new.
-    pub(crate) fn empty_every_table(&self) -> Result<(), StoreError> {
-        match &self.backend {
-            Backend::Sqlite(store) => store.empty_every_table(),
-            Backend::Postgres(store) => store.empty_every_table(),
+            Backend::Postgres(store) => {
+                store.record_reconciliation(tenant, operation_key, at_ms, finding).await
+            }
         }
     }
 
     /// Every reconciliation finding, oldest first.
-    pub fn all_reconciliations(&self) -> Result<Vec<Reconciliation>, StoreError> {
+    pub async fn all_reconciliations(&self) -> Result<Vec<Reconciliation>, StoreError> {
         match &self.backend {
             Backend::Sqlite(store) => store.all_reconciliations(),
-            Backend::Postgres(store) => store.all_reconciliations(),
+            Backend::Postgres(store) => store.all_reconciliations().await,
         }
     }
 
     /// The reconciliation findings of an operation, oldest first.
-    pub fn reconciliations(
+    pub async fn reconciliations(
         &self,
         tenant: &str,
         operation_key: &str,
     ) -> Result<Vec<Reconciliation>, StoreError> {
         match &self.backend {
             Backend::Sqlite(store) => store.reconciliations(tenant, operation_key),
-            Backend::Postgres(store) => store.reconciliations(tenant, operation_key),
+            Backend::Postgres(store) => store.reconciliations(tenant, operation_key).await,
         }
     }
 }
@@ -1454,6 +1480,29 @@ impl SqliteStore {
     }
 }
 
+/// Waits for `future` (store calls) outside async code: inspection, tests, tools.
+///
+/// Outside a tokio runtime it runs the future on a new current-thread runtime (a Postgres
+/// store connects on it). Inside one it cannot wait: a SQLite store's calls are done at their
+/// first poll and are answered, and a future still pending then (a Postgres store's) panics
+/// with a message saying to `.await` it instead.
+pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    if tokio::runtime::Handle::try_current().is_err() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap_or_else(|error| panic!("block_on: a tokio runtime cannot start: {error}"));
+        return runtime.block_on(future);
+    }
+    let mut future = std::pin::pin!(future);
+    match future.as_mut().poll(&mut std::task::Context::from_waker(std::task::Waker::noop())) {
+        std::task::Poll::Ready(output) => output,
+        std::task::Poll::Pending => {
+            panic!("block_on inside a tokio runtime: this store call must wait for the network; `.await` it instead")
+        }
+    }
+}
+
 /// A store connection together with the worker's [`StoreGate`]: every call goes through
 /// [`GatedStore::call`], which marks the boundary before and after.
 #[derive(Clone, Copy)]
@@ -1476,13 +1525,24 @@ impl<'a> GatedStore<'a> {
 
     /// Runs one store call named `name` (`claim`, `load`, `complete`, ...) between the
     /// gate's `enter` and `leave`.
-    pub async fn call<T>(self, name: &'static str, work: impl FnOnce(&ClaimStore) -> T) -> T {
+    pub async fn call<T>(self, name: &'static str, work: impl AsyncFnOnce(&'a ClaimStore) -> T) -> T {
         self.gate.enter(name).await;
-        let result = work(self.store);
+        let result = work(self.store).await;
         self.gate.leave(name).await;
         result
     }
 }
+
+/// `.wait()`: [`block_on`] as a method, for the unit tests' store calls.
+#[cfg(test)]
+pub(crate) trait Wait: std::future::Future + Sized {
+    fn wait(self) -> Self::Output {
+        block_on(self)
+    }
+}
+
+#[cfg(test)]
+impl<F: std::future::Future> Wait for F {}
 
 #[cfg(test)]
 mod tests {
@@ -1520,11 +1580,11 @@ mod tests {
     #[test]
     fn the_first_claim_wins_and_later_claims_load_the_untouched_record() {
         let store = memory();
-        let first = store.claim(&claim("acme", "k1", "A", 0)).unwrap();
+        let first = store.claim(&claim("acme", "k1", "A", 0)).wait().unwrap();
         assert!(matches!(first, Claimed::New(ref record) if record.owner_token.as_deref() == Some("A")));
         let mut changed = claim("acme", "k1", "B", 10);
         changed.request_fingerprint = "jcs-v1:sha256:bb".into();
-        match store.claim(&changed).unwrap() {
+        match store.claim(&changed).wait().unwrap() {
             Claimed::Existing(record) => {
                 assert_eq!(record.owner_token.as_deref(), Some("A"));
                 assert_eq!(record.request_fingerprint, "jcs-v1:sha256:aa");
@@ -1533,22 +1593,22 @@ mod tests {
             }
             other => panic!("expected the existing record, got {other:?}"),
         }
-        assert_eq!(store.records().unwrap().len(), 1);
+        assert_eq!(store.records().wait().unwrap().len(), 1);
     }
 
     #[test]
     fn the_same_key_under_two_tenants_is_two_operations() {
         let store = memory();
-        assert!(matches!(store.claim(&claim("acme", "k1", "A", 0)).unwrap(), Claimed::New(_)));
-        assert!(matches!(store.claim(&claim("globex", "k1", "B", 0)).unwrap(), Claimed::New(_)));
-        assert_eq!(store.records().unwrap().len(), 2);
+        assert!(matches!(store.claim(&claim("acme", "k1", "A", 0)).wait().unwrap(), Claimed::New(_)));
+        assert!(matches!(store.claim(&claim("globex", "k1", "B", 0)).wait().unwrap(), Claimed::New(_)));
+        assert_eq!(store.records().wait().unwrap().len(), 2);
     }
 
     #[test]
     fn only_the_owner_completes_and_a_taken_over_owner_cannot_overwrite() {
         let store = memory();
-        store.claim(&claim("acme", "k1", "A", 0)).unwrap();
-        assert!(!store.complete(&owned("acme", "k1", "B"), Some("ticket_9"), "{}", 1).unwrap());
+        store.claim(&claim("acme", "k1", "A", 0)).wait().unwrap();
+        assert!(!store.complete(&owned("acme", "k1", "B"), Some("ticket_9"), "{}", 1).wait().unwrap());
 
         // The lease has not run out: no take-over.
         let mut take_over = TakeOver {
@@ -1560,39 +1620,43 @@ mod tests {
             lease_until_ms: 9_000,
             now_ms: 4_999,
         };
-        assert!(!store.take_over(&take_over).unwrap());
+        assert!(!store.take_over(&take_over).wait().unwrap());
         take_over.now_ms = 5_000;
-        assert!(store.take_over(&take_over).unwrap());
+        assert!(store.take_over(&take_over).wait().unwrap());
         // A second take-over of the same observation loses.
-        assert!(!store.take_over(&TakeOver { new_owner: "C".into(), ..take_over.clone() }).unwrap());
+        assert!(!store.take_over(&TakeOver { new_owner: "C".into(), ..take_over.clone() }).wait().unwrap());
 
-        assert!(!store.complete(&owned("acme", "k1", "A"), Some("ticket_1"), r#"{"a":1}"#, 6_000).unwrap());
-        assert!(!store.mark_unknown(&owned("acme", "k1", "A"), "late", 6_000).unwrap());
-        assert!(!store.fail_permanent(&owned("acme", "k1", "A"), "unauthorized", 6_000).unwrap());
-        let record = store.load("acme", "k1").unwrap().unwrap();
+        assert!(!store
+            .complete(&owned("acme", "k1", "A"), Some("ticket_1"), r#"{"a":1}"#, 6_000)
+            .wait()
+            .unwrap());
+        assert!(!store.mark_unknown(&owned("acme", "k1", "A"), "late", 6_000).wait().unwrap());
+        assert!(!store.fail_permanent(&owned("acme", "k1", "A"), "unauthorized", 6_000).wait().unwrap());
+        let record = store.load("acme", "k1").wait().unwrap().unwrap();
         assert_eq!((record.status, record.owner_token.as_deref()), (RecordStatus::Pending, Some("B")));
-        assert!(store.reconciliations("acme", "k1").unwrap().is_empty());
+        assert!(store.reconciliations("acme", "k1").wait().unwrap().is_empty());
 
         assert!(store
             .complete(&owned("acme", "k1", "B"), Some("ticket_1"), r#"{"ticket_id":"ticket_1"}"#, 7_000)
+            .wait()
             .unwrap());
-        let record = store.load("acme", "k1").unwrap().unwrap();
+        let record = store.load("acme", "k1").wait().unwrap().unwrap();
         assert_eq!(record.status, RecordStatus::Applied);
         assert_eq!(record.effect_reference.as_deref(), Some("ticket_1"));
         assert_eq!(record.owner_token, None);
-        assert!(!store.complete(&owned("acme", "k1", "B"), Some("ticket_2"), "{}", 8_000).unwrap());
+        assert!(!store.complete(&owned("acme", "k1", "B"), Some("ticket_2"), "{}", 8_000).wait().unwrap());
     }
 
     #[test]
     fn mark_unknown_writes_a_reconciliation_row_in_the_same_transaction() {
         let store = memory();
-        store.claim(&claim("acme", "k1", "A", 0)).unwrap();
-        assert!(store.mark_unknown(&owned("acme", "k1", "A"), "connection closed", 10).unwrap());
-        let record = store.load("acme", "k1").unwrap().unwrap();
+        store.claim(&claim("acme", "k1", "A", 0)).wait().unwrap();
+        assert!(store.mark_unknown(&owned("acme", "k1", "A"), "connection closed", 10).wait().unwrap());
+        let record = store.load("acme", "k1").wait().unwrap().unwrap();
         assert_eq!(record.status, RecordStatus::Unknown);
         assert_eq!(record.reason.as_deref(), Some("connection closed"));
-        let rows = store.reconciliations("acme", "k1").unwrap();
-        assert_eq!(store.all_reconciliations().unwrap(), rows);
+        let rows = store.reconciliations("acme", "k1").wait().unwrap();
+        assert_eq!(store.all_reconciliations().wait().unwrap(), rows);
         assert_eq!(rows.len(), 1);
         assert_eq!((rows[0].at_ms, rows[0].finding.as_str()), (10, "connection closed"));
 
@@ -1606,47 +1670,48 @@ mod tests {
             lease_until_ms: 5_020,
             now_ms: 20,
         };
-        assert!(store.take_over(&take_over).unwrap());
-        assert_eq!(store.load("acme", "k1").unwrap().unwrap().status, RecordStatus::Pending);
+        assert!(store.take_over(&take_over).wait().unwrap());
+        assert_eq!(store.load("acme", "k1").wait().unwrap().unwrap().status, RecordStatus::Pending);
     }
 
     #[test]
     fn a_tombstone_keeps_key_fingerprint_and_reference_and_drops_the_response() {
         let store = memory();
-        store.claim(&claim("acme", "k1", "A", 0)).unwrap();
-        assert!(!store.tombstone("acme", "k1", 1).unwrap(), "a pending record is not terminal");
+        store.claim(&claim("acme", "k1", "A", 0)).wait().unwrap();
+        assert!(!store.tombstone("acme", "k1", 1).wait().unwrap(), "a pending record is not terminal");
         store
             .complete(&owned("acme", "k1", "A"), Some("ticket_1"), r#"{"ticket_id":"ticket_1"}"#, 1)
+            .wait()
             .unwrap();
-        assert!(store.tombstone("acme", "k1", 70_000).unwrap());
-        let record = store.load("acme", "k1").unwrap().unwrap();
+        assert!(store.tombstone("acme", "k1", 70_000).wait().unwrap());
+        let record = store.load("acme", "k1").wait().unwrap().unwrap();
         assert_eq!(record.status, RecordStatus::Tombstone);
         assert_eq!(record.effect_reference.as_deref(), Some("ticket_1"));
         assert_eq!(record.request_fingerprint, "jcs-v1:sha256:aa");
         assert_eq!(record.response_json, None);
-        assert!(!store.tombstone("acme", "k1", 70_001).unwrap());
+        assert!(!store.tombstone("acme", "k1", 70_001).wait().unwrap());
     }
 
     #[test]
     fn a_job_is_settled_exactly_once() {
         let store = memory();
-        store.claim(&claim("acme", "k1", "A", 0)).unwrap();
-        assert!(store.set_job(&owned("acme", "k1", "A"), "job_1", 1).unwrap());
-        let record = store.load("acme", "k1").unwrap().unwrap();
+        store.claim(&claim("acme", "k1", "A", 0)).wait().unwrap();
+        assert!(store.set_job(&owned("acme", "k1", "A"), "job_1", 1).wait().unwrap());
+        let record = store.load("acme", "k1").wait().unwrap().unwrap();
         assert_eq!(
             (record.status, record.job_id.as_deref(), record.owner_token),
             (RecordStatus::Pending, Some("job_1"), None)
         );
-        assert_eq!(store.load_by_job("acme", "job_1").unwrap().unwrap().operation_key, "k1");
-        assert_eq!(store.load_by_downstream_key("acme", "k1").unwrap().unwrap().operation_key, "k1");
-        assert!(store.load_by_downstream_key("globex", "k1").unwrap().is_none());
+        assert_eq!(store.load_by_job("acme", "job_1").wait().unwrap().unwrap().operation_key, "k1");
+        assert_eq!(store.load_by_downstream_key("acme", "k1").wait().unwrap().unwrap().operation_key, "k1");
+        assert!(store.load_by_downstream_key("globex", "k1").wait().unwrap().is_none());
         assert!(
-            !store.settle_job("acme", "k1", "job_2", "{}", 2, false).unwrap(),
+            !store.settle_job("acme", "k1", "job_2", "{}", 2, false).wait().unwrap(),
             "another job does not settle it"
         );
-        assert!(store.settle_job("acme", "k1", "job_1", r#"{"job_id":"job_1"}"#, 2, false).unwrap());
-        assert!(!store.settle_job("acme", "k1", "job_1", r#"{"job_id":"job_1"}"#, 3, false).unwrap());
-        let record = store.load("acme", "k1").unwrap().unwrap();
+        assert!(store.settle_job("acme", "k1", "job_1", r#"{"job_id":"job_1"}"#, 2, false).wait().unwrap());
+        assert!(!store.settle_job("acme", "k1", "job_1", r#"{"job_id":"job_1"}"#, 3, false).wait().unwrap());
+        let record = store.load("acme", "k1").wait().unwrap().unwrap();
         assert_eq!(
             (record.status, record.effect_reference.as_deref()),
             (RecordStatus::Applied, Some("job_1"))
@@ -1656,23 +1721,23 @@ mod tests {
     #[test]
     fn webhook_event_ids_are_recorded_once() {
         let store = memory();
-        assert!(store.record_event("evt_1", "acme", Some("k1"), 0).unwrap());
-        assert!(!store.record_event("evt_1", "acme", Some("k1"), 1).unwrap());
-        assert!(store.record_event("evt_2", "acme", None, 2).unwrap());
+        assert!(store.record_event("evt_1", "acme", Some("k1"), 0).wait().unwrap());
+        assert!(!store.record_event("evt_1", "acme", Some("k1"), 1).wait().unwrap());
+        assert!(store.record_event("evt_2", "acme", None, 2).wait().unwrap());
     }
 
     #[test]
     fn a_released_record_waits_for_a_consumer_and_forget_deletes() {
         let store = memory();
-        store.claim(&claim("acme", "k1", "A", 0)).unwrap();
-        assert!(store.release(&owned("acme", "k1", "A"), 1).unwrap());
-        let record = store.load("acme", "k1").unwrap().unwrap();
+        store.claim(&claim("acme", "k1", "A", 0)).wait().unwrap();
+        assert!(store.release(&owned("acme", "k1", "A"), 1).wait().unwrap());
+        let record = store.load("acme", "k1").wait().unwrap().unwrap();
         assert_eq!(
             (record.owner_token, record.lease_until_ms, record.status),
             (None, 0, RecordStatus::Pending)
         );
-        assert!(store.forget("acme", "k1").unwrap());
-        assert!(store.load("acme", "k1").unwrap().is_none());
+        assert!(store.forget("acme", "k1").wait().unwrap());
+        assert!(store.load("acme", "k1").wait().unwrap().is_none());
     }
 
     #[test]
@@ -1681,12 +1746,12 @@ mod tests {
         let keeper = ClaimStore::open(&location).unwrap();
         {
             let worker = ClaimStore::open(&location).unwrap();
-            worker.claim(&claim("acme", "k1", "A", 0)).unwrap();
+            worker.claim(&claim("acme", "k1", "A", 0)).wait().unwrap();
         }
         let other = ClaimStore::open(&location).unwrap();
-        assert!(other.load("acme", "k1").unwrap().is_some());
+        assert!(other.load("acme", "k1").wait().unwrap().is_some());
         let elsewhere = ClaimStore::open(&StoreLocation::SharedMemory("store-unit-shared-2".into())).unwrap();
-        assert!(elsewhere.load("acme", "k1").unwrap().is_none());
+        assert!(elsewhere.load("acme", "k1").wait().unwrap().is_none());
         drop(keeper);
     }
 
@@ -1735,7 +1800,7 @@ mod tests {
     #[test]
     fn a_hand_edited_status_is_reported_not_trusted() {
         let store = memory();
-        store.claim(&claim("acme", "k1", "A", 0)).unwrap();
+        store.claim(&claim("acme", "k1", "A", 0)).wait().unwrap();
         store
             .sqlite()
             .expect("a SQLite store")
@@ -1748,7 +1813,7 @@ mod tests {
             .connection
             .execute("UPDATE tool_operations SET status = 'done'", [])
             .unwrap();
-        let error = store.load("acme", "k1").unwrap_err();
+        let error = store.load("acme", "k1").wait().unwrap_err();
         assert!(error.to_string().contains("status \"done\""), "{error}");
     }
 }

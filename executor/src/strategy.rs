@@ -380,7 +380,7 @@ pub fn reference_claim<'a>(
     store: GatedStore<'a>,
     claim: &'a NewClaim,
 ) -> LocalBoxFuture<'a, Result<Claimed, StoreError>> {
-    Box::pin(store.call("claim", move |store| store.claim(claim)))
+    Box::pin(store.call("claim", async move |store| store.claim(claim).await))
 }
 
 /// Y: ask for a receipt when the downstream has receipts; resend with the same key only when

@@ -54,7 +54,9 @@ impl WarmDatabase {
     /// cannot be emptied (it is never handed out with rows in it), or when a worker still
     /// holds one of its connections (that worker would write into the next run's database).
     pub(crate) fn give_back(self) {
-        if Arc::strong_count(&self.idle) > 1 || self.keeper.empty_every_table().is_err() {
+        if Arc::strong_count(&self.idle) > 1
+            || self.keeper.sqlite().is_none_or(|store| store.empty_every_table().is_err())
+        {
             return;
         }
         // During thread exit the pool may be gone: the database then simply closes.
@@ -118,6 +120,7 @@ impl std::fmt::Debug for WorkerStore {
 mod tests {
     use super::*;
     use crate::store::NewClaim;
+    use crate::store::Wait;
 
     fn claim(key: &str) -> NewClaim {
         NewClaim {
@@ -139,22 +142,22 @@ mod tests {
     fn a_database_given_back_comes_back_empty_with_its_idle_connections() {
         let warm = WarmDatabase::take().unwrap();
         let location = warm.location.clone();
-        warm.keeper.claim(&claim("k1")).unwrap();
-        warm.keeper.record_reconciliation("t", "k1", 5, "found").unwrap();
+        warm.keeper.claim(&claim("k1")).wait().unwrap();
+        warm.keeper.record_reconciliation("t", "k1", 5, "found").wait().unwrap();
         {
             let worker = WorkerStore::lent(&warm.idle, &location).unwrap();
-            assert_eq!(worker.records().unwrap().len(), 1, "the worker sees the keeper's database");
+            assert_eq!(worker.records().wait().unwrap().len(), 1, "the worker sees the keeper's database");
         }
         assert_eq!(warm.idle.lock().unwrap().len(), 1, "a dropped worker's connection is idle, not closed");
         warm.give_back();
 
         let again = WarmDatabase::take().unwrap();
         assert_eq!(again.location, location, "the thread's pool hands the same database out again");
-        assert!(again.keeper.records().unwrap().is_empty());
-        assert!(again.keeper.all_reconciliations().unwrap().is_empty());
+        assert!(again.keeper.records().wait().unwrap().is_empty());
+        assert!(again.keeper.all_reconciliations().wait().unwrap().is_empty());
         let worker = WorkerStore::lent(&again.idle, &again.location).unwrap();
         assert!(again.idle.lock().unwrap().is_empty(), "the idle connection was lent again");
-        assert!(worker.records().unwrap().is_empty());
+        assert!(worker.records().wait().unwrap().is_empty());
         drop(worker);
         again.give_back();
     }
@@ -162,9 +165,9 @@ mod tests {
     #[test]
     fn a_reused_database_assigns_the_same_ids_as_a_new_one() {
         fn ids(warm: &WarmDatabase) -> Vec<i64> {
-            warm.keeper.record_reconciliation("t", "a", 1, "one").unwrap();
-            warm.keeper.record_reconciliation("t", "b", 2, "two").unwrap();
-            warm.keeper.all_reconciliations().unwrap().iter().map(|found| found.id).collect()
+            warm.keeper.record_reconciliation("t", "a", 1, "one").wait().unwrap();
+            warm.keeper.record_reconciliation("t", "b", 2, "two").wait().unwrap();
+            warm.keeper.all_reconciliations().wait().unwrap().iter().map(|found| found.id).collect()
         }
         let new = WarmDatabase::take().unwrap();
         let first = ids(&new);
@@ -182,8 +185,8 @@ mod tests {
         warm.give_back();
         let next = WarmDatabase::take().unwrap();
         assert_ne!(next.location, location, "the pool must not hand out a database a worker still writes to");
-        worker.claim(&claim("late")).unwrap();
-        assert!(next.keeper.records().unwrap().is_empty(), "the late write landed elsewhere");
+        worker.claim(&claim("late")).wait().unwrap();
+        assert!(next.keeper.records().wait().unwrap().is_empty(), "the late write landed elsewhere");
         drop(worker);
         next.give_back();
     }

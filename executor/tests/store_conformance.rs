@@ -64,20 +64,20 @@ fn stale(claim: &NewClaim, owner: &str) -> OwnedClaim {
 }
 
 /// Claims `claim`, which must be new, and returns the record it created.
-fn claimed(store: &ClaimStore, claim: &NewClaim) -> OperationRecord {
-    match store.claim(claim).expect("claim") {
+async fn claimed(store: &ClaimStore, claim: &NewClaim) -> OperationRecord {
+    match store.claim(claim).await.expect("claim") {
         Claimed::New(record) => record,
         other => panic!("expected a new claim of {:?}, got {other:?}", claim.operation_key),
     }
 }
 
 /// The record of `(TENANT, key)`, which must exist.
-fn load(store: &ClaimStore, key: &str) -> OperationRecord {
-    load_for(store, TENANT, key)
+async fn load(store: &ClaimStore, key: &str) -> OperationRecord {
+    load_for(store, TENANT, key).await
 }
 
-fn load_for(store: &ClaimStore, tenant: &str, key: &str) -> OperationRecord {
-    store.load(tenant, key).expect("load").unwrap_or_else(|| panic!("no record of {tenant}/{key}"))
+async fn load_for(store: &ClaimStore, tenant: &str, key: &str) -> OperationRecord {
+    store.load(tenant, key).await.expect("load").unwrap_or_else(|| panic!("no record of {tenant}/{key}"))
 }
 
 /// A take-over of `(TENANT, key)` as observed (`owner`, `lease_until_ms`), by `new_owner` at
@@ -105,63 +105,63 @@ mod contract {
     /// The first claim inserts exactly the record `NewClaim::to_record` describes (every field
     /// reads back as written); a later claim of the same key, whatever it carries, gets the
     /// existing record untouched and changes nothing.
-    pub fn the_first_claim_wins_and_later_claims_see_the_untouched_record(store: &ClaimStore) {
+    pub async fn the_first_claim_wins_and_later_claims_see_the_untouched_record(store: &ClaimStore) {
         let first = claim("k1", "A", 1_000);
-        let record = claimed(store, &first);
+        let record = claimed(store, &first).await;
         assert_eq!(record, first.to_record());
         assert_eq!(record.status, RecordStatus::Pending);
-        assert_eq!(load(store, "k1"), record, "every field reads back as written");
+        assert_eq!(load(store, "k1").await, record, "every field reads back as written");
 
         let mut second = claim("k1", "B", 2_000);
         second.request_fingerprint = "jcs-v1:sha256:other".into();
         second.tool_version = "2027-01-01".into();
-        match store.claim(&second).expect("claim") {
+        match store.claim(&second).await.expect("claim") {
             Claimed::Existing(existing) => assert_eq!(existing, record),
             other => panic!("expected the existing record, got {other:?}"),
         }
-        assert_eq!(load(store, "k1"), record, "a losing claim writes nothing");
-        assert_eq!(store.records().expect("records"), vec![record]);
+        assert_eq!(load(store, "k1").await, record, "a losing claim writes nothing");
+        assert_eq!(store.records().await.expect("records"), vec![record]);
     }
 
     /// The primary key is (tenant, operation key): the same key under two tenants is two
     /// operations, and each tenant's reads see only its own.
-    pub fn the_same_key_under_two_tenants_is_two_operations(store: &ClaimStore) {
-        let acme = claimed(store, &claim_for(TENANT, "k1", "A", 1_000));
-        let globex = claimed(store, &claim_for(OTHER_TENANT, "k1", "B", 2_000));
-        assert_eq!(load_for(store, TENANT, "k1"), acme);
-        assert_eq!(load_for(store, OTHER_TENANT, "k1"), globex);
-        assert_eq!(store.records().expect("records").len(), 2);
+    pub async fn the_same_key_under_two_tenants_is_two_operations(store: &ClaimStore) {
+        let acme = claimed(store, &claim_for(TENANT, "k1", "A", 1_000)).await;
+        let globex = claimed(store, &claim_for(OTHER_TENANT, "k1", "B", 2_000)).await;
+        assert_eq!(load_for(store, TENANT, "k1").await, acme);
+        assert_eq!(load_for(store, OTHER_TENANT, "k1").await, globex);
+        assert_eq!(store.records().await.expect("records").len(), 2);
     }
 
     /// Loading an operation nobody claimed finds nothing.
-    pub fn loading_an_unclaimed_operation_finds_nothing(store: &ClaimStore) {
-        assert_eq!(store.load(TENANT, "nobody").expect("load"), None);
-        claimed(store, &claim("k1", "A", 1_000));
-        assert_eq!(store.load(TENANT, "k2").expect("load"), None);
-        assert_eq!(store.load(OTHER_TENANT, "k1").expect("load"), None);
+    pub async fn loading_an_unclaimed_operation_finds_nothing(store: &ClaimStore) {
+        assert_eq!(store.load(TENANT, "nobody").await.expect("load"), None);
+        claimed(store, &claim("k1", "A", 1_000)).await;
+        assert_eq!(store.load(TENANT, "k2").await.expect("load"), None);
+        assert_eq!(store.load(OTHER_TENANT, "k1").await.expect("load"), None);
     }
 
     /// `records` lists every record, by tenant then key, each as `load` reads it.
-    pub fn records_lists_every_record_by_tenant_then_key(store: &ClaimStore) {
-        assert_eq!(store.records().expect("records"), vec![]);
-        claimed(store, &claim_for(OTHER_TENANT, "a", "A", 1_000));
-        claimed(store, &claim_for(TENANT, "b", "B", 2_000));
-        claimed(store, &claim_for(TENANT, "a", "C", 3_000));
-        let records = store.records().expect("records");
+    pub async fn records_lists_every_record_by_tenant_then_key(store: &ClaimStore) {
+        assert_eq!(store.records().await.expect("records"), vec![]);
+        claimed(store, &claim_for(OTHER_TENANT, "a", "A", 1_000)).await;
+        claimed(store, &claim_for(TENANT, "b", "B", 2_000)).await;
+        claimed(store, &claim_for(TENANT, "a", "C", 3_000)).await;
+        let records = store.records().await.expect("records");
         assert_eq!(keys(&records), vec![(TENANT, "a"), (TENANT, "b"), (OTHER_TENANT, "a")]);
         for record in &records {
-            assert_eq!(record, &load_for(store, &record.tenant, &record.operation_key));
+            assert_eq!(record, &load_for(store, &record.tenant, &record.operation_key).await);
         }
     }
 
     /// Times are stored as given, and a time beyond what the database holds saturates rather
     /// than wrapping to the past.
-    pub fn times_read_back_as_written_and_saturate(store: &ClaimStore) {
+    pub async fn times_read_back_as_written_and_saturate(store: &ClaimStore) {
         let mut forever = claim("k1", "A", 1_234_567_890_123);
         forever.lease_until_ms = 1_234_567_895_123;
         forever.expires_at_ms = u64::MAX;
-        claimed(store, &forever);
-        let record = load(store, "k1");
+        claimed(store, &forever).await;
+        let record = load(store, "k1").await;
         assert_eq!(record.created_at_ms, 1_234_567_890_123);
         assert_eq!(record.updated_at_ms, 1_234_567_890_123);
         assert_eq!(record.lease_until_ms, 1_234_567_895_123);
@@ -170,13 +170,14 @@ mod contract {
 
     /// The owner completes a pending claim: `applied` with the effect reference and the safe
     /// response, no owner, no lease, no reason, the request dropped; once only.
-    pub fn the_owner_completes_a_pending_claim_once(store: &ClaimStore) {
+    pub async fn the_owner_completes_a_pending_claim_once(store: &ClaimStore) {
         let first = claim("k1", "A", 1_000);
-        let before = claimed(store, &first);
+        let before = claimed(store, &first).await;
         assert!(store
             .complete(&owned(&first), Some("ticket_1"), r#"{"ticket_id":"ticket_1"}"#, 2_000)
+            .await
             .unwrap());
-        let record = load(store, "k1");
+        let record = load(store, "k1").await;
         assert_eq!(
             record,
             OperationRecord {
@@ -191,47 +192,50 @@ mod contract {
                 ..before
             }
         );
-        assert!(!store.complete(&owned(&first), Some("ticket_2"), "{}", 3_000).unwrap(), "applied already");
-        assert_eq!(load(store, "k1"), record);
+        assert!(
+            !store.complete(&owned(&first), Some("ticket_2"), "{}", 3_000).await.unwrap(),
+            "applied already"
+        );
+        assert_eq!(load(store, "k1").await, record);
     }
 
     /// A stale owner token cannot complete, fail, mark unknown, release or set a job: each is
     /// false and the record is untouched.
-    pub fn a_stale_owner_changes_nothing(store: &ClaimStore) {
+    pub async fn a_stale_owner_changes_nothing(store: &ClaimStore) {
         let first = claim("k1", "A", 1_000);
-        let before = claimed(store, &first);
+        let before = claimed(store, &first).await;
         let stranger = stale(&first, "B");
-        assert!(!store.complete(&stranger, Some("ticket_1"), "{}", 2_000).unwrap());
-        assert!(!store.fail_permanent(&stranger, "unauthorized", 2_000).unwrap());
-        assert!(!store.mark_unknown(&stranger, "connection closed", 2_000).unwrap());
-        assert!(!store.release(&stranger, 2_000).unwrap());
-        assert!(!store.set_job(&stranger, "job_1", 2_000).unwrap());
-        assert_eq!(load(store, "k1"), before);
-        assert_eq!(store.reconciliations(TENANT, "k1").unwrap(), vec![]);
-        assert_eq!(store.all_reconciliations().unwrap(), vec![]);
+        assert!(!store.complete(&stranger, Some("ticket_1"), "{}", 2_000).await.unwrap());
+        assert!(!store.fail_permanent(&stranger, "unauthorized", 2_000).await.unwrap());
+        assert!(!store.mark_unknown(&stranger, "connection closed", 2_000).await.unwrap());
+        assert!(!store.release(&stranger, 2_000).await.unwrap());
+        assert!(!store.set_job(&stranger, "job_1", 2_000).await.unwrap());
+        assert_eq!(load(store, "k1").await, before);
+        assert_eq!(store.reconciliations(TENANT, "k1").await.unwrap(), vec![]);
+        assert_eq!(store.all_reconciliations().await.unwrap(), vec![]);
         // The same token for another operation or another tenant is not this claim's owner.
         let elsewhere = OwnedClaim { tenant: OTHER_TENANT.into(), ..owned(&first) };
-        assert!(!store.complete(&elsewhere, Some("ticket_1"), "{}", 2_000).unwrap());
-        assert!(!store.release(&elsewhere, 2_000).unwrap());
-        assert_eq!(load(store, "k1"), before);
+        assert!(!store.complete(&elsewhere, Some("ticket_1"), "{}", 2_000).await.unwrap());
+        assert!(!store.release(&elsewhere, 2_000).await.unwrap());
+        assert_eq!(load(store, "k1").await, before);
     }
 
     /// The effect reference is optional: a completion without one stores none.
-    pub fn a_completion_may_store_no_effect_reference(store: &ClaimStore) {
+    pub async fn a_completion_may_store_no_effect_reference(store: &ClaimStore) {
         let first = claim("k1", "A", 1_000);
-        claimed(store, &first);
-        assert!(store.complete(&owned(&first), None, "{}", 2_000).unwrap());
-        let record = load(store, "k1");
+        claimed(store, &first).await;
+        assert!(store.complete(&owned(&first), None, "{}", 2_000).await.unwrap());
+        let record = load(store, "k1").await;
         assert_eq!((record.status, record.effect_reference), (RecordStatus::Applied, None));
     }
 
     /// The owner records a permanent refusal: `failed_permanent` with the reason code, no
     /// owner, no lease, the request dropped; once only, and never over a settled record.
-    pub fn the_owner_fails_a_pending_claim_permanently_once(store: &ClaimStore) {
+    pub async fn the_owner_fails_a_pending_claim_permanently_once(store: &ClaimStore) {
         let first = claim("k1", "A", 1_000);
-        let before = claimed(store, &first);
-        assert!(store.fail_permanent(&owned(&first), "unauthorized", 2_000).unwrap());
-        let record = load(store, "k1");
+        let before = claimed(store, &first).await;
+        assert!(store.fail_permanent(&owned(&first), "unauthorized", 2_000).await.unwrap());
+        let record = load(store, "k1").await;
         assert_eq!(
             record,
             OperationRecord {
@@ -244,27 +248,27 @@ mod contract {
                 ..before
             }
         );
-        assert!(!store.fail_permanent(&owned(&first), "other", 3_000).unwrap());
-        assert!(!store.complete(&owned(&first), Some("ticket_1"), "{}", 3_000).unwrap());
-        assert_eq!(load(store, "k1"), record);
+        assert!(!store.fail_permanent(&owned(&first), "other", 3_000).await.unwrap());
+        assert!(!store.complete(&owned(&first), Some("ticket_1"), "{}", 3_000).await.unwrap());
+        assert_eq!(load(store, "k1").await, record);
 
         // Nor over an applied record.
         let second = claim("k2", "A", 1_000);
-        claimed(store, &second);
-        assert!(store.complete(&owned(&second), Some("ticket_2"), "{}", 2_000).unwrap());
-        let applied = load(store, "k2");
-        assert!(!store.fail_permanent(&owned(&second), "unauthorized", 3_000).unwrap());
-        assert_eq!(load(store, "k2"), applied);
+        claimed(store, &second).await;
+        assert!(store.complete(&owned(&second), Some("ticket_2"), "{}", 2_000).await.unwrap());
+        let applied = load(store, "k2").await;
+        assert!(!store.fail_permanent(&owned(&second), "unauthorized", 3_000).await.unwrap());
+        assert_eq!(load(store, "k2").await, applied);
     }
 
     /// The owner hands an ambiguous outcome to reconciliation: `unknown` with the finding as
     /// reason, no owner, no lease, the request kept (the outcome is open), and exactly one
     /// reconciliation row with the finding, written with it.
-    pub fn the_owner_marks_a_pending_claim_unknown_with_a_reconciliation_row(store: &ClaimStore) {
+    pub async fn the_owner_marks_a_pending_claim_unknown_with_a_reconciliation_row(store: &ClaimStore) {
         let first = claim("k1", "A", 1_000);
-        let before = claimed(store, &first);
-        assert!(store.mark_unknown(&owned(&first), "connection closed", 2_000).unwrap());
-        let record = load(store, "k1");
+        let before = claimed(store, &first).await;
+        assert!(store.mark_unknown(&owned(&first), "connection closed", 2_000).await.unwrap());
+        let record = load(store, "k1").await;
         assert_eq!(
             record,
             OperationRecord {
@@ -277,7 +281,7 @@ mod contract {
             }
         );
         assert_eq!(record.request_json, before.request_json, "kept while the outcome is open");
-        let rows = store.reconciliations(TENANT, "k1").unwrap();
+        let rows = store.reconciliations(TENANT, "k1").await.unwrap();
         assert_eq!(rows.len(), 1, "{rows:?}");
         assert_eq!(
             (
@@ -288,57 +292,57 @@ mod contract {
             ),
             (TENANT, "k1", 2_000, "connection closed")
         );
-        assert_eq!(store.all_reconciliations().unwrap(), rows);
+        assert_eq!(store.all_reconciliations().await.unwrap(), rows);
 
         // Once only: the old owner no longer owns it, and no second row appears.
-        assert!(!store.mark_unknown(&owned(&first), "again", 3_000).unwrap());
-        assert_eq!(load(store, "k1"), record);
-        assert_eq!(store.reconciliations(TENANT, "k1").unwrap(), rows);
+        assert!(!store.mark_unknown(&owned(&first), "again", 3_000).await.unwrap());
+        assert_eq!(load(store, "k1").await, record);
+        assert_eq!(store.reconciliations(TENANT, "k1").await.unwrap(), rows);
     }
 
     /// A refused `mark_unknown` writes no reconciliation row, also beside other operations'.
-    pub fn a_refused_mark_unknown_writes_no_reconciliation_row(store: &ClaimStore) {
+    pub async fn a_refused_mark_unknown_writes_no_reconciliation_row(store: &ClaimStore) {
         let first = claim("k1", "A", 1_000);
-        claimed(store, &first);
-        assert!(store.complete(&owned(&first), Some("ticket_1"), "{}", 2_000).unwrap());
-        let applied = load(store, "k1");
-        assert!(!store.mark_unknown(&owned(&first), "late", 3_000).unwrap(), "applied already");
-        assert!(!store.mark_unknown(&owned(&claim("k9", "A", 0)), "no such claim", 3_000).unwrap());
-        assert_eq!(load(store, "k1"), applied);
-        assert_eq!(store.all_reconciliations().unwrap(), vec![]);
+        claimed(store, &first).await;
+        assert!(store.complete(&owned(&first), Some("ticket_1"), "{}", 2_000).await.unwrap());
+        let applied = load(store, "k1").await;
+        assert!(!store.mark_unknown(&owned(&first), "late", 3_000).await.unwrap(), "applied already");
+        assert!(!store.mark_unknown(&owned(&claim("k9", "A", 0)), "no such claim", 3_000).await.unwrap());
+        assert_eq!(load(store, "k1").await, applied);
+        assert_eq!(store.all_reconciliations().await.unwrap(), vec![]);
     }
 
     /// The owner hands a pending claim to the queue: still `pending`, with no owner and no
     /// lease, until a consumer takes it over; once only, and never a settled record.
-    pub fn the_owner_releases_a_pending_claim_to_the_queue(store: &ClaimStore) {
+    pub async fn the_owner_releases_a_pending_claim_to_the_queue(store: &ClaimStore) {
         let first = claim("k1", "A", 1_000);
-        let before = claimed(store, &first);
-        assert!(store.release(&owned(&first), 2_000).unwrap());
-        let record = load(store, "k1");
+        let before = claimed(store, &first).await;
+        assert!(store.release(&owned(&first), 2_000).await.unwrap());
+        let record = load(store, "k1").await;
         assert_eq!(
             record,
             OperationRecord { owner_token: None, lease_until_ms: 0, updated_at_ms: 2_000, ..before }
         );
         assert!(!record.lease_is_live(2_000));
-        assert!(!store.release(&owned(&first), 3_000).unwrap(), "nobody owns it now");
-        assert_eq!(load(store, "k1"), record);
+        assert!(!store.release(&owned(&first), 3_000).await.unwrap(), "nobody owns it now");
+        assert_eq!(load(store, "k1").await, record);
 
         let second = claim("k2", "A", 1_000);
-        claimed(store, &second);
-        assert!(store.fail_permanent(&owned(&second), "unauthorized", 2_000).unwrap());
-        let failed = load(store, "k2");
-        assert!(!store.release(&owned(&second), 3_000).unwrap());
-        assert_eq!(load(store, "k2"), failed);
+        claimed(store, &second).await;
+        assert!(store.fail_permanent(&owned(&second), "unauthorized", 2_000).await.unwrap());
+        let failed = load(store, "k2").await;
+        assert!(!store.release(&owned(&second), 3_000).await.unwrap());
+        assert_eq!(load(store, "k2").await, failed);
     }
 
     /// The owner stores the downstream job: still `pending`, owned by the job (no owner, no
     /// lease), found by its job id within its tenant; never on a settled record.
-    pub fn the_owner_hands_a_pending_claim_to_a_downstream_job(store: &ClaimStore) {
+    pub async fn the_owner_hands_a_pending_claim_to_a_downstream_job(store: &ClaimStore) {
         let first = claim("k1", "A", 1_000);
-        let before = claimed(store, &first);
-        assert_eq!(store.load_by_job(TENANT, "job_1").unwrap(), None);
-        assert!(store.set_job(&owned(&first), "job_1", 2_000).unwrap());
-        let record = load(store, "k1");
+        let before = claimed(store, &first).await;
+        assert_eq!(store.load_by_job(TENANT, "job_1").await.unwrap(), None);
+        assert!(store.set_job(&owned(&first), "job_1", 2_000).await.unwrap());
+        let record = load(store, "k1").await;
         assert_eq!(
             record,
             OperationRecord {
@@ -349,41 +353,45 @@ mod contract {
                 ..before
             }
         );
-        assert_eq!(store.load_by_job(TENANT, "job_1").unwrap(), Some(record.clone()));
-        assert_eq!(store.load_by_job(OTHER_TENANT, "job_1").unwrap(), None);
-        assert_eq!(store.load_by_job(TENANT, "job_2").unwrap(), None);
-        assert!(!store.set_job(&owned(&first), "job_2", 3_000).unwrap(), "the job owns it now");
-        assert_eq!(load(store, "k1"), record);
+        assert_eq!(store.load_by_job(TENANT, "job_1").await.unwrap(), Some(record.clone()));
+        assert_eq!(store.load_by_job(OTHER_TENANT, "job_1").await.unwrap(), None);
+        assert_eq!(store.load_by_job(TENANT, "job_2").await.unwrap(), None);
+        assert!(!store.set_job(&owned(&first), "job_2", 3_000).await.unwrap(), "the job owns it now");
+        assert_eq!(load(store, "k1").await, record);
 
         let second = claim("k2", "A", 1_000);
-        claimed(store, &second);
-        assert!(store.complete(&owned(&second), Some("ticket_2"), "{}", 2_000).unwrap());
-        let applied = load(store, "k2");
-        assert!(!store.set_job(&owned(&second), "job_3", 3_000).unwrap());
-        assert_eq!(load(store, "k2"), applied);
-        assert_eq!(store.load_by_job(TENANT, "job_3").unwrap(), None);
+        claimed(store, &second).await;
+        assert!(store.complete(&owned(&second), Some("ticket_2"), "{}", 2_000).await.unwrap());
+        let applied = load(store, "k2").await;
+        assert!(!store.set_job(&owned(&second), "job_3", 3_000).await.unwrap());
+        assert_eq!(load(store, "k2").await, applied);
+        assert_eq!(store.load_by_job(TENANT, "job_3").await.unwrap(), None);
     }
 
     /// A take-over succeeds only against the exact observed owner and lease, and only once the
     /// lease has run out (at its last millisecond, not before); the new owner then owns the
     /// pending record and the old one can write nothing.
-    pub fn a_take_over_needs_the_exact_observation_and_an_expired_lease(store: &ClaimStore) {
+    pub async fn a_take_over_needs_the_exact_observation_and_an_expired_lease(store: &ClaimStore) {
         let first = claim("k1", "A", 1_000);
-        let before = claimed(store, &first);
+        let before = claimed(store, &first).await;
         let observed = (Some("A"), first.lease_until_ms);
 
-        assert!(!store.take_over(&take_over("k1", observed, "B", first.lease_until_ms - 1)).unwrap());
-        assert!(!store.take_over(&take_over("k1", (Some("Z"), first.lease_until_ms), "B", 7_000)).unwrap());
-        assert!(!store.take_over(&take_over("k1", (None, first.lease_until_ms), "B", 7_000)).unwrap());
+        assert!(!store.take_over(&take_over("k1", observed, "B", first.lease_until_ms - 1)).await.unwrap());
+        assert!(!store
+            .take_over(&take_over("k1", (Some("Z"), first.lease_until_ms), "B", 7_000))
+            .await
+            .unwrap());
+        assert!(!store.take_over(&take_over("k1", (None, first.lease_until_ms), "B", 7_000)).await.unwrap());
         assert!(!store
             .take_over(&take_over("k1", (Some("A"), first.lease_until_ms - 1), "B", 7_000))
+            .await
             .unwrap());
-        assert!(!store.take_over(&take_over("k2", observed, "B", 7_000)).unwrap(), "no such operation");
-        assert_eq!(load(store, "k1"), before, "refused take-overs change nothing");
+        assert!(!store.take_over(&take_over("k2", observed, "B", 7_000)).await.unwrap(), "no such operation");
+        assert_eq!(load(store, "k1").await, before, "refused take-overs change nothing");
 
         let winning = take_over("k1", observed, "B", first.lease_until_ms);
-        assert!(store.take_over(&winning).unwrap());
-        let record = load(store, "k1");
+        assert!(store.take_over(&winning).await.unwrap());
+        let record = load(store, "k1").await;
         assert_eq!(
             record,
             OperationRecord {
@@ -395,27 +403,29 @@ mod contract {
         );
 
         // The same observation loses the second time.
-        assert!(!store.take_over(&TakeOver { new_owner: "C".into(), ..winning.clone() }).unwrap());
-        assert_eq!(load(store, "k1"), record);
+        assert!(!store.take_over(&TakeOver { new_owner: "C".into(), ..winning.clone() }).await.unwrap());
+        assert_eq!(load(store, "k1").await, record);
 
         // The old owner can write nothing; the new one can.
-        assert!(!store.complete(&owned(&first), Some("ticket_1"), "{}", 7_000).unwrap());
-        assert_eq!(load(store, "k1"), record);
+        assert!(!store.complete(&owned(&first), Some("ticket_1"), "{}", 7_000).await.unwrap());
+        assert_eq!(load(store, "k1").await, record);
         let new_owner =
             OwnedClaim { owner_token: "B".into(), lease_until_ms: winning.lease_until_ms, ..owned(&first) };
-        assert!(store.complete(&new_owner, Some("ticket_1"), "{}", 7_000).unwrap());
-        assert_eq!(load(store, "k1").status, RecordStatus::Applied);
+        assert!(store.complete(&new_owner, Some("ticket_1"), "{}", 7_000).await.unwrap());
+        assert_eq!(load(store, "k1").await.status, RecordStatus::Applied);
     }
 
     /// `unknown` records and queued ones (pending, no owner) can be taken over by anyone who
     /// observed nobody; job-owned and settled records cannot.
-    pub fn unknown_and_queued_records_can_be_taken_over_but_not_jobs_or_settled_ones(store: &ClaimStore) {
+    pub async fn unknown_and_queued_records_can_be_taken_over_but_not_jobs_or_settled_ones(
+        store: &ClaimStore,
+    ) {
         let unknown = claim("unknown", "A", 1_000);
-        claimed(store, &unknown);
-        assert!(store.mark_unknown(&owned(&unknown), "timeout", 2_000).unwrap());
-        assert!(!store.take_over(&take_over("unknown", (Some("A"), 0), "B", 3_000)).unwrap());
-        assert!(store.take_over(&take_over("unknown", (None, 0), "B", 3_000)).unwrap());
-        let record = load(store, "unknown");
+        claimed(store, &unknown).await;
+        assert!(store.mark_unknown(&owned(&unknown), "timeout", 2_000).await.unwrap());
+        assert!(!store.take_over(&take_over("unknown", (Some("A"), 0), "B", 3_000)).await.unwrap());
+        assert!(store.take_over(&take_over("unknown", (None, 0), "B", 3_000)).await.unwrap());
+        let record = load(store, "unknown").await;
         assert_eq!(
             (record.status, record.owner_token.as_deref(), record.lease_until_ms, record.updated_at_ms),
             (RecordStatus::Pending, Some("B"), 3_000 + LEASE_MS, 3_000)
@@ -423,52 +433,58 @@ mod contract {
         assert!(record.request_json.is_some(), "the new owner can send the request again");
 
         let queued = claim("queued", "A", 1_000);
-        claimed(store, &queued);
-        assert!(store.release(&owned(&queued), 2_000).unwrap());
-        assert!(store.take_over(&take_over("queued", (None, 0), "consumer", 3_000)).unwrap());
-        let record = load(store, "queued");
+        claimed(store, &queued).await;
+        assert!(store.release(&owned(&queued), 2_000).await.unwrap());
+        assert!(store.take_over(&take_over("queued", (None, 0), "consumer", 3_000)).await.unwrap());
+        let record = load(store, "queued").await;
         assert_eq!((record.status, record.owner_token.as_deref()), (RecordStatus::Pending, Some("consumer")));
 
         let job = claim("job", "A", 1_000);
-        claimed(store, &job);
-        assert!(store.set_job(&owned(&job), "job_1", 2_000).unwrap());
-        let before = load(store, "job");
-        assert!(!store.take_over(&take_over("job", (None, 0), "B", 3_000)).unwrap());
-        assert_eq!(load(store, "job"), before);
+        claimed(store, &job).await;
+        assert!(store.set_job(&owned(&job), "job_1", 2_000).await.unwrap());
+        let before = load(store, "job").await;
+        assert!(!store.take_over(&take_over("job", (None, 0), "B", 3_000)).await.unwrap());
+        assert_eq!(load(store, "job").await, before);
 
         let applied = claim("applied", "A", 1_000);
-        claimed(store, &applied);
-        assert!(store.complete(&owned(&applied), Some("ticket_1"), "{}", 2_000).unwrap());
-        let before = load(store, "applied");
-        assert!(!store.take_over(&take_over("applied", (None, 0), "B", 3_000)).unwrap());
-        assert_eq!(load(store, "applied"), before);
+        claimed(store, &applied).await;
+        assert!(store.complete(&owned(&applied), Some("ticket_1"), "{}", 2_000).await.unwrap());
+        let before = load(store, "applied").await;
+        assert!(!store.take_over(&take_over("applied", (None, 0), "B", 3_000)).await.unwrap());
+        assert_eq!(load(store, "applied").await, before);
 
         let failed = claim("failed", "A", 1_000);
-        claimed(store, &failed);
-        assert!(store.fail_permanent(&owned(&failed), "unauthorized", 2_000).unwrap());
-        let before = load(store, "failed");
-        assert!(!store.take_over(&take_over("failed", (None, 0), "B", 3_000)).unwrap());
-        assert_eq!(load(store, "failed"), before);
+        claimed(store, &failed).await;
+        assert!(store.fail_permanent(&owned(&failed), "unauthorized", 2_000).await.unwrap());
+        let before = load(store, "failed").await;
+        assert!(!store.take_over(&take_over("failed", (None, 0), "B", 3_000)).await.unwrap());
+        assert_eq!(load(store, "failed").await, before);
     }
 
     /// A job is settled exactly once, and only by its own job id: `applied` with the job id as
     /// effect reference and the response, no owner, no reason, the request dropped.
-    pub fn a_job_is_settled_exactly_once(store: &ClaimStore) {
+    pub async fn a_job_is_settled_exactly_once(store: &ClaimStore) {
         let first = claim("k1", "A", 1_000);
-        let before = claimed(store, &first);
-        assert!(store.set_job(&owned(&first), "job_1", 2_000).unwrap());
-        let waiting = load(store, "k1");
+        let before = claimed(store, &first).await;
+        assert!(store.set_job(&owned(&first), "job_1", 2_000).await.unwrap());
+        let waiting = load(store, "k1").await;
 
-        assert!(!store.settle_job(TENANT, "k1", "job_2", "{}", 3_000, false).unwrap(), "another job");
+        assert!(!store.settle_job(TENANT, "k1", "job_2", "{}", 3_000, false).await.unwrap(), "another job");
         assert!(
-            !store.settle_job(OTHER_TENANT, "k1", "job_1", "{}", 3_000, false).unwrap(),
+            !store.settle_job(OTHER_TENANT, "k1", "job_1", "{}", 3_000, false).await.unwrap(),
             "another tenant"
         );
-        assert!(!store.settle_job(TENANT, "k9", "job_1", "{}", 3_000, false).unwrap(), "no such operation");
-        assert_eq!(load(store, "k1"), waiting);
+        assert!(
+            !store.settle_job(TENANT, "k9", "job_1", "{}", 3_000, false).await.unwrap(),
+            "no such operation"
+        );
+        assert_eq!(load(store, "k1").await, waiting);
 
-        assert!(store.settle_job(TENANT, "k1", "job_1", r#"{"job_id":"job_1"}"#, 4_000, false).unwrap());
-        let settled = load(store, "k1");
+        assert!(store
+            .settle_job(TENANT, "k1", "job_1", r#"{"job_id":"job_1"}"#, 4_000, false)
+            .await
+            .unwrap());
+        let settled = load(store, "k1").await;
         assert_eq!(
             settled,
             OperationRecord {
@@ -484,82 +500,82 @@ mod contract {
                 ..before
             }
         );
-        assert!(!store.settle_job(TENANT, "k1", "job_1", r#"{"again":true}"#, 5_000, false).unwrap());
-        assert_eq!(load(store, "k1"), settled, "only the first settlement wrote");
+        assert!(!store.settle_job(TENANT, "k1", "job_1", r#"{"again":true}"#, 5_000, false).await.unwrap());
+        assert_eq!(load(store, "k1").await, settled, "only the first settlement wrote");
     }
 
     /// The settlement that wins owes the job's completion notice, in the same transaction; a
     /// losing one owes nothing. The notice is claimed by compare-and-set on when it was last
     /// claimed, and is no longer owed once done.
-    pub fn a_settled_job_owes_its_notice_until_it_is_done(store: &ClaimStore) {
+    pub async fn a_settled_job_owes_its_notice_until_it_is_done(store: &ClaimStore) {
         let first = claim("k1", "owner-a", 1_000);
-        store.claim(&first).unwrap();
-        assert!(store.set_job(&owned(&first), "job_1", 2_000).unwrap());
-        assert_eq!(store.due_notice(TENANT, "k1").unwrap(), None, "nothing owed before the settlement");
-        assert!(store.settle_job(TENANT, "k1", "job_1", "{}", 3_000, true).unwrap());
-        assert_eq!(store.due_notice(TENANT, "k1").unwrap(), Some(("job_1".to_owned(), 3_000)));
-        assert_eq!(store.due_notice(OTHER_TENANT, "k1").unwrap(), None, "owed within its tenant");
+        store.claim(&first).await.unwrap();
+        assert!(store.set_job(&owned(&first), "job_1", 2_000).await.unwrap());
+        assert_eq!(store.due_notice(TENANT, "k1").await.unwrap(), None, "nothing owed before the settlement");
+        assert!(store.settle_job(TENANT, "k1", "job_1", "{}", 3_000, true).await.unwrap());
+        assert_eq!(store.due_notice(TENANT, "k1").await.unwrap(), Some(("job_1".to_owned(), 3_000)));
+        assert_eq!(store.due_notice(OTHER_TENANT, "k1").await.unwrap(), None, "owed within its tenant");
         // A second settlement changes nothing and owes nothing more.
-        assert!(!store.settle_job(TENANT, "k1", "job_1", "{}", 9_000, true).unwrap());
-        assert_eq!(store.due_notice(TENANT, "k1").unwrap(), Some(("job_1".to_owned(), 3_000)));
+        assert!(!store.settle_job(TENANT, "k1", "job_1", "{}", 9_000, true).await.unwrap());
+        assert_eq!(store.due_notice(TENANT, "k1").await.unwrap(), Some(("job_1".to_owned(), 3_000)));
         // One of two callers that saw the same claim gets it; a stale observation does not.
-        assert!(!store.claim_notice(TENANT, "k1", 2_999, 7_000).unwrap());
-        assert!(store.claim_notice(TENANT, "k1", 3_000, 7_000).unwrap());
-        assert!(!store.claim_notice(TENANT, "k1", 3_000, 7_001).unwrap());
-        assert_eq!(store.due_notice(TENANT, "k1").unwrap(), Some(("job_1".to_owned(), 7_000)));
-        assert!(store.notice_done(TENANT, "k1").unwrap());
-        assert!(!store.notice_done(TENANT, "k1").unwrap(), "done once");
-        assert_eq!(store.due_notice(TENANT, "k1").unwrap(), None);
+        assert!(!store.claim_notice(TENANT, "k1", 2_999, 7_000).await.unwrap());
+        assert!(store.claim_notice(TENANT, "k1", 3_000, 7_000).await.unwrap());
+        assert!(!store.claim_notice(TENANT, "k1", 3_000, 7_001).await.unwrap());
+        assert_eq!(store.due_notice(TENANT, "k1").await.unwrap(), Some(("job_1".to_owned(), 7_000)));
+        assert!(store.notice_done(TENANT, "k1").await.unwrap());
+        assert!(!store.notice_done(TENANT, "k1").await.unwrap(), "done once");
+        assert_eq!(store.due_notice(TENANT, "k1").await.unwrap(), None);
         // A settlement that owes no notice (the tool sends none) records none.
         let second = claim("k2", "owner-b", 1_000);
-        store.claim(&second).unwrap();
-        assert!(store.settle_job(TENANT, "k2", "job_2", "{}", 3_000, false).unwrap());
-        assert_eq!(store.due_notice(TENANT, "k2").unwrap(), None);
+        store.claim(&second).await.unwrap();
+        assert!(store.settle_job(TENANT, "k2", "job_2", "{}", 3_000, false).await.unwrap());
+        assert_eq!(store.due_notice(TENANT, "k2").await.unwrap(), None);
     }
 
     /// A record with no job recorded yet (`unknown`, or pending under its owner) is settled
     /// by the job that turns out to be its; a settled record is not settled again.
-    pub fn a_record_without_a_job_is_settled_by_its_job_but_a_settled_one_is_not(store: &ClaimStore) {
+    pub async fn a_record_without_a_job_is_settled_by_its_job_but_a_settled_one_is_not(store: &ClaimStore) {
         let unknown = claim("unknown", "A", 1_000);
-        claimed(store, &unknown);
-        assert!(store.mark_unknown(&owned(&unknown), "timeout", 2_000).unwrap());
-        assert!(store.settle_job(TENANT, "unknown", "job_9", "{}", 3_000, false).unwrap());
-        let record = load(store, "unknown");
+        claimed(store, &unknown).await;
+        assert!(store.mark_unknown(&owned(&unknown), "timeout", 2_000).await.unwrap());
+        assert!(store.settle_job(TENANT, "unknown", "job_9", "{}", 3_000, false).await.unwrap());
+        let record = load(store, "unknown").await;
         assert_eq!(
             (record.status, record.job_id.as_deref(), record.effect_reference.as_deref(), record.reason),
             (RecordStatus::Applied, Some("job_9"), Some("job_9"), None)
         );
 
         let pending = claim("pending", "A", 1_000);
-        claimed(store, &pending);
-        assert!(store.settle_job(TENANT, "pending", "job_8", "{}", 3_000, false).unwrap());
-        let record = load(store, "pending");
+        claimed(store, &pending).await;
+        assert!(store.settle_job(TENANT, "pending", "job_8", "{}", 3_000, false).await.unwrap());
+        let record = load(store, "pending").await;
         assert_eq!((record.status, record.owner_token), (RecordStatus::Applied, None));
 
         let failed = claim("failed", "A", 1_000);
-        claimed(store, &failed);
-        assert!(store.fail_permanent(&owned(&failed), "unauthorized", 2_000).unwrap());
-        let before = load(store, "failed");
-        assert!(!store.settle_job(TENANT, "failed", "job_7", "{}", 3_000, false).unwrap());
-        assert_eq!(load(store, "failed"), before);
+        claimed(store, &failed).await;
+        assert!(store.fail_permanent(&owned(&failed), "unauthorized", 2_000).await.unwrap());
+        let before = load(store, "failed").await;
+        assert!(!store.settle_job(TENANT, "failed", "job_7", "{}", 3_000, false).await.unwrap());
+        assert_eq!(load(store, "failed").await, before);
     }
 
     /// Giving up a job fails exactly that pending job (`failed_permanent` with the reason, the
     /// request dropped), once; another job id, a record without a job or a missing record is
     /// refused and untouched.
-    pub fn giving_up_a_job_fails_only_that_pending_job(store: &ClaimStore) {
+    pub async fn giving_up_a_job_fails_only_that_pending_job(store: &ClaimStore) {
         let first = claim("k1", "A", 1_000);
-        claimed(store, &first);
-        assert!(store.set_job(&owned(&first), "job_1", 2_000).unwrap());
-        let waiting = load(store, "k1");
+        claimed(store, &first).await;
+        assert!(store.set_job(&owned(&first), "job_1", 2_000).await.unwrap());
+        let waiting = load(store, "k1").await;
 
-        assert!(!store.give_up_job(TENANT, "k1", "job_2", "job_timeout", 3_000).unwrap());
-        assert!(!store.give_up_job(OTHER_TENANT, "k1", "job_1", "job_timeout", 3_000).unwrap());
-        assert!(!store.give_up_job(TENANT, "k9", "job_1", "job_timeout", 3_000).unwrap());
-        assert_eq!(load(store, "k1"), waiting);
+        assert!(!store.give_up_job(TENANT, "k1", "job_2", "job_timeout", 3_000).await.unwrap());
+        assert!(!store.give_up_job(OTHER_TENANT, "k1", "job_1", "job_timeout", 3_000).await.unwrap());
+        assert!(!store.give_up_job(TENANT, "k9", "job_1", "job_timeout", 3_000).await.unwrap());
+        assert_eq!(load(store, "k1").await, waiting);
 
-        assert!(store.give_up_job(TENANT, "k1", "job_1", "job_timeout", 4_000).unwrap());
-        let record = load(store, "k1");
+        assert!(store.give_up_job(TENANT, "k1", "job_1", "job_timeout", 4_000).await.unwrap());
+        let record = load(store, "k1").await;
         assert_eq!(
             record,
             OperationRecord {
@@ -570,28 +586,29 @@ mod contract {
                 ..waiting
             }
         );
-        assert!(!store.give_up_job(TENANT, "k1", "job_1", "again", 5_000).unwrap(), "once only");
-        assert_eq!(load(store, "k1"), record);
+        assert!(!store.give_up_job(TENANT, "k1", "job_1", "again", 5_000).await.unwrap(), "once only");
+        assert_eq!(load(store, "k1").await, record);
 
         let without_job = claim("k2", "A", 1_000);
-        let before = claimed(store, &without_job);
-        assert!(!store.give_up_job(TENANT, "k2", "job_1", "job_timeout", 3_000).unwrap());
-        assert_eq!(load(store, "k2"), before);
+        let before = claimed(store, &without_job).await;
+        assert!(!store.give_up_job(TENANT, "k2", "job_1", "job_timeout", 3_000).await.unwrap());
+        assert_eq!(load(store, "k2").await, before);
     }
 
     /// `write_job_result` (for a mutant) writes `applied` with the job whatever the record's
     /// state and says true whenever the record exists; false only when there is none.
-    pub fn writing_a_job_result_overwrites_any_existing_record(store: &ClaimStore) {
-        assert!(!store.write_job_result(TENANT, "k1", "job_1", "{}", 1_000).unwrap(), "no record");
-        assert_eq!(store.load(TENANT, "k1").unwrap(), None);
+    pub async fn writing_a_job_result_overwrites_any_existing_record(store: &ClaimStore) {
+        assert!(!store.write_job_result(TENANT, "k1", "job_1", "{}", 1_000).await.unwrap(), "no record");
+        assert_eq!(store.load(TENANT, "k1").await.unwrap(), None);
 
         let first = claim("k1", "A", 1_000);
-        claimed(store, &first);
+        claimed(store, &first).await;
         assert!(store
             .complete(&owned(&first), Some("ticket_1"), r#"{"ticket_id":"ticket_1"}"#, 2_000)
+            .await
             .unwrap());
-        assert!(store.write_job_result(TENANT, "k1", "job_7", r#"{"job_id":"job_7"}"#, 3_000).unwrap());
-        let record = load(store, "k1");
+        assert!(store.write_job_result(TENANT, "k1", "job_7", r#"{"job_id":"job_7"}"#, 3_000).await.unwrap());
+        let record = load(store, "k1").await;
         assert_eq!(
             (
                 record.status,
@@ -602,35 +619,39 @@ mod contract {
             ),
             (RecordStatus::Applied, Some("job_7"), Some("job_7"), Some(r#"{"job_id":"job_7"}"#), 3_000)
         );
-        assert!(store.write_job_result(TENANT, "k1", "job_7", "{}", 4_000).unwrap(), "again, still true");
-        assert_eq!(load(store, "k1").updated_at_ms, 4_000);
+        assert!(
+            store.write_job_result(TENANT, "k1", "job_7", "{}", 4_000).await.unwrap(),
+            "again, still true"
+        );
+        assert_eq!(load(store, "k1").await.updated_at_ms, 4_000);
     }
 
     /// Only a terminal record becomes a tombstone, once: it keeps key, fingerprint and effect
     /// reference, and drops the response and the request.
-    pub fn only_terminal_records_become_tombstones_once(store: &ClaimStore) {
-        assert!(!store.tombstone(TENANT, "missing", 1_000).unwrap());
+    pub async fn only_terminal_records_become_tombstones_once(store: &ClaimStore) {
+        assert!(!store.tombstone(TENANT, "missing", 1_000).await.unwrap());
 
         let pending = claim("pending", "A", 1_000);
-        let before = claimed(store, &pending);
-        assert!(!store.tombstone(TENANT, "pending", 700_000).unwrap());
-        assert_eq!(load(store, "pending"), before);
+        let before = claimed(store, &pending).await;
+        assert!(!store.tombstone(TENANT, "pending", 700_000).await.unwrap());
+        assert_eq!(load(store, "pending").await, before);
 
         let unknown = claim("unknown", "A", 1_000);
-        claimed(store, &unknown);
-        assert!(store.mark_unknown(&owned(&unknown), "timeout", 2_000).unwrap());
-        let before = load(store, "unknown");
-        assert!(!store.tombstone(TENANT, "unknown", 700_000).unwrap());
-        assert_eq!(load(store, "unknown"), before);
+        claimed(store, &unknown).await;
+        assert!(store.mark_unknown(&owned(&unknown), "timeout", 2_000).await.unwrap());
+        let before = load(store, "unknown").await;
+        assert!(!store.tombstone(TENANT, "unknown", 700_000).await.unwrap());
+        assert_eq!(load(store, "unknown").await, before);
 
         let applied = claim("applied", "A", 1_000);
-        claimed(store, &applied);
+        claimed(store, &applied).await;
         assert!(store
             .complete(&owned(&applied), Some("ticket_1"), r#"{"ticket_id":"ticket_1"}"#, 2_000)
+            .await
             .unwrap());
-        let before = load(store, "applied");
-        assert!(store.tombstone(TENANT, "applied", 700_000).unwrap());
-        let record = load(store, "applied");
+        let before = load(store, "applied").await;
+        assert!(store.tombstone(TENANT, "applied", 700_000).await.unwrap());
+        let record = load(store, "applied").await;
         assert_eq!(
             record,
             OperationRecord {
@@ -643,48 +664,48 @@ mod contract {
         );
         assert_eq!(record.effect_reference.as_deref(), Some("ticket_1"));
         assert_eq!(record.request_fingerprint, before.request_fingerprint);
-        assert!(!store.tombstone(TENANT, "applied", 800_000).unwrap(), "a tombstone already");
-        assert_eq!(load(store, "applied"), record);
+        assert!(!store.tombstone(TENANT, "applied", 800_000).await.unwrap(), "a tombstone already");
+        assert_eq!(load(store, "applied").await, record);
 
         let failed = claim("failed", "A", 1_000);
-        claimed(store, &failed);
-        assert!(store.fail_permanent(&owned(&failed), "unauthorized", 2_000).unwrap());
-        assert!(store.tombstone(TENANT, "failed", 700_000).unwrap());
-        assert_eq!(load(store, "failed").status, RecordStatus::Tombstone);
-        assert!(!store.tombstone(TENANT, "failed", 800_000).unwrap());
+        claimed(store, &failed).await;
+        assert!(store.fail_permanent(&owned(&failed), "unauthorized", 2_000).await.unwrap());
+        assert!(store.tombstone(TENANT, "failed", 700_000).await.unwrap());
+        assert_eq!(load(store, "failed").await.status, RecordStatus::Tombstone);
+        assert!(!store.tombstone(TENANT, "failed", 800_000).await.unwrap());
     }
 
     /// `forget` (for a mutant) deletes exactly the named record and says whether there was one.
-    pub fn forget_deletes_exactly_the_named_record(store: &ClaimStore) {
-        assert!(!store.forget(TENANT, "k1").unwrap(), "nothing to delete");
-        claimed(store, &claim_for(TENANT, "k1", "A", 1_000));
-        let other = claimed(store, &claim_for(OTHER_TENANT, "k1", "A", 1_000));
-        let sibling = claimed(store, &claim_for(TENANT, "k2", "A", 1_000));
-        assert!(store.forget(TENANT, "k1").unwrap());
-        assert_eq!(store.load(TENANT, "k1").unwrap(), None);
-        assert_eq!(store.records().unwrap(), vec![sibling, other]);
-        assert!(!store.forget(TENANT, "k1").unwrap(), "deleted already");
+    pub async fn forget_deletes_exactly_the_named_record(store: &ClaimStore) {
+        assert!(!store.forget(TENANT, "k1").await.unwrap(), "nothing to delete");
+        claimed(store, &claim_for(TENANT, "k1", "A", 1_000)).await;
+        let other = claimed(store, &claim_for(OTHER_TENANT, "k1", "A", 1_000)).await;
+        let sibling = claimed(store, &claim_for(TENANT, "k2", "A", 1_000)).await;
+        assert!(store.forget(TENANT, "k1").await.unwrap());
+        assert_eq!(store.load(TENANT, "k1").await.unwrap(), None);
+        assert_eq!(store.records().await.unwrap(), vec![sibling, other]);
+        assert!(!store.forget(TENANT, "k1").await.unwrap(), "deleted already");
         // The key is free again: a new claim of it is new.
-        claimed(store, &claim_for(TENANT, "k1", "B", 2_000));
+        claimed(store, &claim_for(TENANT, "k1", "B", 2_000)).await;
     }
 
     /// A webhook event id is new exactly once: true the first time, false for every redelivery.
-    pub fn a_webhook_event_id_is_new_exactly_once(store: &ClaimStore) {
-        assert!(store.record_event("evt_1", TENANT, Some("k1"), 1_000).unwrap());
-        assert!(!store.record_event("evt_1", TENANT, Some("k1"), 2_000).unwrap());
-        assert!(!store.record_event("evt_1", TENANT, None, 3_000).unwrap());
-        assert!(store.record_event("evt_2", TENANT, None, 4_000).unwrap());
-        assert!(!store.record_event("evt_2", TENANT, None, 5_000).unwrap());
+    pub async fn a_webhook_event_id_is_new_exactly_once(store: &ClaimStore) {
+        assert!(store.record_event("evt_1", TENANT, Some("k1"), 1_000).await.unwrap());
+        assert!(!store.record_event("evt_1", TENANT, Some("k1"), 2_000).await.unwrap());
+        assert!(!store.record_event("evt_1", TENANT, None, 3_000).await.unwrap());
+        assert!(store.record_event("evt_2", TENANT, None, 4_000).await.unwrap());
+        assert!(!store.record_event("evt_2", TENANT, None, 5_000).await.unwrap());
     }
 
     /// Reconciliation findings are read back per operation (that tenant's key only) and all
     /// together, each oldest first, with what was written.
-    pub fn reconciliation_findings_are_read_back_per_operation_and_all(store: &ClaimStore) {
-        assert_eq!(store.all_reconciliations().unwrap(), vec![]);
-        store.record_reconciliation(TENANT, "k1", 10, "looked up: ticket_1").unwrap();
-        store.record_reconciliation(TENANT, "k2", 20, "no receipt").unwrap();
-        store.record_reconciliation(OTHER_TENANT, "k1", 30, "elsewhere").unwrap();
-        store.record_reconciliation(TENANT, "k1", 40, "still unknown").unwrap();
+    pub async fn reconciliation_findings_are_read_back_per_operation_and_all(store: &ClaimStore) {
+        assert_eq!(store.all_reconciliations().await.unwrap(), vec![]);
+        store.record_reconciliation(TENANT, "k1", 10, "looked up: ticket_1").await.unwrap();
+        store.record_reconciliation(TENANT, "k2", 20, "no receipt").await.unwrap();
+        store.record_reconciliation(OTHER_TENANT, "k1", 30, "elsewhere").await.unwrap();
+        store.record_reconciliation(TENANT, "k1", 40, "still unknown").await.unwrap();
 
         let summary = |rows: Vec<executor::Reconciliation>| -> Vec<(String, String, u64, String)> {
             assert!(rows.windows(2).all(|pair| pair[0].id < pair[1].id), "oldest first: {rows:?}");
@@ -694,16 +715,16 @@ mod contract {
             (tenant.to_owned(), key.to_owned(), at_ms, finding.to_owned())
         };
         assert_eq!(
-            summary(store.reconciliations(TENANT, "k1").unwrap()),
+            summary(store.reconciliations(TENANT, "k1").await.unwrap()),
             vec![row(TENANT, "k1", 10, "looked up: ticket_1"), row(TENANT, "k1", 40, "still unknown")]
         );
         assert_eq!(
-            summary(store.reconciliations(OTHER_TENANT, "k1").unwrap()),
+            summary(store.reconciliations(OTHER_TENANT, "k1").await.unwrap()),
             vec![row(OTHER_TENANT, "k1", 30, "elsewhere")]
         );
-        assert_eq!(store.reconciliations(TENANT, "k3").unwrap(), vec![]);
+        assert_eq!(store.reconciliations(TENANT, "k3").await.unwrap(), vec![]);
         assert_eq!(
-            summary(store.all_reconciliations().unwrap()),
+            summary(store.all_reconciliations().await.unwrap()),
             vec![
                 row(TENANT, "k1", 10, "looked up: ticket_1"),
                 row(TENANT, "k2", 20, "no receipt"),
@@ -715,52 +736,52 @@ mod contract {
 
     /// `unsettled` lists, by tenant then key, exactly the open records that no queue or job
     /// will settle: `unknown` ones and owned `pending` ones without a job.
-    pub fn unsettled_lists_exactly_the_open_records_nobody_else_will_settle(store: &ClaimStore) {
-        assert_eq!(store.unsettled().unwrap(), vec![]);
-        claimed(store, &claim_for(OTHER_TENANT, "a-owned", "A", 1_000));
-        claimed(store, &claim("a-owned", "A", 1_000));
+    pub async fn unsettled_lists_exactly_the_open_records_nobody_else_will_settle(store: &ClaimStore) {
+        assert_eq!(store.unsettled().await.unwrap(), vec![]);
+        claimed(store, &claim_for(OTHER_TENANT, "a-owned", "A", 1_000)).await;
+        claimed(store, &claim("a-owned", "A", 1_000)).await;
         let unknown = claim("b-unknown", "A", 1_000);
-        claimed(store, &unknown);
-        assert!(store.mark_unknown(&owned(&unknown), "timeout", 2_000).unwrap());
+        claimed(store, &unknown).await;
+        assert!(store.mark_unknown(&owned(&unknown), "timeout", 2_000).await.unwrap());
         let queued = claim("c-queued", "A", 1_000);
-        claimed(store, &queued);
-        assert!(store.release(&owned(&queued), 2_000).unwrap());
+        claimed(store, &queued).await;
+        assert!(store.release(&owned(&queued), 2_000).await.unwrap());
         let job = claim("d-job", "A", 1_000);
-        claimed(store, &job);
-        assert!(store.set_job(&owned(&job), "job_1", 2_000).unwrap());
+        claimed(store, &job).await;
+        assert!(store.set_job(&owned(&job), "job_1", 2_000).await.unwrap());
         let applied = claim("e-applied", "A", 1_000);
-        claimed(store, &applied);
-        assert!(store.complete(&owned(&applied), Some("ticket_1"), "{}", 2_000).unwrap());
+        claimed(store, &applied).await;
+        assert!(store.complete(&owned(&applied), Some("ticket_1"), "{}", 2_000).await.unwrap());
         let failed = claim("f-failed", "A", 1_000);
-        claimed(store, &failed);
-        assert!(store.fail_permanent(&owned(&failed), "unauthorized", 2_000).unwrap());
+        claimed(store, &failed).await;
+        assert!(store.fail_permanent(&owned(&failed), "unauthorized", 2_000).await.unwrap());
         let tombstone = claim("g-tombstone", "A", 1_000);
-        claimed(store, &tombstone);
-        assert!(store.complete(&owned(&tombstone), Some("ticket_2"), "{}", 2_000).unwrap());
-        assert!(store.tombstone(TENANT, "g-tombstone", 700_000).unwrap());
+        claimed(store, &tombstone).await;
+        assert!(store.complete(&owned(&tombstone), Some("ticket_2"), "{}", 2_000).await.unwrap());
+        assert!(store.tombstone(TENANT, "g-tombstone", 700_000).await.unwrap());
 
-        let unsettled = store.unsettled().unwrap();
+        let unsettled = store.unsettled().await.unwrap();
         assert_eq!(
             keys(&unsettled),
             vec![(TENANT, "a-owned"), (TENANT, "b-unknown"), (OTHER_TENANT, "a-owned")]
         );
         for record in &unsettled {
-            assert_eq!(record, &load_for(store, &record.tenant, &record.operation_key));
+            assert_eq!(record, &load_for(store, &record.tenant, &record.operation_key).await);
         }
     }
 
     /// Webhook matching: a record is found by the downstream key it sent, within its tenant.
-    pub fn a_record_is_found_by_its_downstream_key_within_its_tenant(store: &ClaimStore) {
-        assert_eq!(store.load_by_downstream_key(TENANT, "dk-k1").unwrap(), None);
-        let record = claimed(store, &claim("k1", "A", 1_000));
-        claimed(store, &claim("k2", "A", 1_000));
-        assert_eq!(store.load_by_downstream_key(TENANT, "dk-k1").unwrap(), Some(record));
+    pub async fn a_record_is_found_by_its_downstream_key_within_its_tenant(store: &ClaimStore) {
+        assert_eq!(store.load_by_downstream_key(TENANT, "dk-k1").await.unwrap(), None);
+        let record = claimed(store, &claim("k1", "A", 1_000)).await;
+        claimed(store, &claim("k2", "A", 1_000)).await;
+        assert_eq!(store.load_by_downstream_key(TENANT, "dk-k1").await.unwrap(), Some(record));
         assert_eq!(
-            store.load_by_downstream_key(TENANT, "dk-k2").unwrap().map(|r| r.operation_key),
+            store.load_by_downstream_key(TENANT, "dk-k2").await.unwrap().map(|r| r.operation_key),
             Some("k2".into())
         );
-        assert_eq!(store.load_by_downstream_key(OTHER_TENANT, "dk-k1").unwrap(), None);
-        assert_eq!(store.load_by_downstream_key(TENANT, "dk-k3").unwrap(), None);
+        assert_eq!(store.load_by_downstream_key(OTHER_TENANT, "dk-k1").await.unwrap(), None);
+        assert_eq!(store.load_by_downstream_key(TENANT, "dk-k3").await.unwrap(), None);
     }
 }
 
@@ -779,19 +800,19 @@ macro_rules! conformance_tests {
         mod sqlite {
             use super::*;
             $(
-                #[test]
-                fn $property() {
-                    contract::$property(&fresh());
+                #[tokio::test]
+                async fn $property() {
+                    contract::$property(&fresh()).await;
                 }
             )*
         }
         mod postgres {
             use super::*;
             $(
-                #[test]
-                fn $property() {
+                #[tokio::test]
+                async fn $property() {
                     if let Some(store) = fresh_postgres(stringify!($property)) {
-                        contract::$property(&store);
+                        contract::$property(&store).await;
                     }
                 }
             )*
@@ -898,8 +919,8 @@ mod values {
         assert!(name.starts_with("Run-1_a.b-"), "identifier characters are kept: {name}");
     }
 
-    #[test]
-    fn fresh_shared_memory_names_of_long_labels_are_kept_long_and_still_open() {
+    #[tokio::test]
+    async fn fresh_shared_memory_names_of_long_labels_are_kept_long_and_still_open() {
         let label = "x".repeat(100);
         let StoreLocation::SharedMemory(name) = StoreLocation::fresh_shared_memory(&label) else {
             unreachable!()
@@ -910,7 +931,7 @@ mod values {
         let StoreLocation::SharedMemory(name) = &location else { unreachable!() };
         assert!(name.starts_with(&"y".repeat(100)), "{name}");
         let store = ClaimStore::open(&location).expect("a shortened label still makes a valid name");
-        claimed(&store, &claim("k1", "A", 1_000));
+        claimed(&store, &claim("k1", "A", 1_000)).await;
     }
 }
 
@@ -937,8 +958,8 @@ mod locations {
         }
     }
 
-    #[test]
-    fn a_file_store_is_created_shared_by_connections_and_survives_reopening() {
+    #[tokio::test]
+    async fn a_file_store_is_created_shared_by_connections_and_survives_reopening() {
         let scratch = Scratch::new("file");
         let path = scratch.0.join("claims.db");
         assert!(!path.exists());
@@ -946,18 +967,18 @@ mod locations {
         let first = claim("k1", "A", 1_000);
         let record = {
             let store = ClaimStore::open(&location).expect("a new file store is created");
-            let record = claimed(&store, &first);
+            let record = claimed(&store, &first).await;
             assert!(path.exists());
             let other = ClaimStore::open(&location).expect("a second connection");
-            assert_eq!(load(&other, "k1"), record);
-            assert!(matches!(other.claim(&claim("k1", "B", 2_000)).unwrap(), Claimed::Existing(_)));
-            assert!(other.complete(&owned(&first), Some("ticket_1"), "{}", 2_000).unwrap());
-            load(&store, "k1")
+            assert_eq!(load(&other, "k1").await, record);
+            assert!(matches!(other.claim(&claim("k1", "B", 2_000)).await.unwrap(), Claimed::Existing(_)));
+            assert!(other.complete(&owned(&first), Some("ticket_1"), "{}", 2_000).await.unwrap());
+            load(&store, "k1").await
         };
         assert_eq!(record.status, RecordStatus::Applied);
         let reopened = ClaimStore::open(&location).expect("reopen");
-        assert_eq!(reopened.records().unwrap(), vec![record]);
-        assert!(reopened.record_event("evt_1", TENANT, None, 3_000).unwrap());
+        assert_eq!(reopened.records().await.unwrap(), vec![record]);
+        assert!(reopened.record_event("evt_1", TENANT, None, 3_000).await.unwrap());
     }
 
     #[test]
@@ -969,43 +990,43 @@ mod locations {
         assert!(error.to_string().contains(&path.display().to_string()), "{error}");
     }
 
-    #[test]
-    fn a_shared_memory_store_is_shared_by_name_and_lives_while_a_connection_is_open() {
+    #[tokio::test]
+    async fn a_shared_memory_store_is_shared_by_name_and_lives_while_a_connection_is_open() {
         let location = StoreLocation::fresh_shared_memory("conformance shared");
         let keeper = ClaimStore::open(&location).expect("open");
         let first = claim("k1", "A", 1_000);
         let record = {
             let worker = ClaimStore::open(&location).expect("a second connection");
-            let record = claimed(&worker, &first);
-            assert_eq!(load(&keeper, "k1"), record);
-            assert!(matches!(keeper.claim(&claim("k1", "B", 2_000)).unwrap(), Claimed::Existing(_)));
-            assert!(keeper.complete(&owned(&first), Some("ticket_1"), "{}", 2_000).unwrap());
-            assert_eq!(load(&worker, "k1").status, RecordStatus::Applied);
-            load(&worker, "k1")
+            let record = claimed(&worker, &first).await;
+            assert_eq!(load(&keeper, "k1").await, record);
+            assert!(matches!(keeper.claim(&claim("k1", "B", 2_000)).await.unwrap(), Claimed::Existing(_)));
+            assert!(keeper.complete(&owned(&first), Some("ticket_1"), "{}", 2_000).await.unwrap());
+            assert_eq!(load(&worker, "k1").await.status, RecordStatus::Applied);
+            load(&worker, "k1").await
         };
         let restarted = ClaimStore::open(&location).expect("reopen");
-        assert_eq!(restarted.records().unwrap(), vec![record]);
+        assert_eq!(restarted.records().await.unwrap(), vec![record]);
 
         let elsewhere = ClaimStore::open(&StoreLocation::fresh_shared_memory("conformance shared")).unwrap();
-        assert_eq!(elsewhere.records().unwrap(), vec![]);
+        assert_eq!(elsewhere.records().await.unwrap(), vec![]);
 
         // It is memory, not a file: once the last connection closes, the database is gone.
         drop((keeper, restarted));
         let after = ClaimStore::open(&location).expect("reopen after the last connection closed");
-        assert_eq!(after.records().unwrap(), vec![]);
+        assert_eq!(after.records().await.unwrap(), vec![]);
     }
 
-    #[test]
-    fn private_memory_stores_are_not_shared() {
+    #[tokio::test]
+    async fn private_memory_stores_are_not_shared() {
         let one = fresh();
         let two = fresh();
-        claimed(&one, &claim("k1", "A", 1_000));
-        assert_eq!(two.load(TENANT, "k1").unwrap(), None);
-        claimed(&two, &claim("k1", "B", 1_000));
+        claimed(&one, &claim("k1", "A", 1_000)).await;
+        assert_eq!(two.load(TENANT, "k1").await.unwrap(), None);
+        claimed(&two, &claim("k1", "B", 1_000)).await;
     }
 
-    #[test]
-    fn shared_memory_names_must_be_plain_identifiers() {
+    #[tokio::test]
+    async fn shared_memory_names_must_be_plain_identifiers() {
         let too_long = "n".repeat(129);
         for name in ["", "a b", "a?mode=rw", "x/../y", "caf\u{e9}", "a&cache=private", &too_long] {
             match ClaimStore::open(&StoreLocation::SharedMemory(name.into())) {
@@ -1018,7 +1039,7 @@ mod locations {
         for name in ["a", "Conformance-valid_name.1", longest.as_str()] {
             let store = ClaimStore::open(&StoreLocation::SharedMemory(name.into()))
                 .unwrap_or_else(|error| panic!("{name:?}: {error}"));
-            claimed(&store, &claim("k1", "A", 1_000));
+            claimed(&store, &claim("k1", "A", 1_000)).await;
         }
     }
 }

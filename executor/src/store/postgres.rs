@@ -16,22 +16,24 @@
 //! reconciliation row, `settle_job` with its notice) run in one transaction so that neither
 //! half is seen alone.
 //!
-//! **Synchronous, on its own thread.** The store's interface is synchronous (each call is
-//! one short statement, run between the worker's gate points). The `postgres` client blocks
-//! on its own runtime, which may not run inside the worker's; so one thread per store holds
-//! the connection and runs each call, and the caller waits for the answer (as it waits for
-//! SQLite). Statements are prepared once per connection and every value is a parameter.
+//! **Asynchronous, on the caller's runtime.** The store uses `tokio-postgres` on the tokio
+//! runtime of the task that calls it: its connection (a session) is made at the first call
+//! and driven by a task on that runtime, so a call costs the round trips to the server and
+//! no hand-over to another thread. One call runs at a time on a session (the calls of a
+//! worker take turns, as on SQLite's single connection), so the statements of a transaction
+//! never interleave with another call's. A session is made again when the runtime that drove
+//! it is gone, or when a call was dropped inside a transaction. Statements are prepared once
+//! per session and every value is a parameter.
 //!
 //! **Migrations** are applied at open, under a transaction-scoped advisory lock, so that
 //! processes starting together do not race to create the same tables; each applied version
 //! is recorded in `replaylab_schema_migrations`.
 
 use std::collections::HashMap;
-use std::sync::mpsc;
-use std::thread::JoinHandle;
 
-use postgres::types::ToSql;
-use postgres::{Client, NoTls, Row, Statement};
+use tokio::sync::{MappedMutexGuard, Mutex, MutexGuard};
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, Config, NoTls, Row, Statement};
 
 use super::{
     Claimed, NewClaim, OperationRecord, OwnedClaim, RawRecord, Reconciliation, StoreError, TakeOver,
@@ -212,86 +214,83 @@ fn reconciliation(row: &Row) -> Reconciliation {
     }
 }
 
-fn records(rows: Vec<Row>) -> Result<Vec<OperationRecord>, StoreError> {
-    rows.iter().map(|row| super::checked(raw_record(row))).collect()
-}
-
-fn one_record(row: Option<Row>) -> Result<Option<OperationRecord>, StoreError> {
-    row.map(|row| super::checked(raw_record(&row))).transpose()
-}
-
-/// The connection and its prepared statements, owned by the store's thread.
-pub(crate) struct Connection {
-    client: Client,
+/// A connection to the server, driven by a task on the runtime that made it, with the
+/// statements prepared on it.
+pub(crate) struct Session {
+    pub(crate) client: Client,
     statements: HashMap<&'static str, Statement>,
+    /// Set between `BEGIN` and its `COMMIT` or `ROLLBACK`: a call dropped in between leaves
+    /// it set, and the session is then closed (the server rolls the transaction back).
+    in_transaction: bool,
 }
 
-impl Connection {
-    /// `sql`, prepared once per connection.
-    fn prepared(&mut self, sql: &'static str) -> Result<Statement, postgres::Error> {
+impl Session {
+    /// `sql`, prepared once per session.
+    async fn prepared(&mut self, sql: &'static str) -> Result<Statement, tokio_postgres::Error> {
         if let Some(statement) = self.statements.get(sql) {
             return Ok(statement.clone());
         }
-        let statement = self.client.prepare(sql)?;
+        let statement = self.client.prepare(sql).await?;
         self.statements.insert(sql, statement.clone());
         Ok(statement)
     }
 
     /// Runs prepared `sql`; the number of rows it changed.
-    pub(crate) fn execute(
+    async fn execute(
         &mut self,
         sql: &'static str,
         params: &[&(dyn ToSql + Sync)],
-    ) -> Result<u64, postgres::Error> {
-        let statement = self.prepared(sql)?;
-        self.client.execute(&statement, params)
+    ) -> Result<u64, tokio_postgres::Error> {
+        let statement = self.prepared(sql).await?;
+        self.client.execute(&statement, params).await
     }
 
-    fn query(
+    async fn query(
         &mut self,
         sql: &'static str,
         params: &[&(dyn ToSql + Sync)],
-    ) -> Result<Vec<Row>, postgres::Error> {
-        let statement = self.prepared(sql)?;
-        self.client.query(&statement, params)
+    ) -> Result<Vec<Row>, tokio_postgres::Error> {
+        let statement = self.prepared(sql).await?;
+        self.client.query(&statement, params).await
     }
 
-    fn query_opt(
+    async fn query_opt(
         &mut self,
         sql: &'static str,
         params: &[&(dyn ToSql + Sync)],
-    ) -> Result<Option<Row>, postgres::Error> {
-        let statement = self.prepared(sql)?;
-        self.client.query_opt(&statement, params)
+    ) -> Result<Option<Row>, tokio_postgres::Error> {
+        let statement = self.prepared(sql).await?;
+        self.client.query_opt(&statement, params).await
     }
 
-    /// Runs `work` in one transaction (READ COMMITTED), committed when it returns `Ok`.
-    fn in_transaction<T>(
+    async fn begin(&mut self) -> Result<(), tokio_postgres::Error> {
+        self.in_transaction = true;
+        self.client.batch_execute("BEGIN").await
+    }
+
+    /// Ends the transaction `begin` opened: `COMMIT` after `Ok`, `ROLLBACK` after `Err`.
+    async fn end<T>(
         &mut self,
-        work: impl FnOnce(&mut Self) -> Result<T, postgres::Error>,
-    ) -> Result<T, postgres::Error> {
-        self.client.batch_execute("BEGIN")?;
-        match work(self) {
-            Ok(value) => {
-                self.client.batch_execute("COMMIT")?;
-                Ok(value)
-            }
-            Err(error) => {
-                // The connection may be gone; the error that matters is the first.
-                let _ = self.client.batch_execute("ROLLBACK");
-                Err(error)
-            }
-        }
+        outcome: Result<T, tokio_postgres::Error>,
+    ) -> Result<T, tokio_postgres::Error> {
+        let ended = match &outcome {
+            Ok(_) => self.client.batch_execute("COMMIT").await,
+            // The connection may be gone; the error that matters is the first.
+            Err(_) => self.client.batch_execute("ROLLBACK").await.or(Ok(())),
+        };
+        ended?;
+        self.in_transaction = false;
+        outcome
     }
 }
 
-type Job = Box<dyn FnOnce(&mut Connection) + Send>;
-
-/// A Postgres connection on its own thread.
+/// A Postgres database (and schema) holding the store.
 pub(crate) struct PostgresStore {
-    jobs: Option<mpsc::Sender<Job>>,
-    thread: Option<JoinHandle<()>>,
+    config: Config,
+    schema: Option<String>,
     location: String,
+    /// The session, made at the first call; a call holds it until it is done.
+    session: Mutex<Option<Session>>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -300,56 +299,63 @@ impl std::fmt::Debug for PostgresStore {
     }
 }
 
-impl Drop for PostgresStore {
-    fn drop(&mut self) {
-        // Closing the channel ends the thread, which closes the connection.
-        drop(self.jobs.take());
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
-/// Connects, sets the session up and applies the migrations this database lacks.
-fn connect(url: &str, schema: Option<&str>) -> Result<Connection, postgres::Error> {
-    let config: postgres::Config = url.parse()?;
-    let mut client = config.connect(NoTls)?;
-    client.batch_execute("SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED")?;
-    let mut transaction = client.transaction()?;
-    transaction.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
+/// Connects on the current runtime (which then drives the connection) and sets the session
+/// up: READ COMMITTED, and the schema as the search path.
+async fn connect(config: &Config, schema: Option<&str>) -> Result<Client, tokio_postgres::Error> {
+    let (client, connection) = config.connect(NoTls).await?;
+    // The connection ends with an error when the server goes; the calls waiting on it see
+    // the error themselves, and the next call connects again.
+    tokio::spawn(async move { drop(connection.await) });
+    let mut setup = String::from("SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED");
     if let Some(schema) = schema {
         // The name was checked to be a plain identifier: it cannot be a parameter here.
-        transaction
-            .batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {schema}; SET search_path TO {schema}"))?;
+        setup.push_str(&format!("; SET search_path TO {schema}"));
     }
-    transaction.batch_execute(
-        "CREATE TABLE IF NOT EXISTS replaylab_schema_migrations (
-             version    INTEGER PRIMARY KEY,
-             applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
-         )",
-    )?;
+    client.batch_execute(&setup).await?;
+    Ok(client)
+}
+
+/// Creates the schema if needed and applies the migrations the database lacks, under the
+/// migration lock.
+async fn migrate(config: &Config, schema: Option<&str>) -> Result<(), tokio_postgres::Error> {
+    let mut client = connect(config, None).await?;
+    let transaction = client.transaction().await?;
+    transaction.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK]).await?;
+    if let Some(schema) = schema {
+        transaction
+            .batch_execute(&format!(
+                "CREATE SCHEMA IF NOT EXISTS {schema}; SET LOCAL search_path TO {schema}"
+            ))
+            .await?;
+    }
+    transaction
+        .batch_execute(
+            "CREATE TABLE IF NOT EXISTS replaylab_schema_migrations (
+                 version    INTEGER PRIMARY KEY,
+                 applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
+             )",
+        )
+        .await?;
     let applied: i32 = transaction
-        .query_one("SELECT COALESCE(MAX(version), 0) FROM replaylab_schema_migrations", &[])?
+        .query_one("SELECT COALESCE(MAX(version), 0) FROM replaylab_schema_migrations", &[])
+        .await?
         .get(0);
     for (index, migration) in MIGRATIONS.iter().enumerate() {
         let version = i32::try_from(index + 1).unwrap_or(i32::MAX);
         if version > applied {
-            transaction.batch_execute(migration)?;
+            transaction.batch_execute(migration).await?;
             transaction
-                .execute("INSERT INTO replaylab_schema_migrations (version) VALUES ($1)", &[&version])?;
+                .execute("INSERT INTO replaylab_schema_migrations (version) VALUES ($1)", &[&version])
+                .await?;
         }
     }
-    transaction.commit()?;
-    if let Some(schema) = schema {
-        // `SET` inside the transaction lasts beyond it only when not `LOCAL`; set it again to
-        // be plain about the session's search path.
-        client.batch_execute(&format!("SET search_path TO {schema}"))?;
-    }
-    Ok(Connection { client, statements: HashMap::new() })
+    transaction.commit().await
 }
 
 impl PostgresStore {
-    /// Connects to `url` (in `schema`, if given) and applies the migrations.
+    /// Connects to `url` (in `schema`, if given) and applies the migrations, on a thread and
+    /// runtime of its own (the caller may be inside a runtime or not); the sessions that run
+    /// the calls are made later, on the callers' runtime.
     pub(crate) fn open(url: &str, schema: Option<&str>) -> Result<Self, StoreError> {
         if let Some(schema) = schema.filter(|schema| !valid_schema_name(schema)) {
             return Err(StoreError::InvalidSchema(schema.to_owned()));
@@ -358,160 +364,164 @@ impl PostgresStore {
             Some(schema) => format!("postgres database {}, schema {schema}", without_password(url)),
             None => format!("postgres database {}", without_password(url)),
         };
-        let (url, schema) = (url.to_owned(), schema.map(str::to_owned));
-        let (jobs, queue) = mpsc::channel::<Job>();
-        let (ready, opened) = mpsc::sync_channel(1);
-        let thread = std::thread::Builder::new()
-            .name("claim-store-postgres".into())
-            .spawn(move || {
-                let mut connection = match connect(&url, schema.as_deref()) {
-                    Ok(connection) => {
-                        let _ = ready.send(Ok(()));
-                        connection
-                    }
-                    Err(error) => {
-                        let _ = ready.send(Err(error));
-                        return;
-                    }
-                };
-                for job in queue {
-                    job(&mut connection);
-                }
-            })
-            .map_err(|_| StoreError::PostgresGone("start the connection thread"))?;
-        match opened.recv() {
-            Ok(Ok(())) => Ok(Self { jobs: Some(jobs), thread: Some(thread), location }),
-            Ok(Err(source)) => {
-                let _ = thread.join();
-                Err(StoreError::OpenPostgres { location, source })
-            }
-            Err(_) => Err(StoreError::PostgresGone("connect")),
+        let failed = |source| StoreError::OpenPostgres { location: location.clone(), source };
+        let config: Config = url.parse().map_err(failed)?;
+        let migrated = std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+                    Ok::<_, std::io::Error>(runtime.block_on(migrate(&config, schema)))
+                })
+                .join()
+        });
+        match migrated {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(source))) => return Err(failed(source)),
+            Ok(Err(_)) | Err(_) => return Err(StoreError::PostgresRuntime("open")),
         }
+        Ok(Self { config, schema: schema.map(str::to_owned), location, session: Mutex::new(None) })
     }
 
-    /// Runs `work` on the connection's thread and waits for its answer.
-    pub(crate) fn run<T: Send + 'static>(
+    /// The session, for one call (`operation`): connected now if there is none, or if the
+    /// one there can no longer serve (its runtime is gone, or a call was dropped inside a
+    /// transaction). Must be called on a tokio runtime with I/O enabled.
+    pub(crate) async fn session(
         &self,
         operation: &'static str,
-        work: impl FnOnce(&mut Connection) -> Result<T, postgres::Error> + Send + 'static,
-    ) -> Result<T, StoreError> {
-        let (answer, answered) = mpsc::sync_channel(1);
-        let job: Job = Box::new(move |connection| {
-            let _ = answer.send(work(connection));
-        });
-        let jobs = self.jobs.as_ref().ok_or(StoreError::PostgresGone(operation))?;
-        jobs.send(job).map_err(|_| StoreError::PostgresGone(operation))?;
-        answered
-            .recv()
-            .map_err(|_| StoreError::PostgresGone(operation))?
-            .map_err(|source| StoreError::PostgresQuery { operation, source })
+    ) -> Result<MappedMutexGuard<'_, Session>, StoreError> {
+        let mut slot = self.session.lock().await;
+        if slot.as_ref().is_some_and(|session| session.client.is_closed() || session.in_transaction) {
+            *slot = None;
+        }
+        if slot.is_none() {
+            if tokio::runtime::Handle::try_current().is_err() {
+                return Err(StoreError::PostgresRuntime(operation));
+            }
+            let client = connect(&self.config, self.schema.as_deref())
+                .await
+                .map_err(|source| StoreError::PostgresQuery { operation, source })?;
+            *slot = Some(Session { client, statements: HashMap::new(), in_transaction: false });
+        }
+        Ok(MutexGuard::map(slot, |slot| slot.as_mut().expect("a session was just made")))
     }
 
-    pub(crate) fn claim(&self, claim: &NewClaim) -> Result<Claimed, StoreError> {
-        let new = claim.clone();
-        let raw = self.run("claim", move |connection| loop {
-            let inserted = connection.execute(
-                "INSERT INTO tool_operations (tenant, operation_key, tool_name, tool_version, \
-                 request_fingerprint, status, owner_token, lease_until_ms, downstream_key, \
-                 created_at_ms, updated_at_ms, expires_at_ms, request_json) \
-                 VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7, $8, $9, $9, $10, $11) \
-                 ON CONFLICT (tenant, operation_key) DO NOTHING",
-                &[
-                    &new.tenant,
-                    &new.operation_key,
-                    &new.tool_name,
-                    &new.tool_version,
-                    &new.request_fingerprint,
-                    &new.owner_token,
-                    &sql_ms(new.lease_until_ms),
-                    &new.downstream_key,
-                    &sql_ms(new.now_ms),
-                    &sql_ms(new.expires_at_ms),
-                    &new.request_json,
-                ],
-            )?;
+    pub(crate) async fn claim(&self, claim: &NewClaim) -> Result<Claimed, StoreError> {
+        let operation = "claim";
+        let mut session = self.session(operation).await?;
+        let failed = |source| StoreError::PostgresQuery { operation, source };
+        loop {
+            let inserted = session
+                .execute(
+                    "INSERT INTO tool_operations (tenant, operation_key, tool_name, tool_version, \
+                     request_fingerprint, status, owner_token, lease_until_ms, downstream_key, \
+                     created_at_ms, updated_at_ms, expires_at_ms, request_json) \
+                     VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7, $8, $9, $9, $10, $11) \
+                     ON CONFLICT (tenant, operation_key) DO NOTHING",
+                    &[
+                        &claim.tenant,
+                        &claim.operation_key,
+                        &claim.tool_name,
+                        &claim.tool_version,
+                        &claim.request_fingerprint,
+                        &claim.owner_token,
+                        &sql_ms(claim.lease_until_ms),
+                        &claim.downstream_key,
+                        &sql_ms(claim.now_ms),
+                        &sql_ms(claim.expires_at_ms),
+                        &claim.request_json,
+                    ],
+                )
+                .await
+                .map_err(failed)?;
             if inserted == 1 {
-                return Ok(None);
+                return Ok(Claimed::New(claim.to_record()));
             }
             // A new statement, a new snapshot: the row that won the conflict is visible. Only
             // a deletion in between (a mutant's `forget`) leaves none: then claim again.
-            let found = connection.query_opt(
-                select_records!("WHERE tenant = $1 AND operation_key = $2"),
-                &[&new.tenant, &new.operation_key],
-            )?;
+            let found = session
+                .query_opt(
+                    select_records!("WHERE tenant = $1 AND operation_key = $2"),
+                    &[&claim.tenant, &claim.operation_key],
+                )
+                .await
+                .map_err(failed)?;
             if let Some(row) = found {
-                return Ok(Some(raw_record(&row)));
+                return Ok(Claimed::Existing(super::checked(raw_record(&row))?));
             }
-        })?;
-        match raw {
-            None => Ok(Claimed::New(claim.to_record())),
-            Some(raw) => Ok(Claimed::Existing(super::checked(raw)?)),
         }
     }
 
-    pub(crate) fn load(
+    pub(crate) async fn load(
         &self,
         tenant: &str,
         operation_key: &str,
     ) -> Result<Option<OperationRecord>, StoreError> {
-        self.one_of_tenant(
-            "load",
-            select_records!("WHERE tenant = $1 AND operation_key = $2"),
-            tenant,
-            operation_key,
-        )
+        let sql = select_records!("WHERE tenant = $1 AND operation_key = $2");
+        self.one_of_tenant("load", sql, tenant, operation_key).await
     }
 
-    pub(crate) fn load_by_downstream_key(
+    pub(crate) async fn load_by_downstream_key(
         &self,
         tenant: &str,
         downstream_key: &str,
     ) -> Result<Option<OperationRecord>, StoreError> {
         let sql = select_records!("WHERE tenant = $1 AND downstream_key = $2 ORDER BY operation_key LIMIT 1");
-        self.one_of_tenant("load by downstream key", sql, tenant, downstream_key)
+        self.one_of_tenant("load by downstream key", sql, tenant, downstream_key).await
     }
 
-    pub(crate) fn load_by_job(
+    pub(crate) async fn load_by_job(
         &self,
         tenant: &str,
         job_id: &str,
     ) -> Result<Option<OperationRecord>, StoreError> {
         let sql = select_records!("WHERE tenant = $1 AND job_id = $2 ORDER BY operation_key LIMIT 1");
-        self.one_of_tenant("load by job", sql, tenant, job_id)
+        self.one_of_tenant("load by job", sql, tenant, job_id).await
     }
 
     /// The record `sql` selects with `$1` = `tenant` and `$2` = `value`, if any.
-    fn one_of_tenant(
+    async fn one_of_tenant(
         &self,
         operation: &'static str,
         sql: &'static str,
         tenant: &str,
         value: &str,
     ) -> Result<Option<OperationRecord>, StoreError> {
-        let (tenant, value) = (tenant.to_owned(), value.to_owned());
-        one_record(self.run(operation, move |c| c.query_opt(sql, &[&tenant, &value]))?)
+        let mut session = self.session(operation).await?;
+        let row = session
+            .query_opt(sql, &[&tenant, &value])
+            .await
+            .map_err(|source| StoreError::PostgresQuery { operation, source })?;
+        row.map(|row| super::checked(raw_record(&row))).transpose()
     }
 
-    pub(crate) fn records(&self) -> Result<Vec<OperationRecord>, StoreError> {
-        records(
-            self.run("list records", |c| c.query(select_records!("ORDER BY tenant, operation_key"), &[]))?,
-        )
+    /// The records `sql` selects (no parameters).
+    async fn all_records(
+        &self,
+        operation: &'static str,
+        sql: &'static str,
+    ) -> Result<Vec<OperationRecord>, StoreError> {
+        let mut session = self.session(operation).await?;
+        let rows = session
+            .query(sql, &[])
+            .await
+            .map_err(|source| StoreError::PostgresQuery { operation, source })?;
+        rows.iter().map(|row| super::checked(raw_record(row))).collect()
     }
 
-    pub(crate) fn unsettled(&self) -> Result<Vec<OperationRecord>, StoreError> {
-        records(self.run("list unsettled records", |c| {
-            c.query(
-                select_records!(
-                    "WHERE status = 'unknown' \
-                        OR (status = 'pending' AND owner_token IS NOT NULL AND job_id IS NULL) \
-                     ORDER BY tenant, operation_key"
-                ),
-                &[],
-            )
-        })?)
+    pub(crate) async fn records(&self) -> Result<Vec<OperationRecord>, StoreError> {
+        self.all_records("list records", select_records!("ORDER BY tenant, operation_key")).await
     }
 
-    pub(crate) fn give_up_job(
+    pub(crate) async fn unsettled(&self) -> Result<Vec<OperationRecord>, StoreError> {
+        let sql = select_records!(
+            "WHERE status = 'unknown' \
+                OR (status = 'pending' AND owner_token IS NOT NULL AND job_id IS NULL) \
+             ORDER BY tenant, operation_key"
+        );
+        self.all_records("list unsettled records", sql).await
+    }
+
+    pub(crate) async fn give_up_job(
         &self,
         tenant: &str,
         operation_key: &str,
@@ -519,123 +529,133 @@ impl PostgresStore {
         reason: &str,
         now_ms: u64,
     ) -> Result<bool, StoreError> {
-        let values = (tenant.to_owned(), operation_key.to_owned(), job_id.to_owned(), reason.to_owned());
-        self.changed_one("give up a job", move |c| {
-            let (tenant, key, job_id, reason) = &values;
-            c.execute(
-                "UPDATE tool_operations SET status = 'failed_permanent', reason = $4, request_json = NULL, \
-                 updated_at_ms = $5 \
-                 WHERE tenant = $1 AND operation_key = $2 AND job_id = $3 AND status = 'pending'",
-                &[tenant, key, job_id, reason, &sql_ms(now_ms)],
-            )
-        })
+        self.changed_one(
+            "give up a job",
+            "UPDATE tool_operations SET status = 'failed_permanent', reason = $4, request_json = NULL, \
+             updated_at_ms = $5 \
+             WHERE tenant = $1 AND operation_key = $2 AND job_id = $3 AND status = 'pending'",
+            &[&tenant, &operation_key, &job_id, &reason, &sql_ms(now_ms)],
+        )
+        .await
     }
 
-    pub(crate) fn complete(
+    pub(crate) async fn complete(
         &self,
         owned: &OwnedClaim,
         effect_reference: Option<&str>,
         response_json: &str,
         now_ms: u64,
     ) -> Result<bool, StoreError> {
-        let owned = owned.clone();
-        let (reference, response) = (effect_reference.map(str::to_owned), response_json.to_owned());
-        self.changed_one("complete", move |c| {
-            c.execute(
-                "UPDATE tool_operations SET status = 'applied', effect_reference = $4, response_json = $5, \
-                 owner_token = NULL, lease_until_ms = 0, reason = NULL, request_json = NULL, updated_at_ms = $6 \
-                 WHERE tenant = $1 AND operation_key = $2 AND owner_token = $3 AND status = 'pending'",
-                &[&owned.tenant, &owned.operation_key, &owned.owner_token, &reference, &response, &sql_ms(now_ms)],
-            )
-        })
+        self.changed_one(
+            "complete",
+            "UPDATE tool_operations SET status = 'applied', effect_reference = $4, response_json = $5, \
+             owner_token = NULL, lease_until_ms = 0, reason = NULL, request_json = NULL, updated_at_ms = $6 \
+             WHERE tenant = $1 AND operation_key = $2 AND owner_token = $3 AND status = 'pending'",
+            &[
+                &owned.tenant,
+                &owned.operation_key,
+                &owned.owner_token,
+                &effect_reference,
+                &response_json,
+                &sql_ms(now_ms),
+            ],
+        )
+        .await
     }
 
-    pub(crate) fn fail_permanent(
+    pub(crate) async fn fail_permanent(
         &self,
         owned: &OwnedClaim,
         reason: &str,
         now_ms: u64,
     ) -> Result<bool, StoreError> {
-        let (owned, reason) = (owned.clone(), reason.to_owned());
-        self.changed_one("fail", move |c| {
-            c.execute(
-                "UPDATE tool_operations SET status = 'failed_permanent', reason = $4, owner_token = NULL, \
-                 lease_until_ms = 0, request_json = NULL, updated_at_ms = $5 \
-                 WHERE tenant = $1 AND operation_key = $2 AND owner_token = $3 AND status = 'pending'",
-                &[&owned.tenant, &owned.operation_key, &owned.owner_token, &reason, &sql_ms(now_ms)],
-            )
-        })
+        self.changed_one(
+            "fail",
+            "UPDATE tool_operations SET status = 'failed_permanent', reason = $4, owner_token = NULL, \
+             lease_until_ms = 0, request_json = NULL, updated_at_ms = $5 \
+             WHERE tenant = $1 AND operation_key = $2 AND owner_token = $3 AND status = 'pending'",
+            &[&owned.tenant, &owned.operation_key, &owned.owner_token, &reason, &sql_ms(now_ms)],
+        )
+        .await
     }
 
-    pub(crate) fn mark_unknown(
+    pub(crate) async fn mark_unknown(
         &self,
         owned: &OwnedClaim,
         finding: &str,
         now_ms: u64,
     ) -> Result<bool, StoreError> {
-        let (owned, finding) = (owned.clone(), finding.to_owned());
-        self.run("mark unknown", move |c| {
-            c.in_transaction(|c| {
-                let changed = c.execute(
+        let operation = "mark unknown";
+        let mut session = self.session(operation).await?;
+        let failed = |source| StoreError::PostgresQuery { operation, source };
+        session.begin().await.map_err(failed)?;
+        let outcome = async {
+            let changed = session
+                .execute(
                     "UPDATE tool_operations SET status = 'unknown', reason = $4, owner_token = NULL, \
                      lease_until_ms = 0, updated_at_ms = $5 \
                      WHERE tenant = $1 AND operation_key = $2 AND owner_token = $3 AND status = 'pending'",
                     &[&owned.tenant, &owned.operation_key, &owned.owner_token, &finding, &sql_ms(now_ms)],
-                )?;
-                if changed == 1 {
-                    insert_reconciliation(c, &owned.tenant, &owned.operation_key, now_ms, &finding)?;
-                }
-                Ok(changed == 1)
-            })
-        })
+                )
+                .await?;
+            if changed == 1 {
+                insert_reconciliation(&mut session, &owned.tenant, &owned.operation_key, now_ms, finding)
+                    .await?;
+            }
+            Ok(changed == 1)
+        }
+        .await;
+        session.end(outcome).await.map_err(failed)
     }
 
-    pub(crate) fn release(&self, owned: &OwnedClaim, now_ms: u64) -> Result<bool, StoreError> {
-        let owned = owned.clone();
-        self.changed_one("release", move |c| {
-            c.execute(
-                "UPDATE tool_operations SET owner_token = NULL, lease_until_ms = 0, updated_at_ms = $4 \
-                 WHERE tenant = $1 AND operation_key = $2 AND owner_token = $3 AND status = 'pending'",
-                &[&owned.tenant, &owned.operation_key, &owned.owner_token, &sql_ms(now_ms)],
-            )
-        })
+    pub(crate) async fn release(&self, owned: &OwnedClaim, now_ms: u64) -> Result<bool, StoreError> {
+        self.changed_one(
+            "release",
+            "UPDATE tool_operations SET owner_token = NULL, lease_until_ms = 0, updated_at_ms = $4 \
+             WHERE tenant = $1 AND operation_key = $2 AND owner_token = $3 AND status = 'pending'",
+            &[&owned.tenant, &owned.operation_key, &owned.owner_token, &sql_ms(now_ms)],
+        )
+        .await
     }
 
-    pub(crate) fn set_job(&self, owned: &OwnedClaim, job_id: &str, now_ms: u64) -> Result<bool, StoreError> {
-        let (owned, job_id) = (owned.clone(), job_id.to_owned());
-        self.changed_one("set job", move |c| {
-            c.execute(
-                "UPDATE tool_operations SET job_id = $4, owner_token = NULL, lease_until_ms = 0, \
-                 updated_at_ms = $5 \
-                 WHERE tenant = $1 AND operation_key = $2 AND owner_token = $3 AND status = 'pending'",
-                &[&owned.tenant, &owned.operation_key, &owned.owner_token, &job_id, &sql_ms(now_ms)],
-            )
-        })
+    pub(crate) async fn set_job(
+        &self,
+        owned: &OwnedClaim,
+        job_id: &str,
+        now_ms: u64,
+    ) -> Result<bool, StoreError> {
+        self.changed_one(
+            "set job",
+            "UPDATE tool_operations SET job_id = $4, owner_token = NULL, lease_until_ms = 0, \
+             updated_at_ms = $5 \
+             WHERE tenant = $1 AND operation_key = $2 AND owner_token = $3 AND status = 'pending'",
+            &[&owned.tenant, &owned.operation_key, &owned.owner_token, &job_id, &sql_ms(now_ms)],
+        )
+        .await
     }
 
-    pub(crate) fn take_over(&self, take_over: &TakeOver) -> Result<bool, StoreError> {
-        let t = take_over.clone();
-        self.changed_one("take over", move |c| {
-            c.execute(
-                "UPDATE tool_operations SET status = 'pending', owner_token = $5, lease_until_ms = $6, \
-                 updated_at_ms = $7 \
-                 WHERE tenant = $1 AND operation_key = $2 AND owner_token IS NOT DISTINCT FROM $3 \
-                 AND lease_until_ms = $4 AND lease_until_ms <= $7 AND job_id IS NULL \
-                 AND status IN ('pending', 'unknown')",
-                &[
-                    &t.tenant,
-                    &t.operation_key,
-                    &t.observed_owner,
-                    &sql_ms(t.observed_lease_until_ms),
-                    &t.new_owner,
-                    &sql_ms(t.lease_until_ms),
-                    &sql_ms(t.now_ms),
-                ],
-            )
-        })
+    pub(crate) async fn take_over(&self, t: &TakeOver) -> Result<bool, StoreError> {
+        self.changed_one(
+            "take over",
+            "UPDATE tool_operations SET status = 'pending', owner_token = $5, lease_until_ms = $6, \
+             updated_at_ms = $7 \
+             WHERE tenant = $1 AND operation_key = $2 AND owner_token IS NOT DISTINCT FROM $3 \
+             AND lease_until_ms = $4 AND lease_until_ms <= $7 AND job_id IS NULL \
+             AND status IN ('pending', 'unknown')",
+            &[
+                &t.tenant,
+                &t.operation_key,
+                &t.observed_owner,
+                &sql_ms(t.observed_lease_until_ms),
+                &t.new_owner,
+                &sql_ms(t.lease_until_ms),
+                &sql_ms(t.now_ms),
+            ],
+        )
+        .await
     }
 
-    pub(crate) fn settle_job(
+    pub(crate) async fn settle_job(
         &self,
         tenant: &str,
         operation_key: &str,
@@ -644,71 +664,79 @@ impl PostgresStore {
         now_ms: u64,
         notice_due: bool,
     ) -> Result<bool, StoreError> {
-        let values =
-            (tenant.to_owned(), operation_key.to_owned(), job_id.to_owned(), response_json.to_owned());
-        self.run("settle job", move |c| {
-            let (tenant, key, job_id, response) = &values;
-            c.in_transaction(|c| {
-                let changed = c.execute(
+        let operation = "settle job";
+        let mut session = self.session(operation).await?;
+        let failed = |source| StoreError::PostgresQuery { operation, source };
+        session.begin().await.map_err(failed)?;
+        let outcome = async {
+            let changed = session
+                .execute(
                     "UPDATE tool_operations SET status = 'applied', job_id = $3, effect_reference = $3, \
                      response_json = $4, owner_token = NULL, lease_until_ms = 0, reason = NULL, \
                      request_json = NULL, updated_at_ms = $5 \
                      WHERE tenant = $1 AND operation_key = $2 AND status IN ('pending', 'unknown') \
                      AND (job_id IS NULL OR job_id = $3)",
-                    &[tenant, key, job_id, response, &sql_ms(now_ms)],
-                )?;
-                if changed == 1 && notice_due {
-                    c.execute(
+                    &[&tenant, &operation_key, &job_id, &response_json, &sql_ms(now_ms)],
+                )
+                .await?;
+            if changed == 1 && notice_due {
+                session
+                    .execute(
                         "INSERT INTO notices (tenant, operation_key, job_id, claimed_at_ms) VALUES ($1, $2, $3, $4) \
                          ON CONFLICT (tenant, operation_key) DO UPDATE SET job_id = $3, claimed_at_ms = $4",
-                        &[tenant, key, job_id, &sql_ms(now_ms)],
-                    )?;
-                }
-                Ok(changed == 1)
-            })
-        })
+                        &[&tenant, &operation_key, &job_id, &sql_ms(now_ms)],
+                    )
+                    .await?;
+            }
+            Ok(changed == 1)
+        }
+        .await;
+        session.end(outcome).await.map_err(failed)
     }
 
-    pub(crate) fn due_notice(
+    pub(crate) async fn due_notice(
         &self,
         tenant: &str,
         operation_key: &str,
     ) -> Result<Option<(String, u64)>, StoreError> {
-        let (tenant, key) = (tenant.to_owned(), operation_key.to_owned());
-        self.run("load due notice", move |c| {
-            let row = c.query_opt(
+        let operation = "load due notice";
+        let mut session = self.session(operation).await?;
+        let row = session
+            .query_opt(
                 "SELECT job_id, claimed_at_ms FROM notices WHERE tenant = $1 AND operation_key = $2",
-                &[&tenant, &key],
-            )?;
-            Ok(row.map(|row| (row.get(0), read_ms(&row, 1))))
-        })
+                &[&tenant, &operation_key],
+            )
+            .await
+            .map_err(|source| StoreError::PostgresQuery { operation, source })?;
+        Ok(row.map(|row| (row.get(0), read_ms(&row, 1))))
     }
 
-    pub(crate) fn claim_notice(
+    pub(crate) async fn claim_notice(
         &self,
         tenant: &str,
         operation_key: &str,
         observed_claimed_at_ms: u64,
         now_ms: u64,
     ) -> Result<bool, StoreError> {
-        let (tenant, key) = (tenant.to_owned(), operation_key.to_owned());
-        self.changed_one("claim notice", move |c| {
-            c.execute(
-                "UPDATE notices SET claimed_at_ms = $4 \
-                 WHERE tenant = $1 AND operation_key = $2 AND claimed_at_ms = $3",
-                &[&tenant, &key, &sql_ms(observed_claimed_at_ms), &sql_ms(now_ms)],
-            )
-        })
+        self.changed_one(
+            "claim notice",
+            "UPDATE notices SET claimed_at_ms = $4 \
+             WHERE tenant = $1 AND operation_key = $2 AND claimed_at_ms = $3",
+            &[&tenant, &operation_key, &sql_ms(observed_claimed_at_ms), &sql_ms(now_ms)],
+        )
+        .await
     }
 
-    pub(crate) fn notice_done(&self, tenant: &str, operation_key: &str) -> Result<bool, StoreError> {
-        let (tenant, key) = (tenant.to_owned(), operation_key.to_owned());
-        self.changed_one("notice done", move |c| {
-            c.execute("DELETE FROM notices WHERE tenant = $1 AND operation_key = $2", &[&tenant, &key])
-        })
+    pub(crate) async fn notice_done(&self, tenant: &str, operation_key: &str) -> Result<bool, StoreError> {
+        self.changed_one(
+            "notice done",
+            "DELETE FROM notices WHERE tenant = $1 AND operation_key = $2",
+            &[&tenant, &operation_key],
+        )
+        .await
     }
 
-    pub(crate) fn write_job_result(
+    pub(crate) async fn write_job_result(
         &self,
         tenant: &str,
         operation_key: &str,
@@ -716,137 +744,153 @@ impl PostgresStore {
         response_json: &str,
         now_ms: u64,
     ) -> Result<bool, StoreError> {
-        let values =
-            (tenant.to_owned(), operation_key.to_owned(), job_id.to_owned(), response_json.to_owned());
-        self.changed_one("write job result", move |c| {
-            let (tenant, key, job_id, response) = &values;
-            c.execute(
-                "UPDATE tool_operations SET status = 'applied', job_id = $3, effect_reference = $3, \
-                 response_json = $4, owner_token = NULL, lease_until_ms = 0, reason = NULL, request_json = NULL, \
-                 updated_at_ms = $5 \
-                 WHERE tenant = $1 AND operation_key = $2",
-                &[tenant, key, job_id, response, &sql_ms(now_ms)],
-            )
-        })
+        self.changed_one(
+            "write job result",
+            "UPDATE tool_operations SET status = 'applied', job_id = $3, effect_reference = $3, \
+             response_json = $4, owner_token = NULL, lease_until_ms = 0, reason = NULL, request_json = NULL, \
+             updated_at_ms = $5 \
+             WHERE tenant = $1 AND operation_key = $2",
+            &[&tenant, &operation_key, &job_id, &response_json, &sql_ms(now_ms)],
+        )
+        .await
     }
 
-    pub(crate) fn tombstone(
+    pub(crate) async fn tombstone(
         &self,
         tenant: &str,
         operation_key: &str,
         now_ms: u64,
     ) -> Result<bool, StoreError> {
-        let (tenant, key) = (tenant.to_owned(), operation_key.to_owned());
-        self.changed_one("tombstone", move |c| {
-            c.execute(
-                "UPDATE tool_operations SET status = 'tombstone', response_json = NULL, request_json = NULL, \
-                 owner_token = NULL, lease_until_ms = 0, updated_at_ms = $3 \
-                 WHERE tenant = $1 AND operation_key = $2 AND status IN ('applied', 'failed_permanent')",
-                &[&tenant, &key, &sql_ms(now_ms)],
-            )
-        })
+        self.changed_one(
+            "tombstone",
+            "UPDATE tool_operations SET status = 'tombstone', response_json = NULL, request_json = NULL, \
+             owner_token = NULL, lease_until_ms = 0, updated_at_ms = $3 \
+             WHERE tenant = $1 AND operation_key = $2 AND status IN ('applied', 'failed_permanent')",
+            &[&tenant, &operation_key, &sql_ms(now_ms)],
+        )
+        .await
     }
 
-    pub(crate) fn forget(&self, tenant: &str, operation_key: &str) -> Result<bool, StoreError> {
-        let (tenant, key) = (tenant.to_owned(), operation_key.to_owned());
-        self.changed_one("forget", move |c| {
-            c.execute(
-                "DELETE FROM tool_operations WHERE tenant = $1 AND operation_key = $2",
-                &[&tenant, &key],
-            )
-        })
+    pub(crate) async fn forget(&self, tenant: &str, operation_key: &str) -> Result<bool, StoreError> {
+        self.changed_one(
+            "forget",
+            "DELETE FROM tool_operations WHERE tenant = $1 AND operation_key = $2",
+            &[&tenant, &operation_key],
+        )
+        .await
     }
 
-    pub(crate) fn record_event(
+    pub(crate) async fn record_event(
         &self,
         event_id: &str,
         tenant: &str,
         operation_key: Option<&str>,
         now_ms: u64,
     ) -> Result<bool, StoreError> {
-        let values = (event_id.to_owned(), tenant.to_owned(), operation_key.map(str::to_owned));
-        self.changed_one("record event", move |c| {
-            let (event_id, tenant, key) = &values;
-            c.execute(
-                "INSERT INTO webhook_events (event_id, tenant, operation_key, received_at_ms) \
-                 VALUES ($1, $2, $3, $4) ON CONFLICT (event_id) DO NOTHING",
-                &[event_id, tenant, key, &sql_ms(now_ms)],
-            )
-        })
+        self.changed_one(
+            "record event",
+            "INSERT INTO webhook_events (event_id, tenant, operation_key, received_at_ms) \
+             VALUES ($1, $2, $3, $4) ON CONFLICT (event_id) DO NOTHING",
+            &[&event_id, &tenant, &operation_key, &sql_ms(now_ms)],
+        )
+        .await
     }
 
-    pub(crate) fn record_reconciliation(
+    pub(crate) async fn record_reconciliation(
         &self,
         tenant: &str,
         operation_key: &str,
         at_ms: u64,
         finding: &str,
     ) -> Result<(), StoreError> {
-        let values = (tenant.to_owned(), operation_key.to_owned(), finding.to_owned());
-        self.run("record reconciliation", move |c| {
-            let (tenant, key, finding) = &values;
-            insert_reconciliation(c, tenant, key, at_ms, finding).map(|_| ())
-        })
+        let operation = "record reconciliation";
+        let mut session = self.session(operation).await?;
+        insert_reconciliation(&mut session, tenant, operation_key, at_ms, finding)
+            .await
+            .map(|_| ())
+            .map_err(|source| StoreError::PostgresQuery { operation, source })
     }
 
-    /// Empties every table of the store's schema (the migrations' own table aside).
-    pub(crate) fn empty_every_table(&self) -> Result<(), StoreError> {
-        self.run("empty the tables", |c| {
-            c.client.batch_execute("TRUNCATE tool_operations, webhook_events, reconciliations, notices")
-        })
+    pub(crate) async fn all_reconciliations(&self) -> Result<Vec<Reconciliation>, StoreError> {
+        self.reconciliations_of(
+            "SELECT id, tenant, operation_key, at_ms, finding FROM reconciliations ORDER BY id",
+            &[],
+        )
+        .await
     }
 
-    pub(crate) fn all_reconciliations(&self) -> Result<Vec<Reconciliation>, StoreError> {
-        let rows = self.run("list reconciliations", |c| {
-            c.query("SELECT id, tenant, operation_key, at_ms, finding FROM reconciliations ORDER BY id", &[])
-        })?;
-        Ok(rows.iter().map(reconciliation).collect())
-    }
-
-    pub(crate) fn reconciliations(
+    pub(crate) async fn reconciliations(
         &self,
         tenant: &str,
         operation_key: &str,
     ) -> Result<Vec<Reconciliation>, StoreError> {
-        let (tenant, key) = (tenant.to_owned(), operation_key.to_owned());
-        let rows = self.run("list reconciliations", move |c| {
-            c.query(
-                "SELECT id, tenant, operation_key, at_ms, finding FROM reconciliations \
-                 WHERE tenant = $1 AND operation_key = $2 ORDER BY id",
-                &[&tenant, &key],
-            )
-        })?;
+        self.reconciliations_of(
+            "SELECT id, tenant, operation_key, at_ms, finding FROM reconciliations \
+             WHERE tenant = $1 AND operation_key = $2 ORDER BY id",
+            &[&tenant, &operation_key],
+        )
+        .await
+    }
+
+    async fn reconciliations_of(
+        &self,
+        sql: &'static str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Reconciliation>, StoreError> {
+        let operation = "list reconciliations";
+        let mut session = self.session(operation).await?;
+        let rows = session
+            .query(sql, params)
+            .await
+            .map_err(|source| StoreError::PostgresQuery { operation, source })?;
         Ok(rows.iter().map(reconciliation).collect())
     }
 
     /// Drops `schema` and everything in it (the benchmark's own schemas).
-    pub(crate) fn drop_schema(&self, schema: &str) -> Result<(), StoreError> {
+    pub(crate) async fn drop_schema(&self, schema: &str) -> Result<(), StoreError> {
         if !valid_schema_name(schema) {
             return Err(StoreError::InvalidSchema(schema.to_owned()));
         }
-        let sql = format!("DROP SCHEMA IF EXISTS {schema} CASCADE");
-        self.run("drop a schema", move |c| c.client.batch_execute(&sql))
+        self.batch("drop a schema", &format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).await
     }
 
-    /// Runs a write and answers whether it changed exactly one row.
-    fn changed_one(
+    /// Runs `sql` as a simple query (no parameters, nothing prepared).
+    async fn batch(&self, operation: &'static str, sql: &str) -> Result<(), StoreError> {
+        let session = self.session(operation).await?;
+        session
+            .client
+            .batch_execute(sql)
+            .await
+            .map_err(|source| StoreError::PostgresQuery { operation, source })
+    }
+
+    /// Runs one write and answers whether it changed exactly one row.
+    async fn changed_one(
         &self,
         operation: &'static str,
-        work: impl FnOnce(&mut Connection) -> Result<u64, postgres::Error> + Send + 'static,
+        sql: &'static str,
+        params: &[&(dyn ToSql + Sync)],
     ) -> Result<bool, StoreError> {
-        Ok(self.run(operation, work)? == 1)
+        let mut session = self.session(operation).await?;
+        let changed = session
+            .execute(sql, params)
+            .await
+            .map_err(|source| StoreError::PostgresQuery { operation, source })?;
+        Ok(changed == 1)
     }
 }
 
-fn insert_reconciliation(
-    c: &mut Connection,
+async fn insert_reconciliation(
+    session: &mut Session,
     tenant: &str,
     operation_key: &str,
     at_ms: u64,
     finding: &str,
-) -> Result<u64, postgres::Error> {
-    c.execute(
-        "INSERT INTO reconciliations (tenant, operation_key, at_ms, finding) VALUES ($1, $2, $3, $4)",
-        &[&tenant, &operation_key, &sql_ms(at_ms), &finding],
-    )
+) -> Result<u64, tokio_postgres::Error> {
+    session
+        .execute(
+            "INSERT INTO reconciliations (tenant, operation_key, at_ms, finding) VALUES ($1, $2, $3, $4)",
+            &[&tenant, &operation_key, &sql_ms(at_ms), &finding],
+        )
+        .await
 }

@@ -69,7 +69,9 @@ fn two_connections_racing_from_two_threads_get_exactly_one_owner_per_key() {
                 let mut won = Vec::new();
                 for index in 0..KEYS {
                     barrier.wait();
-                    if let Claimed::New(_) = store.claim(&claim(&format!("k{index}"), owner)).unwrap() {
+                    if let Claimed::New(_) =
+                        executor::block_on(store.claim(&claim(&format!("k{index}"), owner))).unwrap()
+                    {
                         won.push(index);
                     }
                 }
@@ -81,7 +83,7 @@ fn two_connections_racing_from_two_threads_get_exactly_one_owner_per_key() {
 
     assert_eq!(winners[0].len() + winners[1].len(), KEYS, "every key has exactly one owner");
     assert!(winners[0].iter().all(|index| !winners[1].contains(index)));
-    let records = ClaimStore::open(&location).unwrap().records().unwrap();
+    let records = executor::block_on(ClaimStore::open(&location).unwrap().records()).unwrap();
     assert_eq!(records.len(), KEYS);
     for record in records {
         let index: usize = record.operation_key[1..].parse().unwrap();
@@ -102,7 +104,7 @@ async fn a_file_store_survives_a_restart_and_the_retry_replays() {
 
     // A new process: a new factory and connection over the same file and the same downstream.
     let restarted = ClaimStore::open(&location).unwrap();
-    let record = restarted.load("acme", &World::key("s")).unwrap().unwrap();
+    let record = executor::block_on(restarted.load("acme", &World::key("s"))).unwrap().unwrap();
     assert_eq!(
         (record.status, record.effect_reference.as_deref()),
         (RecordStatus::Applied, Some("ticket_1"))

@@ -412,18 +412,18 @@ impl World {
     }
 
     pub fn records(&self) -> Vec<OperationRecord> {
-        self.factory.with_store(|store| store.records()).unwrap()
+        self.factory.with_store(async |store| store.records().await).unwrap()
     }
 
     pub fn record(&self, step: &str) -> OperationRecord {
         self.factory
-            .with_store(|store| store.load("acme", &Self::key(step)))
+            .with_store(async |store| store.load("acme", &Self::key(step)).await)
             .unwrap()
             .unwrap_or_else(|| panic!("no record for step {step}"))
     }
 
     pub fn reconciliations(&self, step: &str) -> Vec<Reconciliation> {
-        self.factory.with_store(|store| store.reconciliations("acme", &Self::key(step))).unwrap()
+        self.factory.with_store(async |store| store.reconciliations("acme", &Self::key(step)).await).unwrap()
     }
 }
 
