@@ -289,8 +289,9 @@ pub(crate) struct PostgresStore {
     config: Config,
     schema: Option<String>,
     location: String,
-    /// The session, made at the first call; a call holds it until it is done.
-    session: Mutex<Option<Session>>,
+    /// The session, made at open when that is on a runtime (else at the first call); a call
+    /// holds it until it is done.
+    session: std::sync::Arc<Mutex<Option<Session>>>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -379,7 +380,22 @@ impl PostgresStore {
             Ok(Ok(Err(source))) => return Err(failed(source)),
             Ok(Err(_)) | Err(_) => return Err(StoreError::PostgresRuntime("open")),
         }
-        Ok(Self { config, schema: schema.map(str::to_owned), location, session: Mutex::new(None) })
+        let schema = schema.map(str::to_owned);
+        let session = std::sync::Arc::new(Mutex::new(None));
+        if tokio::runtime::Handle::try_current().is_ok() {
+            // Opened on a runtime (a worker's): connect on it now, so that the worker's first
+            // calls (its start-up reconciliation) find the session ready, as they find a
+            // SQLite connection. The slot stays locked until then; a failure leaves it empty
+            // and the first call tries again.
+            let mut slot = session.clone().try_lock_owned().expect("nobody else holds a new store's session");
+            let (config, schema) = (config.clone(), schema.clone());
+            tokio::spawn(async move {
+                if let Ok(client) = connect(&config, schema.as_deref()).await {
+                    *slot = Some(Session { client, statements: HashMap::new(), in_transaction: false });
+                }
+            });
+        }
+        Ok(Self { config, schema, location, session })
     }
 
     /// The session, for one call (`operation`): connected now if there is none, or if the
