@@ -147,7 +147,7 @@ async fn eight_processes_racing_on_every_key_make_one_effect_each_and_leave_no_c
     // The store: every claim settled, none left pending past its lease or before it.
     let store =
         ClaimStore::open(&StoreLocation::Postgres { url, schema: Some(schema) }).expect("the store opens");
-    let records = executor::block_on(store.records()).expect("the records");
+    let records = store.records().await.expect("the records");
     let applied_records = records.iter().filter(|record| record.status == RecordStatus::Applied).count();
     let pending = records.iter().filter(|record| record.status == RecordStatus::Pending).count();
     eprintln!(
