@@ -17,8 +17,8 @@
 //! half is seen alone.
 //!
 //! **Asynchronous, on the caller's runtime.** The store uses `tokio-postgres` on the tokio
-//! runtime of the task that calls it: its connection (a session) is made at the first call
-//! and driven by a task on that runtime, so a call costs the round trips to the server and
+//! runtime of the task that calls it: its connection (a session) is made on the runtime that
+//! opened the store (else at the first call) and driven by a task on that runtime, so a call costs the round trips to the server and
 //! no hand-over to another thread. One call runs at a time on a session (the calls of a
 //! worker take turns, as on SQLite's single connection), so the statements of a transaction
 //! never interleave with another call's. A session is made again when the runtime that drove
