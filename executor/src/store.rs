@@ -184,6 +184,15 @@ pub enum StoreError {
         /// Why.
         source: tokio_postgres::Error,
     },
+    /// The thread and runtime that apply a Postgres store's migrations at open could not
+    /// start (the process is out of threads or file descriptors), or the thread panicked.
+    #[error("failed to open the claim store ({location}): the migrations could not run: {reason}")]
+    PostgresMigrations {
+        /// Where (without the password).
+        location: String,
+        /// Why.
+        reason: String,
+    },
     /// A schema name that is not a plain lowercase identifier.
     #[error(
         "failed to open the claim store: schema {0:?} must be 1 to 63 characters of a-z, 0-9 \
@@ -198,8 +207,7 @@ pub enum StoreError {
         /// Why.
         source: tokio_postgres::Error,
     },
-    /// A Postgres store was used outside a tokio runtime (its connection needs one), or the
-    /// runtime that applies its migrations at open could not start.
+    /// A Postgres store was used outside a tokio runtime (its connection needs one).
     #[error("failed to {0} in the claim store: a Postgres store runs on a tokio runtime with I/O enabled")]
     PostgresRuntime(&'static str),
     /// A row holds a value this code never writes (the file was edited by hand).

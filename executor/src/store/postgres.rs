@@ -378,7 +378,18 @@ impl PostgresStore {
         match migrated {
             Ok(Ok(Ok(()))) => {}
             Ok(Ok(Err(source))) => return Err(failed(source)),
-            Ok(Err(_)) | Err(_) => return Err(StoreError::PostgresRuntime("open")),
+            Ok(Err(error)) => {
+                return Err(StoreError::PostgresMigrations {
+                    location,
+                    reason: format!("no runtime: {error}"),
+                })
+            }
+            Err(_) => {
+                return Err(StoreError::PostgresMigrations {
+                    location,
+                    reason: "their thread panicked".into(),
+                })
+            }
         }
         let schema = schema.map(str::to_owned);
         let session = std::sync::Arc::new(Mutex::new(None));
