@@ -447,7 +447,7 @@ pub struct Reconciliation {
 
 /// A connection to the claim store: SQLite (a file or memory) or Postgres, by its
 /// [`StoreLocation`]. Both backends keep the same contract, checked by one conformance suite
-/// (`executor/tests/store_conformance.rs`).
+/// (`executor/tests/executor/store_conformance.rs`).
 #[derive(Debug)]
 pub struct ClaimStore {
     backend: Backend,

@@ -11,7 +11,7 @@
 //! Emptied is the same as new for everything the executor can observe: the same schema, no
 //! rows, and `INTEGER PRIMARY KEY` ids that start again at 1 (the schema has no
 //! `AUTOINCREMENT`). Tests check it: below, the ids a new and a reused database assign; in
-//! `harness/tests/runs.rs`, that a run on a reused database gives the history of the same run
+//! `harness/tests/it/runs.rs`, that a run on a reused database gives the history of the same run
 //! on a new one.
 
 use std::cell::RefCell;

@@ -1,6 +1,6 @@
 //! Two of the zoo's defects rewritten on the reference executor's public parts: each is "the
 //! reference with one decision changed", in a few lines, with no file copied. The matrix kills
-//! them like their zoo twins (`tests/variants.rs`).
+//! them like their zoo twins (`tests/it/variants.rs`).
 
 use std::rc::Rc;
 

@@ -9,6 +9,8 @@ mod leases;
 mod mutants;
 mod queue;
 mod reconcile;
+mod reference_gate;
 mod retention;
+mod store_conformance;
 mod store_file;
 mod support;

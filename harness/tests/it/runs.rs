@@ -1,8 +1,8 @@
 //! Whole runs through the library and the `replaylab` binary: determinism, reproduce
 //! commands, bad scenario files.
 
-mod installed;
-mod support;
+use crate::installed;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 
@@ -101,7 +101,7 @@ fn the_reference_executor_passes_every_scenario() {
 
 /// S01 with one expectation the reference cannot meet (two effects), as a user file.
 fn failing_scenario_file(dir: &Path) -> PathBuf {
-    let text = include_str!("../../scenarios/matrix/S01_duplicate_same_key.toml")
+    let text = include_str!("../../../scenarios/matrix/S01_duplicate_same_key.toml")
         .replace("id = \"S01\"", "id = \"S91\"")
         .replace("name = \"duplicate_same_key\"", "name = \"impossible_expectation\"")
         .replace("operation = \"ticket\"\ncount = 1", "operation = \"ticket\"\ncount = 2");
@@ -176,7 +176,7 @@ fn the_matrix_reports_a_failing_row_with_its_reproduce_command() {
 #[test]
 fn bad_scenario_files_exit_2_with_file_and_line() {
     let dir = temp_dir("bad-scenarios");
-    let base = include_str!("../../scenarios/matrix/S01_duplicate_same_key.toml");
+    let base = include_str!("../../../scenarios/matrix/S01_duplicate_same_key.toml");
     let cases = [
         (
             "unknown-field.toml",

@@ -2,7 +2,7 @@
 //! agrees about the skipped time, and an executor's background work is waited for rather than
 //! skipped over.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-mod installed;
+use crate::installed;
 
 use harness::{executors, runner};
 

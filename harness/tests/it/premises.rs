@@ -2,7 +2,7 @@
 //! or whose concurrent calls never overlapped is `unknown`, names the premise, and never
 //! passes. And the ground truth is out of the executor's reach.
 
-mod support;
+use crate::support;
 
 use std::cell::Cell;
 

@@ -12,7 +12,7 @@
 //! Chromium comes from Debian's `chromium` package (`.ci/run` installs it). Without it this
 //! test fails under CI and, elsewhere, says how to install it and checks nothing.
 
-mod installed;
+use crate::installed;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -63,7 +63,7 @@ fn guarded_reports_panics_even_when_caught_inside() {
     assert_eq!(guarded(|| 41 + 1), Ok(42));
     let message = guarded::<()>(|| panic!("deliberate fuzz test panic")).unwrap_err();
     assert!(message.contains("deliberate fuzz test panic"), "{message}");
-    assert!(message.contains("tests/fuzz.rs"), "the location is kept: {message}");
+    assert!(message.contains("tests/it/fuzz.rs"), "the location is kept: {message}");
     let caught = guarded(|| std::panic::catch_unwind(|| -> u8 { panic!("swallowed") }).is_err()).unwrap_err();
     assert!(caught.contains("caught inside") && caught.contains("swallowed"), "{caught}");
     // Panics outside a guard still reach the previous hook (nothing to assert on stderr, but

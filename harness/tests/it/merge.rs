@@ -1,7 +1,7 @@
 //! `matrix --shard I/N` on N machines, then `replaylab merge`: the merged reports are the
 //! unsharded run's, byte for byte, and shards that do not make one run are refused (exit 2).
 
-mod installed;
+use crate::installed;
 
 use std::path::{Path, PathBuf};
 

@@ -1,0 +1,24 @@
+//! The harness's integration tests, as one binary: one link instead of one per file (each
+//! links the whole harness: turmoil, the MCP SDK, both claim stores). Each module is one area;
+//! `support` and `installed` are helpers they share. `log_capture` stays a binary of its own:
+//! it needs a process in which no other test has registered a dispatcher.
+
+mod installed;
+mod support;
+
+mod black_box;
+mod cli;
+mod fuzz;
+mod idle;
+mod merge;
+mod mutants;
+mod oracles;
+mod plain_text;
+mod postgres;
+mod premises;
+mod python_examples;
+mod real_env;
+mod report_browser;
+mod reports_privacy;
+mod runs;
+mod serve;
