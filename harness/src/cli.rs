@@ -853,6 +853,7 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
             Ok(exit::SUCCESS)
         }
         Command::Bench { what: BenchCommand::Sim { runs, jobs, scenario, executor } } => {
+            say_build();
             let executor = registry.find(&executor)?;
             if runs == 0 {
                 return Err(bad_input(anyhow::anyhow!("--runs must be at least 1")));
@@ -893,6 +894,7 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
             Ok(exit::SUCCESS)
         }
         Command::Bench { what: BenchCommand::BlackBox { jobs, mut black_box } } => {
+            say_build();
             if black_box.executor_cmd.is_none() {
                 let this = std::env::current_exe()
                     .map_err(|error| bad_input(anyhow::anyhow!("cannot name this program: {error}")))?;
@@ -939,6 +941,7 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
             Ok(exit::SUCCESS)
         }
         Command::Bench { what: BenchCommand::Store { operations, store } } => {
+            say_build();
             let on = match store.as_deref() {
                 None => executor::bench::BenchStore::SqliteFiles,
                 Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
@@ -1012,6 +1015,17 @@ fn only_these(scenarios: Vec<Scenario>, only: &[String]) -> Result<Vec<Scenario>
 
 /// Black-box runs mostly wait on real time (leases, settling, processes starting), so they
 /// run more at once than there are cores: by default four per core, at least eight.
+/// A benchmark first says what it runs on: the figures of a build whose own crates are not
+/// optimised (the dev profile, as the tests and CI build) do not compare with a release build's;
+/// the ratios between two paths of one build still do.
+fn say_build() {
+    if cfg!(debug_assertions) {
+        println!(
+            "build: the dev profile (replaylab's crates unoptimised): compare ratios, not rates; for rates, cargo run --release"
+        );
+    }
+}
+
 fn black_box_jobs(requested: Option<usize>, work: u64) -> Result<usize, Failure> {
     if requested == Some(0) {
         return Err(bad_input(anyhow::anyhow!("--jobs must be at least 1")));
