@@ -853,7 +853,6 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
             Ok(exit::SUCCESS)
         }
         Command::Bench { what: BenchCommand::Sim { runs, jobs, scenario, executor } } => {
-            say_build();
             let executor = registry.find(&executor)?;
             if runs == 0 {
                 return Err(bad_input(anyhow::anyhow!("--runs must be at least 1")));
@@ -864,6 +863,7 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
                 .find(|s| s.id == scenario || s.name == scenario || s.full_name() == scenario)
                 .ok_or_else(|| bad_input(anyhow::anyhow!("no scenario {}", quoted(&scenario))))?;
             let jobs = jobs_for(jobs, runs)?;
+            say_build();
             let result = crate::bench::sim(chosen, &executor, runs, jobs);
             println!(
                 "scenario {} with {}: {} HTTP exchanges, {} ms simulated per run ({} ms stepped, the rest idle and skipped); {runs} runs of each on {jobs} thread(s)",
@@ -894,7 +894,6 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
             Ok(exit::SUCCESS)
         }
         Command::Bench { what: BenchCommand::BlackBox { jobs, mut black_box } } => {
-            say_build();
             if black_box.executor_cmd.is_none() {
                 let this = std::env::current_exe()
                     .map_err(|error| bad_input(anyhow::anyhow!("cannot name this program: {error}")))?;
@@ -917,6 +916,7 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
                 log: None,
                 selection: false,
             };
+            say_build();
             let result = matrix::run(&config);
             let black_box = result.black_box.as_ref().expect("a black-box matrix says so");
             let time = &black_box.time;
@@ -941,7 +941,6 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
             Ok(exit::SUCCESS)
         }
         Command::Bench { what: BenchCommand::Store { operations, store } } => {
-            say_build();
             let on = match store.as_deref() {
                 None => executor::bench::BenchStore::SqliteFiles,
                 Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
@@ -961,6 +960,7 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
                     "--operations must be at most {MAX_BENCH_OPERATIONS} (each keeps a row in memory)"
                 )));
             }
+            say_build();
             let result = executor::bench::store_bench(operations, &on)
                 .map_err(|error| Failure { code: exit::CHECK_FAILED, error: error.into() })?;
             println!(
