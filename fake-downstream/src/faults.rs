@@ -83,6 +83,10 @@ pub struct RuleMatch {
 }
 
 /// A fault rule. Its file form (JSON, TOML) is
+/// The longest `delay` a fault may hold a request or an answer: a day, the cap every duration
+/// of a scenario has (a longer one outlasts any run and overflows the simulated clock's sums).
+pub const MAX_FAULT_DELAY: Duration = Duration::from_secs(24 * 60 * 60);
+
 /// `{"match": {...}, "action": "commit_then_delay", "delay": "3s", "times": 1}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "RuleSpec", into = "RuleSpec")]
@@ -264,7 +268,12 @@ impl TryFrom<RuleSpec> for FaultRule {
     fn try_from(spec: RuleSpec) -> Result<Self, String> {
         let delay = || -> Result<Duration, String> {
             let text = spec.delay.as_deref().ok_or("this action needs `delay` (e.g. \"3s\")")?;
-            humantime::parse_duration(text).map_err(|error| format!("invalid delay {text:?}: {error}"))
+            let delay = humantime::parse_duration(text)
+                .map_err(|error| format!("invalid delay {text:?}: {error}"))?;
+            if delay > MAX_FAULT_DELAY {
+                return Err(format!("delay {text:?} is longer than 24h, the most any duration may be"));
+            }
+            Ok(delay)
         };
         let takes_delay = matches!(spec.action, ActionName::CommitThenDelay | ActionName::DelayBeforeCommit);
         if spec.delay.is_some() && !takes_delay {
@@ -430,6 +439,8 @@ mod tests {
             assert!(error.contains(expected), "{text}: {error}");
         };
         check(r#"{"action":"commit_then_delay"}"#, "needs `delay`");
+        check(r#"{"action":"commit_then_delay","delay":"25h"}"#, "longer than 24h");
+        check(r#"{"action":"delay_before_commit","delay":"100000000000s"}"#, "longer than 24h");
         check(r#"{"action":"commit_then_error","status":404}"#, "5xx");
         check(r#"{"action":"hold","delay":"1s"}"#, "only for");
         check(r#"{"action":"explode"}"#, "unknown variant");

@@ -559,6 +559,11 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
             repeat,
             black_box,
         } => {
+            // The runs per scenario the user asked for are checked before a black-box command
+            // is started to read its manifest; the message names the flag they wrote.
+            if let Some(asked) = repeat.or(seeds) {
+                check_matrix_seeds(asked, if repeat.is_some() { "--repeat" } else { "--seeds" })?;
+            }
             let executor = registry.resolve(&executor, &black_box)?;
             // Black-box runs take real seconds each: three repeats unless told.
             let default = if executor.black_box.is_some() { BLACK_BOX_REPEATS } else { MATRIX_SEEDS };
@@ -577,7 +582,6 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
             let formats = reports::Format::parse_list(&format).map_err(|error| bad_input(error.into()))?;
             let render_options =
                 reports::RenderOptions::from_env().map_err(|error| bad_input(error.into()))?;
-            check_matrix_seeds(seeds)?;
             last_seed(first_seed, seeds, "--first-seed and --seeds")?;
             if let Some(shard) = shard.filter(|shard| shard.count > seeds) {
                 return Err(bad_input(anyhow::anyhow!(
@@ -595,7 +599,8 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
             } else {
                 jobs_for(jobs, runs)?
             };
-            check_report_dir(&out)?;
+            let files: Vec<&str> = formats.iter().map(|format| format.file_name()).collect();
+            check_report_dir(&out, &files)?;
             check_step_summary()?;
             let commit = source_commit();
             let config = MatrixConfig {
@@ -635,6 +640,13 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
             let mut matrices = Vec::new();
             let mut explorations = Vec::new();
             for path in &shards {
+                if !path.exists() {
+                    return Err(bad_input(anyhow::anyhow!(
+                        "{}: no such file or directory (a shard's report directory, or its matrix.json or {})",
+                        path.display(),
+                        crate::explore_cli::EXPLORE_RECORD
+                    )));
+                }
                 let (matrix, explore) = if path.is_dir() {
                     (path.join("matrix.json"), path.join(crate::explore_cli::EXPLORE_RECORD))
                 } else if path.file_name().is_some_and(|name| name == crate::explore_cli::EXPLORE_RECORD) {
@@ -671,7 +683,11 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
                     .map_err(|error| bad_input(anyhow::anyhow!(error)))?;
                 Some((dirs, merged))
             };
-            check_report_dir(&out)?;
+            let mut files: Vec<&str> = formats.iter().map(|format| format.file_name()).collect();
+            if exploration.is_some() {
+                files.push(crate::explore_cli::EXPLORE_RECORD);
+            }
+            check_report_dir(&out, &files)?;
             check_step_summary()?;
             let mut code = exit::SUCCESS;
             if let Some(result) = matrix {
@@ -804,9 +820,9 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
             crate::explore_cli::run(&config).map_err(|error| Failure { code: exit::BAD_INPUT, error })
         }
         Command::Mutants { seeds, out, jobs } => {
-            check_matrix_seeds(seeds)?;
+            check_matrix_seeds(seeds, "--seeds")?;
             let jobs = jobs_for(jobs, u64::MAX)?;
-            check_report_dir(&out)?;
+            check_report_dir(&out, &["mutants.json", "mutants.md"])?;
             let base = MatrixConfig {
                 executor: registry.find("reference")?,
                 scenarios: load_scenarios(&[])?,
@@ -863,8 +879,8 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
                 .find(|s| s.id == scenario || s.name == scenario || s.full_name() == scenario)
                 .ok_or_else(|| bad_input(anyhow::anyhow!("no scenario {}", quoted(&scenario))))?;
             let jobs = jobs_for(jobs, runs)?;
-            say_build();
             let result = crate::bench::sim(chosen, &executor, runs, jobs);
+            say_build();
             println!(
                 "scenario {} with {}: {} HTTP exchanges, {} ms simulated per run ({} ms stepped, the rest idle and skipped); {runs} runs of each on {jobs} thread(s)",
                 chosen.full_name(),
@@ -916,9 +932,9 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
                 log: None,
                 selection: false,
             };
-            say_build();
             let result = matrix::run(&config);
             let black_box = result.black_box.as_ref().expect("a black-box matrix says so");
+            say_build();
             let time = &black_box.time;
             let ran: u64 = result.scenarios.iter().map(|s| s.seeds_run).sum();
             println!(
@@ -960,9 +976,18 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
                     "--operations must be at most {MAX_BENCH_OPERATIONS} (each keeps a row in memory)"
                 )));
             }
+            // A database that cannot be reached or opened is the caller's input (exit 2); a
+            // store that fails while measured is a failed check (exit 1).
+            let result = executor::bench::store_bench(operations, &on).map_err(|error| {
+                let code = match error {
+                    executor::StoreError::OpenPostgres { .. } | executor::StoreError::InvalidSchema(_) => {
+                        exit::BAD_INPUT
+                    }
+                    _ => exit::CHECK_FAILED,
+                };
+                Failure { code, error: error.into() }
+            })?;
             say_build();
-            let result = executor::bench::store_bench(operations, &on)
-                .map_err(|error| Failure { code: exit::CHECK_FAILED, error: error.into() })?;
             println!(
                 "store: executor claims/s={:.0} raw inserts/s={:.0} ratio={:.2}",
                 result.claims_per_second, result.raw_inserts_per_second, result.ratio
@@ -1049,13 +1074,15 @@ fn jobs_for(requested: Option<usize>, work: u64) -> Result<usize, Failure> {
 const MAX_MATRIX_SEEDS: u64 = 100_000;
 
 /// Checks a matrix's `--seeds`: at least 1, at most [`MAX_MATRIX_SEEDS`].
-fn check_matrix_seeds(seeds: u64) -> Result<(), Failure> {
+/// Checks a matrix's runs per scenario, given by `flag` (`--seeds`, or `--repeat` for a
+/// black-box matrix): the message names the flag the user wrote.
+fn check_matrix_seeds(seeds: u64, flag: &str) -> Result<(), Failure> {
     if seeds == 0 {
-        return Err(bad_input(anyhow::anyhow!("--seeds must be at least 1")));
+        return Err(bad_input(anyhow::anyhow!("{flag} must be at least 1")));
     }
     if seeds > MAX_MATRIX_SEEDS {
         return Err(bad_input(anyhow::anyhow!(
-            "--seeds must be at most {MAX_MATRIX_SEEDS} per scenario; split a longer campaign with --first-seed"
+            "{flag} must be at most {MAX_MATRIX_SEEDS} per scenario; split a longer campaign with --first-seed"
         )));
     }
     Ok(())
@@ -1075,7 +1102,7 @@ fn last_seed(first: u64, count: u64, flags: &str) -> Result<u64, Failure> {
 /// Checks, before any work, that the reports can be written to `out`: it is a directory (or
 /// can be made one) that accepts a file. The run's hours are not spent for a report that
 /// cannot be kept.
-fn check_report_dir(out: &std::path::Path) -> Result<(), Failure> {
+fn check_report_dir(out: &std::path::Path, files: &[&str]) -> Result<(), Failure> {
     if out.exists() && !out.is_dir() {
         return Err(bad_input(anyhow::anyhow!("--out {}: is a file, not a directory", out.display())));
     }
@@ -1087,6 +1114,24 @@ fn check_report_dir(out: &std::path::Path) -> Result<(), Failure> {
         .with_context(|| format!("--out {}: cannot write into the directory", out.display()))
         .map_err(bad_input)?;
     let _ = std::fs::remove_file(probe);
+    // A report file that is there already must be a file that can be written over: a
+    // directory or a read-only file in its place would fail only after the whole run.
+    for name in files {
+        let path = out.join(name);
+        if path.exists() {
+            if !path.is_file() {
+                return Err(bad_input(anyhow::anyhow!(
+                    "--out {}: {name} is there and is not a file, so the report cannot be written",
+                    out.display()
+                )));
+            }
+            std::fs::OpenOptions::new()
+                .append(true)
+                .open(&path)
+                .with_context(|| format!("--out {}: cannot write over {name}", out.display()))
+                .map_err(bad_input)?;
+        }
+    }
     Ok(())
 }
 

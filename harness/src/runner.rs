@@ -245,15 +245,30 @@ pub fn run_logged(
         waited: Duration::ZERO,
         final_polls: executor.black_box.as_ref().is_none_or(|spec| spec.polls),
     };
-    let stopped = match runner.play() {
-        Err(Stop::Limit(reason)) => Some(Stop::Limit(reason)),
-        Err(Stop::Undecided(reason)) => {
-            runner.undecided.push(reason);
-            runner.settle().err()
+    // A failure of the simulation itself (a panic in the simulator or the harness's own code,
+    // such as a turmoil buffer overflowing) ends this run as `crashed`, with its note and
+    // reproduce command; it never aborts the matrix the run is part of.
+    let played = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        let stopped = match runner.play() {
+            Err(Stop::Limit(reason)) => Some(Stop::Limit(reason)),
+            Err(Stop::Undecided(reason)) => {
+                runner.undecided.push(reason);
+                runner.settle().err()
+            }
+            Ok(()) => runner.settle().err(),
+        };
+        runner.finish(scenario, seed, executor, stopped)
+    }));
+    let mut record = match played {
+        Ok(record) => record,
+        Err(payload) => {
+            let note = format!(
+                "crashed: the simulation itself failed, a limit of the harness and not the executor's doing: {}",
+                panic_message(payload.as_ref())
+            );
+            not_run(scenario, seed, executor, Verdict::Crashed, note)
         }
-        Ok(()) => runner.settle().err(),
     };
-    let mut record = runner.finish(scenario, seed, executor, stopped);
     drop(_logging);
     record.log = std::mem::take(&mut *lines.lock().unwrap_or_else(|p| p.into_inner()));
     record

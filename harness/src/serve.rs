@@ -94,6 +94,11 @@ fn store_location(store: &str, schema: Option<&str>) -> Result<StoreLocation, St
     }
 }
 
+/// The longest lease, retention or downstream timeout the environment may set: a day, the cap
+/// the scenario loader puts on every duration (longer ones overflow the store's arithmetic on
+/// millisecond timestamps long before they mean anything to a test).
+const MAX_SETTING_MS: u64 = 24 * 60 * 60 * 1000;
+
 impl ServeConfig {
     /// The configuration from the flags and the environment (`variable` looks one up); an
     /// error names the flag or the variable and what is wrong with it.
@@ -120,7 +125,8 @@ impl ServeConfig {
         let store = store_location(store, schema)?;
         let required = |name: &str| match variable(name) {
             Some(value) if !value.trim().is_empty() => Ok(value),
-            _ => Err(format!("{name} is not set (see docs/mcp.md, section 5)")),
+            Some(_) => Err(format!("{name} is empty (see docs/mcp.md, section 5)")),
+            None => Err(format!("{name} is not set (see docs/mcp.md, section 5)")),
         };
         let worker = required(env::WORKER)?;
         let incarnation = required(env::INCARNATION)?;
@@ -147,7 +153,13 @@ impl ServeConfig {
             match variable(name) {
                 None => Ok(None),
                 Some(value) => match value.parse::<u64>() {
+                    Ok(ms) if ms > MAX_SETTING_MS => Err(format!(
+                        "{name}={value:?}: too large; at most {MAX_SETTING_MS} milliseconds (24 hours)"
+                    )),
                     Ok(ms) if ms > 0 => Ok(Some(Duration::from_millis(ms))),
+                    Err(error) if *error.kind() == std::num::IntErrorKind::PosOverflow => Err(format!(
+                        "{name}={value:?}: too large; at most {MAX_SETTING_MS} milliseconds (24 hours)"
+                    )),
                     _ => Err(format!("{name}={value:?}: expected milliseconds, at least 1")),
                 },
             }
@@ -656,6 +668,23 @@ mod tests {
                 .expect_err(value);
             assert!(error.contains(name), "{error}");
         };
+        // An empty variable is said to be empty, not unset; a number too large says so.
+        let said = |name: &'static str, value: &'static str| {
+            let mut pairs = complete();
+            pairs.retain(|(known, _)| *known != name);
+            pairs.push((name, value));
+            ServeConfig::from_flags_and_env("stdio", "sqlite:x.db", None, environment(&pairs))
+                .expect_err(value)
+        };
+        assert_eq!(said(env::WORKER, ""), format!("{} is empty (see docs/mcp.md, section 5)", env::WORKER));
+        for too_large in ["86400001", "18446744073709551616", "99999999999999999999999"] {
+            let error = said(env::LEASE_MS, too_large);
+            assert!(error.contains("too large; at most 86400000 milliseconds"), "{error}");
+        }
+        let mut pairs = complete();
+        pairs.push((env::RETENTION_MS, "86400000"));
+        ServeConfig::from_flags_and_env("stdio", "sqlite:x.db", None, environment(&pairs))
+            .expect("a day is allowed");
         bad(env::INCARNATION, "-1");
         bad(env::DOWNSTREAM_URL, "https://127.0.0.1:8080");
         bad(env::DOWNSTREAM_URL, "http://127.0.0.1");

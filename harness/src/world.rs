@@ -31,6 +31,12 @@ pub const PORT: u16 = 80;
 pub const TICK: Duration = Duration::from_millis(10);
 /// The longest a run may last in simulated time before it is stopped as a liveness failure.
 pub const MAX_SIMULATED: Duration = Duration::from_secs(600);
+
+/// Connections a simulated host may have waiting to be accepted (and segments in flight on one
+/// connection): room for every operation of a large scenario polled at once (the final polls
+/// of 1,000 operations reach one worker together). turmoil's channels grow as they fill, so
+/// room that is not used costs nothing.
+pub const TCP_CAPACITY: usize = 16_384;
 /// The fixed epoch of every simulation (the default would leak wall-clock time).
 pub const EPOCH_SECONDS: u64 = 1_767_225_600;
 /// Message latency on the simulated network: one to four ticks.
@@ -454,6 +460,9 @@ pub fn builder(seed: u64) -> turmoil::Builder {
         .min_message_latency(MIN_LATENCY)
         .max_message_latency(MAX_LATENCY)
         .simulation_duration(MAX_SIMULATED)
+        // turmoil panics when a listener's backlog is full (64 by default): a scenario's final
+        // polls all reach one worker at once, one connection each.
+        .tcp_capacity(TCP_CAPACITY)
         // Hosts run in a seeded random order each tick, so the seed also decides which of two
         // workers acts first within a tick.
         .enable_random_order();

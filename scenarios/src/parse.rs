@@ -173,7 +173,33 @@ fn yes() -> bool {
 #[serde(untagged)]
 enum ArgumentsForm {
     Text(String),
-    Table(BTreeMap<String, serde_json::Value>),
+    Table(toml::Table),
+}
+
+/// A TOML value as JSON: datetimes as their text; `nan` and `inf`, which JSON cannot hold, are
+/// refused (serde would have made them `null` without a word).
+fn toml_to_json(value: &toml::Value) -> Result<serde_json::Value, String> {
+    Ok(match value {
+        toml::Value::String(text) => serde_json::Value::String(text.clone()),
+        toml::Value::Integer(number) => serde_json::Value::from(*number),
+        toml::Value::Float(number) => serde_json::Number::from_f64(*number)
+            .map(serde_json::Value::Number)
+            .ok_or_else(|| format!("{number} is not a number JSON can hold"))?,
+        toml::Value::Boolean(flag) => serde_json::Value::Bool(*flag),
+        toml::Value::Datetime(datetime) => serde_json::Value::String(datetime.to_string()),
+        toml::Value::Array(items) => {
+            serde_json::Value::Array(items.iter().map(toml_to_json).collect::<Result<_, _>>()?)
+        }
+        // Keys in sorted order, whatever order the TOML map keeps.
+        toml::Value::Table(table) => serde_json::Value::Object(
+            table
+                .iter()
+                .map(|(key, value)| Ok((key.clone(), toml_to_json(value)?)))
+                .collect::<Result<BTreeMap<_, _>, String>>()?
+                .into_iter()
+                .collect(),
+        ),
+    })
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -273,16 +299,30 @@ enum StepForm {
 
 // ----------------------------------------------------------------------- validation
 
+/// The largest scenario file read: 4 MiB holds thousands of operations and steps (a scenario of
+/// 1,000 operations is about 150 kB), and bounds what a device or an endless pipe can make us read.
+pub const MAX_SCENARIO_BYTES: u64 = 4 * 1024 * 1024;
+
 impl Scenario {
     /// Reads and validates a scenario file.
     pub fn from_file(path: &Path) -> Result<Scenario, ScenarioError> {
+        use std::io::Read;
         let name = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|error| ScenarioError {
-            source_name: name.clone(),
-            line: 1,
-            column: 1,
-            message: format!("failed to read the file: {error}"),
-        })?;
+        let refused =
+            |message: String| ScenarioError { source_name: name.clone(), line: 1, column: 1, message };
+        // Read at most one byte past the limit: a device or a pipe that never ends (`/dev/zero`)
+        // is refused, not read forever.
+        let mut bytes = Vec::new();
+        std::fs::File::open(path)
+            .and_then(|file| file.take(MAX_SCENARIO_BYTES + 1).read_to_end(&mut bytes))
+            .map_err(|error| refused(format!("failed to read the file: {error}")))?;
+        if bytes.len() as u64 > MAX_SCENARIO_BYTES {
+            return Err(refused(format!(
+                "the file is larger than {MAX_SCENARIO_BYTES} bytes, the most a scenario file may hold"
+            )));
+        }
+        let text = String::from_utf8(bytes)
+            .map_err(|error| refused(format!("failed to read the file: not UTF-8 text ({error})")))?;
         Scenario::from_toml(&text, &name)
     }
 
@@ -357,8 +397,10 @@ impl Validator<'_> {
                 ("step", &op.step),
                 ("actor", &op.actor),
             ] {
-                if value.is_empty() {
-                    return err(&name, format!("operation `{name}`: `{field}` must not be empty"));
+                // The executor's own rules for identifiers (non-empty, at most 255 characters,
+                // no control characters): an operation it must refuse could test nothing.
+                if let Err(error) = protocol::check_identifier(field, value) {
+                    return err(&name, format!("operation `{name}`: {error}"));
                 }
             }
             let spec = OperationSpec {
@@ -451,8 +493,14 @@ impl Validator<'_> {
                         [("repeat_same_event", w.repeat_same_event), ("extra_event_ids", w.extra_event_ids)]
                     {
                         if count > fake_downstream::MAX_WEBHOOK_REPEATS {
+                            // The field's own line (under `[downstream.webhook]`), else the
+                            // inline table's (`webhook = { ... }` under `[downstream]`).
+                            let offset = [(self.key)(name), (self.key)("webhook")]
+                                .into_iter()
+                                .find(|&offset| offset > 0)
+                                .unwrap_or(0);
                             return Err((self.at)(
-                                (self.key)("webhook"),
+                                offset,
                                 format!(
                                     "`webhook.{name}` must be at most {}, not {count}",
                                     fake_downstream::MAX_WEBHOOK_REPEATS
@@ -641,7 +689,9 @@ impl Validator<'_> {
                 text
             }
             ArgumentsForm::Table(table) => {
-                serde_json::to_string(&table).map_err(|error| error.to_string())?
+                let json = toml_to_json(&toml::Value::Table(table))
+                    .map_err(|error| format!("call {}: `arguments`: {error}", quoted(&form.id)))?;
+                serde_json::to_string(&json).map_err(|error| error.to_string())?
             }
         };
         for name in crate::model::ticket_placeholders(&arguments) {
@@ -779,7 +829,9 @@ impl<'a> Lines<'a> {
     }
 }
 
-/// Where `key` is first written at the start of a line (for errors about top-level fields).
+/// Where `key` is first written at the start of a line (for errors about top-level fields), or
+/// else the first table header whose last name it is (`[operations.KEY]`, for errors about one
+/// operation).
 fn offset_of_key(text: &str, key: &str) -> usize {
     let mut offset = 0;
     for line in text.split_inclusive('\n') {
@@ -787,6 +839,20 @@ fn offset_of_key(text: &str, key: &str) -> usize {
         if let Some(rest) = trimmed.strip_prefix(key) {
             if rest.trim_start().starts_with('=') || rest.starts_with(']') || rest.starts_with('.') {
                 return offset + (line.len() - trimmed.len());
+            }
+        }
+        offset += line.len();
+    }
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        let trimmed = line.trim_start();
+        if let Some(header) = trimmed.strip_prefix('[') {
+            let header = header.trim_start_matches('[');
+            if let Some(end) = header.find(']') {
+                let last = header[..end].rsplit('.').next().unwrap_or_default().trim().trim_matches('"');
+                if last == key {
+                    return offset + (line.len() - trimmed.len());
+                }
             }
         }
         offset += line.len();
@@ -850,6 +916,59 @@ status = "applied"
         assert_eq!(error.source_name, "test.toml");
         assert!(error.message.contains("colour"), "{error}");
         assert!((13..=20).contains(&error.line), "{error}");
+    }
+
+    #[test]
+    fn identifiers_the_executor_must_refuse_are_refused_at_load() {
+        let long = "w".repeat(protocol::MAX_ID_CHARS + 1);
+        let error = error_of(&MINIMAL.replace("workflow = \"run_1\"", &format!("workflow = \"{long}\"")));
+        assert!(error.message.contains("`workflow` is longer than 255 characters"), "{error}");
+        assert_eq!(error.line, 8, "the operation's line: {error}");
+        let error = error_of(&MINIMAL.replace("step = \"step_1\"", "step = \"a\\u0007b\""));
+        assert!(error.message.contains("`step` contains control characters"), "{error}");
+        // 255 characters, and any Unicode, are accepted.
+        let longest = "é".repeat(protocol::MAX_ID_CHARS);
+        Scenario::from_toml(
+            &MINIMAL.replace("tenant = \"acme\"", &format!("tenant = \"{longest}\"")),
+            "t.toml",
+        )
+        .expect("255 characters are allowed");
+    }
+
+    #[test]
+    fn table_form_arguments_become_json_and_refuse_what_json_cannot_hold() {
+        let table = MINIMAL.replace(
+            "arguments = '{\"subject\": \"s\", \"body\": \"b\"}'",
+            "arguments = { subject = \"s\", body = \"b\", priority = 2.5, tags = [\"x\"] }",
+        );
+        let scenario = Scenario::from_toml(&table, "t.toml").expect("valid");
+        let StepKind::Call(call) = &scenario.steps[0].kind else { panic!("not a call") };
+        assert_eq!(call.arguments, r#"{"body":"b","priority":2.5,"subject":"s","tags":["x"]}"#);
+        for bad in ["nan", "inf", "-inf"] {
+            let error = error_of(&table.replace("priority = 2.5", &format!("priority = {bad}")));
+            assert!(error.message.contains("is not a number JSON can hold"), "{bad}: {error}");
+        }
+    }
+
+    #[test]
+    fn an_endless_file_is_refused_not_read_forever() {
+        let error = Scenario::from_file(Path::new("/dev/zero")).expect_err("refused");
+        assert!(error.message.contains("larger than 4194304 bytes"), "{error}");
+    }
+
+    #[test]
+    fn a_webhook_error_names_the_field_line_in_either_form() {
+        // Under a `[downstream.webhook]` table: the field's own line (line 27 of the text).
+        let table =
+            format!("{MINIMAL}\n[downstream.webhook]\nrepeat_same_event = 1\nextra_event_ids = 999\n");
+        let error = error_of(&table);
+        assert!(error.message.contains("webhook.extra_event_ids"), "{error}");
+        assert_eq!(error.line, 28, "{error}");
+        // As an inline table under `[downstream]`: that line.
+        let inline = format!("{MINIMAL}\n[downstream]\nwebhook = {{ repeat_same_event = 999 }}\n");
+        let error = error_of(&inline);
+        assert!(error.message.contains("webhook.repeat_same_event"), "{error}");
+        assert_eq!(error.line, 27, "{error}");
     }
 
     #[test]

@@ -182,6 +182,28 @@ fn bad_numbers_and_unwritable_outputs_exit_2_before_any_work() {
     check(&["bench", "store", "--operations", &max], &[], "at most 10000000");
     check(&["bench", "store", "--operations", "4000000000"], &[], "at most 10000000");
     check(&["bench", "sim", "--runs", "1", "--jobs", "0"], &[], "--jobs must be at least 1");
+    // A black-box matrix's runs per scenario are --repeat, and the message says so.
+    let serve = format!("{REPLAYLAB} executor serve --store sqlite:{{state}}/claims.db");
+    check(
+        &["matrix", "--executor-cmd", &serve, "--repeat", "0", "--out", out],
+        &[],
+        "--repeat must be at least 1",
+    );
+    // A report file that cannot be written over is found before the run, not after it.
+    let blocked = dir.join("blocked");
+    std::fs::create_dir_all(blocked.join("matrix.json")).unwrap();
+    check(
+        &["matrix", "--seeds", "1", "--out", blocked.to_str().unwrap()],
+        &[],
+        "matrix.json is there and is not a file",
+    );
+    check(
+        &["merge", dir.join("no-such-shard").to_str().unwrap(), "--out", out],
+        &[],
+        "no-such-shard: no such file or directory",
+    );
+    // A database that cannot be reached is the caller's input, not a failed measurement.
+    check(&["bench", "store", "--store", "postgres://replaylab@127.0.0.1:1/none"], &[], "127.0.0.1:1");
     check(&["run", "S01", "--seed", "1", "--log", "executor=loud"], &[], "log filter \"executor=loud\"");
     check(&["run", "S01", "--seed", "1"], &[("RUST_LOG", "executor=loud")], "RUST_LOG: log filter");
 }

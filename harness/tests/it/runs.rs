@@ -419,3 +419,31 @@ fn a_log_filter_keeps_only_the_targets_it_names() {
     let warn_only = harness::log::LogFilter::parse("executor=warn").expect("a filter");
     assert!(runner::run_logged(&scenario("S19"), 1, &reference(), Some(&warn_only)).log.is_empty());
 }
+
+/// A scenario with 1,000 operations, each created once: every final poll reaches one worker at
+/// once (1,000 connections waiting to be accepted, where turmoil's default backlog of 64 made
+/// the simulator panic and abort the whole matrix). It runs, and the reference passes it.
+#[test]
+fn a_scenario_of_a_thousand_operations_runs_and_passes() {
+    use std::fmt::Write;
+    const OPERATIONS: usize = 1_000;
+    let mut text = String::from(
+        "id = \"S90\"\nname = \"a_thousand_operations\"\nrows = [\"C1\"]\nsummary = \"s\"\nexpected = \"e\"\n",
+    );
+    for n in 0..OPERATIONS {
+        let _ = write!(
+            text,
+            "\n[operations.op{n}]\ntenant = \"acme\"\nworkflow = \"run_{n}\"\nstep = \"create\"\n"
+        );
+    }
+    for n in 0..OPERATIONS {
+        let _ = write!(
+            text,
+            "\n[[step]]\naction = \"call\"\nid = \"c{n}\"\nworker = \"worker-1\"\noperation = \"op{n}\"\ntool = \"tickets.create\"\narguments = '{{\"subject\": \"s{n}\", \"body\": \"b\"}}'\n"
+        );
+    }
+    let scenario = scenarios::Scenario::from_toml(&text, "thousand.toml").expect("a valid scenario");
+    let record = runner::run(&scenario, 0, &reference());
+    assert_eq!(record.result.verdict, harness::verdict::Verdict::Pass, "{:?}", record.result.notes);
+    assert_eq!(record.ledger.len(), OPERATIONS, "one ticket per operation");
+}
