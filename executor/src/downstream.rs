@@ -386,17 +386,7 @@ pub fn notice_request(tenant: &str, to: &str, job_id: &str, key: Option<&str>) -
 
 /// Percent-encodes everything but RFC 3986 unreserved characters (for path segments and
 /// query values).
-pub fn percent_encode(text: &str) -> String {
-    let mut encoded = String::with_capacity(text.len());
-    for byte in text.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
-            encoded.push(char::from(byte));
-        } else {
-            encoded.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    encoded
-}
+pub use wire::percent_encode;
 
 #[cfg(test)]
 mod tests {

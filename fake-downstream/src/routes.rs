@@ -252,12 +252,16 @@ fn check_id(field: &str, value: &str) -> Result<(), Problem> {
     Ok(())
 }
 
-/// The harness's `X-Replaylab-Origin` tag, when it is a sane identifier (it is transport
-/// metadata: a bad one is ignored, never refused).
+/// The harness's `X-Replaylab-Origin` tag (percent-encoded, as the harness sends it), decoded,
+/// when it is a sane operation name: four identifiers with `%` and `/` escaped
+/// (`protocol::operation_path`). It is transport metadata: a bad one is ignored, never refused.
 fn origin(headers: &http::HeaderMap) -> Option<String> {
-    let text = headers.get("x-replaylab-origin")?.to_str().ok()?;
-    let sane = !text.is_empty() && text.len() <= 4 * MAX_ID_CHARS && !text.chars().any(char::is_control);
-    sane.then(|| text.to_owned())
+    const MAX_ORIGIN_CHARS: usize = 4 * 3 * MAX_ID_CHARS + 3;
+    let text = wire::percent_decode(headers.get("x-replaylab-origin")?.to_str().ok()?);
+    let sane = !text.is_empty()
+        && text.chars().count() <= MAX_ORIGIN_CHARS
+        && !text.chars().any(|c| c.is_control() || c == char::REPLACEMENT_CHARACTER);
+    sane.then_some(text)
 }
 
 /// The harness's `X-Replaylab-Request-Id`, when it is a sane identifier (transport metadata,

@@ -50,7 +50,8 @@ async fn execute(shared: Rc<Shared>, command: AgentCommand) {
             (label, worker, HttpRequest::json(http::Method::POST, path, &operation), false)
         }
     };
-    let request = request.header(REQUEST_LABEL_HEADER, label.clone());
+    // Percent-encoded: a label holds the scenario's names, in any script.
+    let request = request.header(REQUEST_LABEL_HEADER, wire::percent_encode(&label));
     let client = HttpClient::new(Arc::new(SimConnector), worker, PORT);
     let deadline_ms = shared.now_ms() + AGENT_TIMEOUT.as_millis() as u64;
     shared.agent.deadlines.borrow_mut().insert(label.clone(), deadline_ms);

@@ -30,6 +30,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use fake_downstream::{Effect, EffectKind};
 use protocol::{ContractSet, EffectClass, ToolContract};
 
+use wire::percent_decode;
+
 use crate::history::{Event, EventKind};
 
 /// What kind of downstream request a method and path are.
@@ -216,15 +218,15 @@ impl Attribution {
         // keys the executor's answers named, (tenant, operation key) -> operation.
         let mut effects: BTreeMap<u64, &Effect> = BTreeMap::new();
         let mut journal: BTreeMap<&str, Handled<'_>> = BTreeMap::new();
-        let mut labels: BTreeMap<&str, &str> = BTreeMap::new();
+        let mut labels: BTreeMap<&str, (&str, &str)> = BTreeMap::new();
         let mut named: BTreeMap<(String, String), String> = BTreeMap::new();
         let mut sent: BTreeSet<&str> = BTreeSet::new();
         let mut refused: BTreeSet<&str> = BTreeSet::new();
         for event in history {
             match &event.kind {
-                EventKind::CallSent { label, operation, .. }
-                | EventKind::OperationQuery { label, operation, .. } => {
-                    labels.insert(label, operation);
+                EventKind::CallSent { label, operation, tenant, .. }
+                | EventKind::OperationQuery { label, operation, tenant, .. } => {
+                    labels.insert(label, (operation, tenant));
                 }
                 EventKind::Answered { label, outcome, .. } => {
                     if outcome.status == protocol::OutcomeStatus::Rejected
@@ -235,10 +237,10 @@ impl Attribution {
                     {
                         refused.insert(label);
                     }
-                    if let (Some(operation), Some(key)) = (labels.get(label.as_str()), &outcome.operation_key)
+                    if let (Some((operation, tenant)), Some(key)) =
+                        (labels.get(label.as_str()), &outcome.operation_key)
                     {
-                        let tenant = operation.split('/').next().unwrap_or_default().to_owned();
-                        named.entry((tenant, key.clone())).or_insert_with(|| (*operation).to_owned());
+                        named.entry(((*tenant).to_owned(), key.clone())).or_insert_with(|| (*operation).to_owned());
                     }
                 }
                 EventKind::Effect { effect } => {
@@ -263,9 +265,12 @@ impl Attribution {
                     learned.calls.push(CallContent { operation, content, refused });
                     continue;
                 }
-                EventKind::DownstreamSent { request_id, .. } => {
-                    journal.remove(request_id.as_str()).or_else(|| Handled::of(event))
-                }
+                // What the worker was serving is the harness's own record of the request; the
+                // tag the downstream journaled is the same fact carried through a header.
+                EventKind::DownstreamSent { request_id, origin, .. } => journal
+                    .remove(request_id.as_str())
+                    .map(|handled| Handled { origin: origin.as_deref(), ..handled })
+                    .or_else(|| Handled::of(event)),
                 // A request the downstream saw but no worker is known to have sent.
                 EventKind::DownstreamHandled { request_id, .. }
                     if request_id.as_deref().is_none_or(|id| !sent.contains(id)) =>
@@ -439,27 +444,6 @@ fn by_content(
             Some(keyed.or(named).or(tagged).or_else(unkeyed).unwrap_or(candidates[0]).to_owned())
         }
     }
-}
-
-/// Decodes `%XX` escapes (receipt lookups percent-encode the key in the path).
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut decoded = Vec::with_capacity(bytes.len());
-    let mut index = 0;
-    while index < bytes.len() {
-        let hex = |at: usize| bytes.get(at).and_then(|byte| (*byte as char).to_digit(16));
-        match (bytes[index], hex(index + 1), hex(index + 2)) {
-            (b'%', Some(high), Some(low)) => {
-                decoded.push((high * 16 + low) as u8);
-                index += 3;
-            }
-            (byte, _, _) => {
-                decoded.push(byte);
-                index += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&decoded).into_owned()
 }
 
 #[cfg(test)]

@@ -339,7 +339,7 @@ impl Boundary {
         parts.headers.remove(ORIGIN_HEADER);
         parts.headers.insert(REQUEST_ID_HEADER, header_value(&request_id));
         if let Some((_, origin)) = &serving {
-            parts.headers.insert(ORIGIN_HEADER, header_value(origin));
+            parts.headers.insert(ORIGIN_HEADER, header_value(&wire::percent_encode(origin)));
         }
         parts.extensions.insert(control);
         let described = format!("{method} {path}");

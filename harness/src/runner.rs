@@ -842,13 +842,16 @@ impl Runner {
         line: usize,
     ) -> Option<Violation> {
         let origin = operation.map(|name| self.operation(name, None).path());
+        // Whose effect is the oracles' attribution (what the harness controls), never a header
+        // that had to survive the trip.
+        let attribution = crate::attribution::Attribution::build(&self.shared.history.events());
         let found = self
             .shared
             .downstream
             .ledger()
             .into_iter()
             .filter(|effect| effect.kind != fake_downstream::EffectKind::TicketEditedByHuman)
-            .filter(|effect| origin.is_none() || effect.origin == origin)
+            .filter(|effect| origin.is_none() || attribution.effect(effect.seq) == origin.as_deref())
             .filter(|effect| kind.is_none_or(|kind| effect.kind.as_str() == kind))
             .count() as u32;
         (found != count).then(|| {

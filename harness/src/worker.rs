@@ -154,8 +154,7 @@ async fn handle(worker: Rc<Worker>, request: hyper::Request<Incoming>) -> Result
         .headers()
         .get(REQUEST_LABEL_HEADER)
         .and_then(|value| value.to_str().ok())
-        .unwrap_or("unlabelled")
-        .to_owned();
+        .map_or_else(|| "unlabelled".to_owned(), wire::percent_decode);
     let route = (request.method().clone(), request.uri().path().to_owned());
     let body = match Limited::new(request.into_body(), MAX_BODY_BYTES).collect().await {
         Ok(collected) => collected.to_bytes(),
@@ -435,7 +434,7 @@ impl DownstreamClient for SimDownstream {
                 !name.eq_ignore_ascii_case(ORIGIN_HEADER) && !name.eq_ignore_ascii_case(REQUEST_ID_HEADER)
             });
             if let Some(origin) = &origin {
-                request.headers.push((ORIGIN_HEADER.to_owned(), origin.clone()));
+                request.headers.push((ORIGIN_HEADER.to_owned(), wire::percent_encode(origin)));
             }
             request.headers.push((REQUEST_ID_HEADER.to_owned(), request_id.clone()));
             let reached = |moment, committed| {

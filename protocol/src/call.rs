@@ -74,10 +74,21 @@ pub struct OperationRef {
 }
 
 impl OperationRef {
-    /// `tenant/environment/workflow_id/step_id`: the harness's own name for the operation.
+    /// `tenant/environment/workflow_id/step_id`: the harness's own name for the operation,
+    /// with `%` and `/` inside each part escaped (see [`operation_path`]).
     pub fn path(&self) -> String {
-        format!("{}/{}/{}/{}", self.tenant, self.environment, self.workflow_id, self.step_id)
+        operation_path(&self.tenant, &self.environment, &self.workflow_id, &self.step_id)
     }
+}
+
+/// The harness's name of an operation: `tenant/environment/workflow_id/step_id`, each part with
+/// `%` written `%25` and `/` written `%2F`. Distinct operations always have distinct names,
+/// whatever their parts hold (`prod` + `x/w` is `prod/x%2Fw`, `prod/x` + `w` is `prod%2Fx/w`),
+/// and a name without `%` or `/` in its parts reads as the parts joined.
+pub fn operation_path(tenant: &str, environment: &str, workflow_id: &str, step_id: &str) -> String {
+    [tenant, environment, workflow_id, step_id]
+        .map(|part| part.replace('%', "%25").replace('/', "%2F"))
+        .join("/")
 }
 
 /// The outcome label returned to the agent.
@@ -313,6 +324,22 @@ pub enum WebhookAck {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn operation_paths_are_distinct_for_distinct_operations() {
+        let parts = [
+            ["acme", "prod", "x/w", "s"],
+            ["acme", "prod/x", "w", "s"],
+            ["acme%2F", "p", "w", "s"],
+            ["acme/", "p", "w", "s"],
+            ["acme%", "2F", "w", "s"],
+            ["acme", "%", "w", "s"],
+        ];
+        let paths: std::collections::BTreeSet<String> =
+            parts.iter().map(|[t, e, w, s]| operation_path(t, e, w, s)).collect();
+        assert_eq!(paths.len(), parts.len(), "{paths:?}");
+        assert_eq!(operation_path("acme", "prod", "run_1", "step"), "acme/prod/run_1/step");
+    }
+
     use super::*;
 
     fn serialised<T: Serialize>(value: T) -> String {

@@ -65,14 +65,16 @@ pub struct CallMeta {
     #[schemars(range(min = 1))]
     pub attempt: u32,
     /// The operation's idempotency key, the same on every delivery and retry of one
-    /// operation: `tenant/environment/workflow_id/step_id`.
+    /// operation: `tenant/environment/workflow_id/step_id`, with `%` and `/` inside each part
+    /// written `%25` and `%2F`, so that distinct operations never share a key.
     pub idempotency_key: String,
 }
 
 impl CallMeta {
-    /// The conventions' idempotency key of an operation: `tenant/environment/workflow/step`.
+    /// The conventions' idempotency key of an operation: `tenant/environment/workflow/step`,
+    /// each part escaped ([`crate::operation_path`]).
     pub fn key_of(tenant: &str, environment: &str, workflow_id: &str, step_id: &str) -> String {
-        format!("{tenant}/{environment}/{workflow_id}/{step_id}")
+        crate::call::operation_path(tenant, environment, workflow_id, step_id)
     }
 }
 
@@ -272,5 +274,9 @@ mod tests {
             CallMeta::key_of("acme", "production", "run_827", "record_issue"),
             "acme/production/run_827/record_issue"
         );
+        // Where a `/` sits inside the parts changes the key.
+        assert_ne!(CallMeta::key_of("acme", "prod", "x/w", "s"), CallMeta::key_of("acme", "prod/x", "w", "s"));
+        assert_eq!(CallMeta::key_of("a%2F", "p", "w", "s"), "a%252F/p/w/s");
+        assert_eq!(CallMeta::key_of("a/", "p", "w", "s"), "a%2F/p/w/s");
     }
 }

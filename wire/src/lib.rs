@@ -15,6 +15,7 @@
 
 mod client;
 mod clock;
+mod percent;
 mod problem;
 mod server;
 #[cfg(feature = "turmoil")]
@@ -22,6 +23,7 @@ mod sim;
 
 pub use client::{Connect, HttpClient, HttpRequest, HttpResponse, Io, TcpConnector, TransportError};
 pub use clock::{until_clock_reads, Clock, SystemClock};
+pub use percent::{percent_decode, percent_encode};
 pub use problem::Problem;
 pub use server::{serve, serve_connection, Accept, ConnectionControl, TcpAcceptor};
 #[cfg(feature = "turmoil")]

@@ -9,6 +9,7 @@ mod support;
 mod black_box;
 mod cli;
 mod fuzz;
+mod identity;
 mod idle;
 mod merge;
 mod mutants;
