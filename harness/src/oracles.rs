@@ -131,6 +131,9 @@ struct Facts<'a> {
     asked: BTreeMap<String, (u64, bool)>,
     /// Downstream requests by id: whether each got a clean answer (below 500, no fault fired).
     clean: BTreeMap<String, bool>,
+    /// When each agent request was over for the agent (answered, or given up on): label ->
+    /// the position of the first such event.
+    concluded: BTreeMap<String, u64>,
 }
 
 impl<'a> Facts<'a> {
@@ -153,6 +156,7 @@ impl<'a> Facts<'a> {
             handed_over: BTreeSet::new(),
             asked: BTreeMap::new(),
             clean: BTreeMap::new(),
+            concluded: BTreeMap::new(),
         };
         let mut sent_at: BTreeMap<&str, u64> = BTreeMap::new();
         for event in evidence.history {
@@ -191,7 +195,11 @@ impl<'a> Facts<'a> {
                 EventKind::StoreCommitted { serving: Some(label), .. } => {
                     facts.acted_on.insert(label.clone());
                 }
+                EventKind::AgentGotNoAnswer { label, .. } => {
+                    facts.concluded.entry(label.clone()).or_insert(event.seq);
+                }
                 EventKind::Answered { label, outcome, bare, .. } => {
+                    facts.concluded.entry(label.clone()).or_insert(event.seq);
                     facts.acted_on.insert(label.clone());
                     facts.answers.push(AnswerFact {
                         seq: event.seq,
@@ -552,25 +560,24 @@ fn no_phantom_success(facts: &Facts<'_>, judgement: &mut Judgement) {
     }
 }
 
-/// O3: a request whose material content differs from the operation's first one is refused
+/// O3: a request whose material content differs from the operation's original one is refused
 /// (`rejected`, or `expired` once the key is past retention) and never causes an effect,
-/// whether or not the first attempt committed anything. The first one is the first call the
-/// executor acted on (answered, or served by a store call or a downstream request): a call
-/// whose worker died before doing anything for it stored nothing to differ from.
+/// whether or not the original attempt committed anything. See [`original_calls`] for which
+/// call is the original.
 fn mismatch_no_effect(facts: &Facts<'_>, judgement: &mut Judgement) {
-    let mut first: BTreeMap<&str, &CallFact> = BTreeMap::new();
+    let originals = original_calls(facts);
+    let mut seen: BTreeSet<&str> = BTreeSet::new();
     for call in &facts.calls {
         let answer = facts.answer_to(&call.label);
-        let invalid = answer.is_some_and(|a| {
-            a.outcome.status == OutcomeStatus::Rejected
-                && matches!(a.outcome.reason, Some(ReasonCode::InvalidRequest | ReasonCode::Unauthorized))
-        });
-        let Some(original) = first.get(call.operation.as_str()).copied() else {
-            if call.fingerprint.is_some() && !invalid && facts.acted_on.contains(&call.label) {
-                first.insert(&call.operation, call);
-            }
+        let Some(original) = originals.get(call.operation.as_str()).copied() else { continue };
+        // Calls sent before the operation's first valid, acted-on call claimed nothing.
+        if !seen.contains(call.operation.as_str()) && !qualifies(facts, call) {
             continue;
-        };
+        }
+        seen.insert(&call.operation);
+        if call.label == original.label {
+            continue;
+        }
         let (Some(fingerprint), Some(original_fingerprint)) = (&call.fingerprint, &original.fingerprint)
         else {
             continue;
@@ -600,7 +607,7 @@ fn mismatch_no_effect(facts: &Facts<'_>, judgement: &mut Judgement) {
                     Some(&call.operation),
                     vec![call.seq, answer.seq],
                     format!(
-                        "{} changed the material request of an existing operation (first sent as {}) but was answered {} instead of rejected",
+                        "{} changed the material request of an existing operation (its original request: {}) but was answered {} instead of rejected",
                         quoted(&call.label),
                         quoted(&original.label),
                         answer.outcome.status.as_str()
@@ -624,7 +631,7 @@ fn mismatch_no_effect(facts: &Facts<'_>, judgement: &mut Judgement) {
                 Some(&call.operation),
                 std::iter::once(call.seq).chain(carried.iter().map(|e| e.position)).collect(),
                 format!(
-                    "the changed request {} was carried out: {} made from its content, under a key first used by {}",
+                    "the changed request {} was carried out: {} made from its content, under the key of {}",
                     quoted(&call.label),
                     carried.iter().map(|e| e.effect.effect_reference.as_str()).collect::<Vec<_>>().join(", "),
                     quoted(&original.label)
@@ -632,6 +639,58 @@ fn mismatch_no_effect(facts: &Facts<'_>, judgement: &mut Judgement) {
             );
         }
     }
+}
+
+/// Whether `call` can be an operation's original: valid (it has a fingerprint), acted on by
+/// the executor (answered, or served by a store call or a downstream request: a call whose
+/// worker died before doing anything stored nothing to differ from), and not refused as invalid
+/// or unauthorized (such a call claims nothing).
+fn qualifies(facts: &Facts<'_>, call: &CallFact) -> bool {
+    let refused = facts.answer_to(&call.label).is_some_and(|a| {
+        a.outcome.status == OutcomeStatus::Rejected
+            && matches!(a.outcome.reason, Some(ReasonCode::InvalidRequest | ReasonCode::Unauthorized))
+    });
+    call.fingerprint.is_some() && !refused && facts.acted_on.contains(&call.label)
+}
+
+/// Each operation's original call, the one the others are compared with, decided from what
+/// happened and not from send order alone. The candidates are its first qualifying call (see
+/// [`qualifies`]) and every qualifying call sent before that one was over for the agent: calls
+/// in flight together, any of which the executor may rightly claim first. Among them, the
+/// original is the one whose content the operation's first own effect carries (the downstream
+/// committed it); else the first the executor did not refuse as a changed request (its claim
+/// won: whichever it took, every other must then be refused and never carried out); else the
+/// first sent. A call sent after the first was over is never the original.
+fn original_calls<'f>(facts: &'f Facts<'_>) -> BTreeMap<&'f str, &'f CallFact> {
+    let mut originals = BTreeMap::new();
+    for first in facts.calls.iter().filter(|call| qualifies(facts, call)) {
+        if originals.contains_key(first.operation.as_str()) {
+            continue;
+        }
+        let over = facts.concluded.get(&first.label).copied().unwrap_or(u64::MAX);
+        let candidates: Vec<&CallFact> = facts
+            .calls
+            .iter()
+            .filter(|call| call.operation == first.operation && call.seq < over && qualifies(facts, call))
+            .collect();
+        let committed = facts.own_effects(&first.operation).next().map(|e| &e.effect.content_digest);
+        let carried = committed.and_then(|content| {
+            candidates.iter().copied().find(|call| call.content.as_ref() == Some(content))
+        });
+        let claimed = || {
+            candidates.iter().copied().find(|call| {
+                facts.answer_to(&call.label).is_none_or(|a| {
+                    !(a.outcome.status == OutcomeStatus::Rejected
+                        && matches!(
+                            a.outcome.reason,
+                            Some(ReasonCode::IdempotencyKeyReusedWithDifferentRequest | ReasonCode::ToolVersionChanged)
+                        ))
+                })
+            })
+        };
+        originals.insert(first.operation.as_str(), carried.or_else(claimed).unwrap_or(first));
+    }
+    originals
 }
 
 /// O4: no applied/replayed unless an executor saw a receipt for that effect in that
@@ -1310,14 +1369,17 @@ fn results_carry_what_was_committed(facts: &Facts<'_>, judgement: &mut Judgement
 /// O8, for refusals: once an operation was refused for good (`precondition_failed`,
 /// `downstream_rejected`), every later answer for the same request that replays a refusal
 /// (a retry with the same fingerprint, a poll) gives the same reason. A changed request
-/// (another fingerprint) and a revoked actor's call earn answers of their own.
+/// (another fingerprint), an invalid call (no fingerprint: it is refused as invalid before any
+/// record is read) and a revoked actor's call earn answers of their own.
 fn rejections_keep_their_reason(facts: &Facts<'_>, judgement: &mut Judgement) {
     let settled_refusal = |reason: Option<ReasonCode>| {
         matches!(reason, Some(ReasonCode::PreconditionFailed | ReasonCode::DownstreamRejected))
     };
     for operation in facts.operations() {
-        let fingerprint_of = |label: &str| {
-            facts.calls.iter().find(|call| call.label == label).and_then(|call| call.fingerprint.as_deref())
+        // A call's fingerprint (`None` for an invalid call); a poll or reconciliation asks for
+        // the operation as it stands, the same request as the refused one.
+        let fingerprint_of = |label: &str| -> Option<Option<&str>> {
+            facts.calls.iter().find(|call| call.label == label).map(|call| call.fingerprint.as_deref())
         };
         let answers: Vec<&AnswerFact> = facts
             .answers
@@ -1329,12 +1391,14 @@ fn rejections_keep_their_reason(facts: &Facts<'_>, judgement: &mut Judgement) {
         }) else {
             continue;
         };
-        let (reason, request) = (first.outcome.reason, fingerprint_of(&first.label));
+        let (reason, request) = (first.outcome.reason, fingerprint_of(&first.label).flatten());
         let actor = facts.first_call_of(operation).map(|call| (call.actor.as_str(), call.tool.as_str()));
         let revoked = actor.is_some_and(|(actor, tool)| facts.revoked(actor, tool));
         for later in answers.iter().filter(|answer| answer.seq > first.seq) {
-            let same_request =
-                fingerprint_of(&later.label).is_none_or(|fingerprint| Some(fingerprint) == request);
+            let same_request = match fingerprint_of(&later.label) {
+                None => true,
+                Some(fingerprint) => fingerprint.is_some() && fingerprint == request,
+            };
             if later.outcome.status != OutcomeStatus::Rejected || !same_request {
                 continue;
             }

@@ -1,0 +1,264 @@
+//! Unusual but valid scenarios the reference must pass at every seed (issue 30): each test here
+//! failed on a false verdict of the harness before its fix. Operation identity is structured (no
+//! two operations share a name, whatever their parts hold); any identifier the loader accepts
+//! works end to end (nothing depends on a header surviving the trip); O3 judges a changed
+//! request against the call the executor carried out, not the one sent first; O8 compares a
+//! replayed refusal only with the same request.
+
+use harness::executors;
+use harness::runner;
+use harness::verdict::Verdict;
+
+const SEEDS: u64 = 20;
+
+fn reference() -> executors::ExecutorSpec {
+    executors::find("reference").expect("the reference executor is registered")
+}
+
+/// Runs `text` at seeds 0..SEEDS against the reference; every seed must pass.
+fn passes_every_seed(text: &str, source: &str) {
+    let scenario = scenarios::Scenario::from_toml(text, source).expect("a valid scenario");
+    let mut failures = Vec::new();
+    for seed in 0..SEEDS {
+        let record = runner::run(&scenario, seed, &reference());
+        if record.result.verdict != Verdict::Pass {
+            failures.push(format!("seed {seed}: {:?} {:?}", record.result.verdict, record.result.notes));
+        }
+    }
+    assert!(failures.is_empty(), "{source}: {} of {SEEDS} seeds failed:\n{}", failures.len(), failures.join("\n"));
+}
+
+const HEADER: &str = "id = \"S90\"\nname = \"identity\"\nrows = [\"C1\"]\nsummary = \"s\"\nexpected = \"e\"\n";
+
+/// Two calls (a delivery and its duplicate) of `operation`, and its one effect.
+fn called_twice(operation: &str, subject: &str) -> String {
+    format!(
+        r#"
+[[step]]
+action = "call"
+id = "{operation}-1"
+worker = "worker-1"
+operation = "{operation}"
+tool = "tickets.create"
+arguments = '{{"subject": "{subject}", "body": "b"}}'
+
+[[step]]
+action = "call"
+id = "{operation}-2"
+worker = "worker-1"
+operation = "{operation}"
+tool = "tickets.create"
+arguments = '{{"subject": "{subject}", "body": "b"}}'
+
+[[step]]
+action = "expect"
+call = "{operation}-1"
+status = "applied"
+
+[[step]]
+action = "expect"
+call = "{operation}-2"
+status = "replayed"
+
+[[step]]
+action = "expect_effects"
+operation = "{operation}"
+count = 1
+"#
+    )
+}
+
+/// `prod` + `x/w` and `prod/x` + `w` are two operations; joined as text they were one, and
+/// the oracles saw two effects (O1), a changed request (O3) and a different result (O8).
+#[test]
+fn operations_whose_parts_hold_the_separator_are_kept_apart() {
+    let text = format!(
+        "{HEADER}
+[operations.a]
+tenant = \"acme\"
+environment = \"prod\"
+workflow = \"x/w\"
+step = \"s\"
+
+[operations.b]
+tenant = \"acme\"
+environment = \"prod/x\"
+workflow = \"w\"
+step = \"s\"
+
+[operations.c]
+tenant = \"acme%2F\"
+environment = \"p\"
+workflow = \"w\"
+step = \"s\"
+
+[operations.d]
+tenant = \"acme/\"
+environment = \"p\"
+workflow = \"w\"
+step = \"s\"
+{}{}{}{}",
+        called_twice("a", "first"),
+        called_twice("b", "second"),
+        called_twice("c", "third"),
+        called_twice("d", "fourth")
+    );
+    passes_every_seed(&text, "separators.toml");
+}
+
+/// Non-ASCII identifiers, spaces at either end and identifiers of the executor's own limit of
+/// 255 characters: the request label, the origin tag and the final poll all carry them.
+#[test]
+fn unicode_spaced_and_longest_identifiers_work_end_to_end() {
+    let long = "ж".repeat(protocol::MAX_ID_CHARS);
+    let text = format!(
+        "{HEADER}
+[operations.u]
+tenant = \"東京テナント\"
+environment = \"prod ünïcode\"
+workflow = \"🦀-run\"
+step = \"שלב\"
+actor = \"agent-é\"
+
+[operations.s]
+tenant = \" acme \"
+environment = \" prod\"
+workflow = \"w \"
+step = \" s \"
+
+[operations.l]
+tenant = \"{long}\"
+environment = \"{long}\"
+workflow = \"{long}\"
+step = \"{long}\"
+actor = \"{long}\"
+{}{}{}",
+        called_twice("u", "ünïcode"),
+        called_twice("s", "spaced"),
+        called_twice("l", "long")
+    );
+    passes_every_seed(&text, "identifiers.toml");
+}
+
+/// Two workers race one operation with different amounts: whichever call the executor claims
+/// first is the operation's original, and the other must be refused. Judged by send order, O3
+/// called the claimed second-sent call a changed request carried out (12 of 20 seeds).
+#[test]
+fn a_race_of_two_different_requests_is_judged_by_what_the_executor_claimed() {
+    let text = format!(
+        r#"{HEADER}workers = 2
+
+[downstream.charges]
+idempotency = "ignored"
+receipts = true
+
+[operations.race]
+tenant = "acme"
+workflow = "run_900"
+step = "charge_order"
+
+[[step]]
+action = "concurrent"
+calls = [
+  {{ id = "race-1", worker = "worker-1", operation = "race", tool = "payments.charge", arguments = '{{"customer": "cus_7", "amount_minor": 2500, "currency": "EUR"}}' }},
+  {{ id = "race-2", worker = "worker-2", operation = "race", tool = "payments.charge", arguments = '{{"customer": "cus_7", "amount_minor": 3100, "currency": "EUR"}}' }},
+]
+
+[[step]]
+action = "expect_effects"
+operation = "race"
+count = 1
+"#
+    );
+    passes_every_seed(&text, "race.toml");
+}
+
+/// After a refusal for good (`precondition_failed`), a call of the same operation with its
+/// arguments missing is refused as invalid before any record is read: that is not a replay of
+/// the refusal with the wrong reason (O8 said it was, 20 of 20 seeds).
+#[test]
+fn an_invalid_call_after_a_refusal_is_not_a_replay_of_it() {
+    let text = format!(
+        r#"{HEADER}
+[operations.create]
+tenant = "acme"
+workflow = "run_827"
+step = "record_issue"
+
+[operations.reopen]
+tenant = "acme"
+workflow = "run_827"
+step = "reopen_issue"
+
+[[step]]
+action = "call"
+id = "create"
+worker = "worker-1"
+operation = "create"
+tool = "tickets.create"
+arguments = '{{"subject": "Refund request", "body": "b"}}'
+
+[[step]]
+action = "call"
+id = "reopen"
+worker = "worker-1"
+operation = "reopen"
+tool = "tickets.set_status"
+arguments = '{{"ticket_id": "ticket_1", "status": "open", "expected_version": 7}}'
+
+[[step]]
+action = "expect"
+call = "reopen"
+status = "rejected"
+reason = "precondition_failed"
+
+[[step]]
+action = "call"
+id = "reopen-missing"
+worker = "worker-1"
+operation = "reopen"
+tool = "tickets.set_status"
+arguments = '{{"ticket_id": "ticket_1"}}'
+
+[[step]]
+action = "call"
+id = "reopen-mistyped"
+worker = "worker-1"
+operation = "reopen"
+tool = "tickets.set_status"
+arguments = '{{"ticket_id": "ticket_1", "status": "open", "expected_version": "seven"}}'
+
+[[step]]
+action = "expect"
+call = "reopen-missing"
+status = "rejected"
+reason = "invalid_request"
+
+[[step]]
+action = "expect"
+call = "reopen-mistyped"
+status = "rejected"
+reason = "invalid_request"
+
+[[step]]
+action = "call"
+id = "reopen-again"
+worker = "worker-1"
+operation = "reopen"
+tool = "tickets.set_status"
+arguments = '{{"ticket_id": "ticket_1", "status": "open", "expected_version": 7}}'
+
+[[step]]
+action = "expect"
+call = "reopen-again"
+status = "rejected"
+reason = "precondition_failed"
+
+[[step]]
+action = "expect_effects"
+operation = "reopen"
+count = 0
+"#
+    );
+    passes_every_seed(&text, "refused_then_invalid.toml");
+}
