@@ -288,6 +288,12 @@ impl Downstream {
         self.waiting().values().min().copied()
     }
 
+    /// When the last waiting job is due to finish, by the clock: the downstream's own work
+    /// that is legitimately still running until then.
+    pub fn last_due_ms(&self) -> Option<u64> {
+        self.waiting().values().max().copied()
+    }
+
     /// Tells waiting jobs that the clock moved on without time passing for the runtime (a
     /// simulation skipped idle time): they re-check whether they are due.
     pub fn clock_moved(&self) {

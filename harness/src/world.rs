@@ -291,6 +291,12 @@ impl Queue {
         self.entries.iter().map(|entry| entry.visible_at_ms.max(entry.in_flight_until_ms.unwrap_or(0))).min()
     }
 
+    /// When the last envelope never delivered yet becomes deliverable (a queue's delivery delay):
+    /// work that is legitimately still on its way until then.
+    pub fn last_first_delivery_ms(&self) -> Option<u64> {
+        self.entries.iter().filter(|entry| entry.attempt == 0).map(|entry| entry.visible_at_ms).max()
+    }
+
     /// How many entries are not yet acknowledged.
     pub fn pending(&self) -> usize {
         self.entries.len()

@@ -262,3 +262,86 @@ count = 0
     );
     passes_every_seed(&text, "refused_then_invalid.toml");
 }
+
+/// A job of 6 s with a settle of 1 s: the final poll came while the downstream was rightly
+/// still running the job, and O6 and O13 blamed the executor (20 of 20 seeds). The settle now
+/// runs from the end of work that is legitimately still running.
+#[test]
+fn a_job_longer_than_the_settle_is_waited_for() {
+    let text = format!(
+        r#"{HEADER}settle = "1s"
+
+[downstream]
+job_duration = "6s"
+
+[downstream.jobs]
+idempotency = "ignored"
+receipts = true
+
+[operations.report]
+tenant = "acme"
+workflow = "run_827"
+step = "monthly_report"
+
+[[step]]
+action = "call"
+id = "submit"
+worker = "worker-1"
+operation = "report"
+tool = "jobs.submit"
+arguments = '{{"job_type": "invoice_report", "input": {{"month": "2026-11"}}}}'
+
+[[step]]
+action = "expect"
+call = "submit"
+status = "in_flight"
+
+[[step]]
+action = "expect_effects"
+operation = "report"
+kind = "job_accepted"
+count = 1
+"#
+    );
+    passes_every_seed(&text, "long_job.toml");
+}
+
+/// A queued message with a delivery delay of an hour is rightly `in_flight` until the queue
+/// delivers it: the settle waits for the first delivery (O6 fired before, 20 of 20 seeds).
+#[test]
+fn a_queue_delivery_delayed_an_hour_is_waited_for() {
+    let text = format!(
+        r#"{HEADER}
+[queue]
+delivery_delay = "1h"
+
+[downstream.messages]
+idempotency = "ignored"
+receipts = true
+
+[operations.welcome]
+tenant = "acme"
+workflow = "run_827"
+step = "send_welcome"
+
+[[step]]
+action = "call"
+id = "welcome"
+worker = "worker-1"
+operation = "welcome"
+tool = "messages.send"
+arguments = '{{"to": "customer-42", "body": "Welcome aboard."}}'
+
+[[step]]
+action = "expect"
+call = "welcome"
+status = "in_flight"
+
+[[step]]
+action = "expect_effects"
+operation = "welcome"
+count = 0
+"#
+    );
+    passes_every_seed(&text, "delayed_queue.toml");
+}
