@@ -51,6 +51,13 @@
 //! and hands it over to people when it cannot check). Webhook deliveries are deduplicated by
 //! event id, then matched to the operation by its downstream key.
 //!
+//! A poll or reconcile of an operation answers from the record: a `pending` claim whose lease
+//! ran out is only looked up (a receipt settles it; the restarted workers' own reconciliation
+//! takes it over); an `unknown` one is recovered as a retry would (take over, look the receipt
+//! up, resend its kept request where the downstream honours the key), however long ago the
+//! worker's own reconciliation gave up and handed it over: once the world heals, the next look
+//! settles it. The same finding about the same operation is handed over once per worker start.
+//!
 //! # Parts to build your own
 //!
 //! Each REPLAY decision (key derivation, fingerprinting, claim, lease recovery,

@@ -184,6 +184,7 @@ impl ExecutorFactory for ReferenceFactory {
             reconciling: Cell::new(false),
             again: Cell::new(false),
             at_work: RefCell::default(),
+            filed: RefCell::default(),
         });
         // A worker (re)start picks up what earlier incarnations left open.
         machine.reconcile_in_background();
@@ -223,6 +224,9 @@ struct Machine {
     /// claiming and recording an outcome). Its reconciliation leaves them alone, whatever their
     /// lease says: the owner is alive, in this very process, and records the outcome itself.
     at_work: RefCell<BTreeSet<String>>,
+    /// (tenant, operation key, finding) of every entry this worker filed for people: the same
+    /// finding about the same operation is filed once, however often a look repeats it.
+    filed: RefCell<BTreeSet<(String, String, String)>>,
 }
 
 /// A claim this worker is working on, for as long as the guard lives: see
@@ -532,6 +536,11 @@ impl Machine {
     /// Hands an operation the executor cannot settle on its own to people: files `finding`
     /// (already kept in the store's table) to the operators' queue.
     async fn hand_over(&self, tenant: &str, operation_key: &str, about: FindingAbout, finding: &str) {
+        let filed = (tenant.to_owned(), operation_key.to_owned(), finding.to_owned());
+        if !self.filed.borrow_mut().insert(filed) {
+            tracing::debug!(key = operation_key, finding, "already handed over to people");
+            return;
+        }
         tracing::info!(key = operation_key, about = about.as_str(), finding, "handing over to people");
         if (self.strategies.file_findings)(about) {
             let entry = ReconciliationEntry {
@@ -1254,6 +1263,7 @@ impl Machine {
                 if attempts >= RECONCILE_ATTEMPTS {
                     if attempts == RECONCILE_ATTEMPTS && record.status == RecordStatus::Unknown {
                         // Every try was inconclusive (lookups failed): people take it from here.
+                        // The agent's next retry, poll or reconcile still looks again.
                         tried.insert(id, (attempts + 1, not_before));
                         let finding = format!("{RECONCILE_ATTEMPTS} reconciliation attempts settled nothing");
                         self.note(&record.tenant, &record.operation_key, &finding).await;
@@ -1365,16 +1375,27 @@ impl Machine {
             {
                 self.describe(&record)
             }
-            RecordStatus::Pending | RecordStatus::Unknown => match lookup {
-                Lookup::Poll => self.settle_from_receipt(&record, contract).await,
-                Lookup::Reconcile => match self.take_over(&record, contract).await {
-                    Some(owned) => {
-                        let _at_work = self.at_work(&owned.owner_token);
-                        self.recover(&owned, &record, contract, None).await
-                    }
-                    None => self.reload_and_describe(&record.tenant, &key).await,
-                },
-            },
+            RecordStatus::Pending | RecordStatus::Unknown => {
+                // An `unknown` operation's kept request, where a resend under its key is safe
+                // (the downstream honours the key): then a poll or a reconcile settles it as a
+                // retry would, however long ago every other try gave up (an operation handed
+                // over is still settled once the world heals). A claim abandoned before its
+                // outcome was known is the restarted workers' reconciliation's: a poll of it
+                // stays read-only.
+                let resendable = record.status == RecordStatus::Unknown
+                    && (self.strategies.recovery)(contract).resend_with_same_key;
+                let request = self.kept_request(&record).filter(|_| resendable);
+                match (lookup, request) {
+                    (Lookup::Poll, None) => self.settle_from_receipt(&record, contract).await,
+                    (_, request) => match self.take_over(&record, contract).await {
+                        Some(owned) => {
+                            let _at_work = self.at_work(&owned.owner_token);
+                            self.recover(&owned, &record, contract, request.as_ref()).await
+                        }
+                        None => self.reload_and_describe(&record.tenant, &key).await,
+                    },
+                }
+            }
             RecordStatus::Applied => {
                 self.finish_notice(&record, contract).await;
                 self.describe(&record)
@@ -1383,7 +1404,8 @@ impl Machine {
         }
     }
 
-    /// Poll's read-only reconciliation: a receipt settles the record; nothing is resent.
+    /// Poll's read-only reconciliation, where no resend would be safe: a receipt settles the
+    /// record; nothing is resent.
     async fn settle_from_receipt(&self, record: &OperationRecord, contract: &ToolContract) -> Outcome {
         if !(self.strategies.recovery)(contract).look_up_receipt {
             return self.describe(record);

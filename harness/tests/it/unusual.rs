@@ -345,3 +345,46 @@ count = 0
     );
     passes_every_seed(&text, "delayed_queue.toml");
 }
+
+/// Every ticket POST dropped for an hour under an honoured key: the reference's own
+/// reconciliation gives up after three tries and hands the operation over, and the world heals
+/// at the settle. It used to stay `unknown` for good (its poll only looked the receipt up, and a
+/// resend is safe): false O6 and O13 against the reference, 20 of 20 seeds. A poll of an
+/// `unknown` operation now resends its kept request under the honoured key.
+#[test]
+fn the_reference_settles_a_handed_over_operation_once_the_world_heals() {
+    let text = format!(
+        r#"{HEADER}
+[downstream.tickets]
+idempotency = "honoured"
+receipts = true
+
+[operations.create]
+tenant = "acme"
+workflow = "run_827"
+step = "record_issue"
+
+[[step]]
+action = "fault"
+rule = {{ match = {{ method = "POST", path = "/v1/tickets" }}, action = "drop_before_commit", times = "always" }}
+
+[[step]]
+action = "call"
+id = "create"
+worker = "worker-1"
+operation = "create"
+tool = "tickets.create"
+arguments = '{{"subject": "s", "body": "b"}}'
+
+[[step]]
+action = "expect"
+call = "create"
+status = ["unknown", "in_flight"]
+
+[[step]]
+action = "advance"
+by = "1h"
+"#
+    );
+    passes_every_seed(&text, "long_outage.toml");
+}
