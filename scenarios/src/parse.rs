@@ -618,10 +618,17 @@ impl Validator<'_> {
             StepForm::WaitPaused { name } => StepKind::WaitPaused { name: context.known_pause(name)? },
             StepForm::Release { name } => StepKind::Release { name: context.known_pause(name)? },
             StepForm::Crash { worker: w, paused } => {
-                StepKind::Crash { worker: worker_ref(w, paused, &worker, context)? }
+                let crashed = worker_ref(w, paused, &worker, context)?;
+                if context.down.contains(&crashed) {
+                    return Err(format!("`crash` of {crashed}, which an earlier step crashed and none restarted"));
+                }
+                context.down.push(crashed.clone());
+                StepKind::Crash { worker: crashed }
             }
             StepForm::Restart { worker: w, paused } => {
-                StepKind::Restart { worker: worker_ref(w, paused, &worker, context)? }
+                let restarted = worker_ref(w, paused, &worker, context)?;
+                context.restart(&restarted)?;
+                StepKind::Restart { worker: restarted }
             }
             StepForm::Advance { by } => StepKind::Advance { by: parse_duration("by", &by)? },
             StepForm::Revoke { actor, tool } => StepKind::Revoke { actor, tool },
@@ -763,9 +770,31 @@ struct StepContext {
     unawaited: BTreeSet<String>,
     faults: BTreeMap<String, bool>,
     pauses: BTreeSet<String>,
+    /// The workers crashed by an earlier step and not restarted since.
+    down: Vec<WorkerRef>,
 }
 
 impl StepContext {
+    /// A restart needs an earlier crash of that worker (a restart of a running worker would do
+    /// nothing, and the scenario would test less than it says). Which worker reached a pause
+    /// is known only when the run gets there: a crash named by its pause may be any worker's.
+    fn restart(&mut self, worker: &WorkerRef) -> Result<(), String> {
+        let index = self.down.iter().position(|down| down == worker).or_else(|| {
+            self.down.iter().position(|down| {
+                matches!((down, worker), (WorkerRef::PausedAt(_), _) | (_, WorkerRef::PausedAt(_)))
+            })
+        });
+        match index {
+            Some(index) => {
+                self.down.remove(index);
+                Ok(())
+            }
+            None => Err(format!(
+                "`restart` of {worker}, which no earlier step crashed (a restart needs a `crash` of that worker before it)"
+            )),
+        }
+    }
+
     fn new_id(&mut self, id: &str) -> Result<(), String> {
         if id.is_empty() {
             return Err("`id` must not be empty".into());
@@ -989,6 +1018,26 @@ status = "applied"
     fn with_steps(steps: &str) -> String {
         let head = &MINIMAL[..MINIMAL.find("[[step]]").expect("steps")];
         format!("workers = 2\n{head}{steps}")
+    }
+
+    #[test]
+    fn a_restart_needs_an_earlier_crash_of_that_worker() {
+        let step = |action: &str, worker: &str| format!("\n[[step]]\naction = \"{action}\"\nworker = \"{worker}\"\n");
+        let never = error_of(&with_steps(&step("restart", "worker-2")));
+        assert!(never.message.contains("`restart` of worker-2, which no earlier step crashed"), "{never}");
+        let other = error_of(&with_steps(&(step("crash", "worker-1") + &step("restart", "worker-2"))));
+        assert!(other.message.contains("which no earlier step crashed"), "{other}");
+        let twice = error_of(&with_steps(&(step("crash", "worker-1") + &step("crash", "worker-1"))));
+        assert!(twice.message.contains("which an earlier step crashed and none restarted"), "{twice}");
+        let again = error_of(&with_steps(
+            &(step("crash", "worker-1") + &step("restart", "worker-1") + &step("restart", "worker-1")),
+        ));
+        assert!(again.message.contains("which no earlier step crashed"), "{again}");
+        // A crash loop, and a crash left for the settle phase to restart, are fine.
+        let looped = [("crash", "worker-1"), ("restart", "worker-1"), ("crash", "worker-1"), ("crash", "worker-2")]
+            .map(|(action, worker)| step(action, worker))
+            .concat();
+        Scenario::from_toml(&with_steps(&looped), "test.toml").expect("a crash loop loads");
     }
 
     #[test]

@@ -8,6 +8,7 @@ mod support;
 
 mod black_box;
 mod cli;
+mod corpus;
 mod fuzz;
 mod idle;
 mod merge;
