@@ -240,7 +240,9 @@ impl Attribution {
                     if let (Some((operation, tenant)), Some(key)) =
                         (labels.get(label.as_str()), &outcome.operation_key)
                     {
-                        named.entry(((*tenant).to_owned(), key.clone())).or_insert_with(|| (*operation).to_owned());
+                        named
+                            .entry(((*tenant).to_owned(), key.clone()))
+                            .or_insert_with(|| (*operation).to_owned());
                     }
                 }
                 EventKind::Effect { effect } => {

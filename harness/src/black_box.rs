@@ -247,6 +247,26 @@ struct Boundary {
     alive: RefCell<BTreeMap<String, u32>>,
     /// The agent requests each worker is serving now: label and operation.
     serving: RefCell<BTreeMap<String, BTreeMap<String, String>>>,
+    /// Downstream requests the processes sent that are still open (read, not yet answered, and
+    /// not given up by their sender).
+    open: Rc<Cell<usize>>,
+}
+
+/// Counts one open downstream request for as long as it lives (its handler may be dropped
+/// when the sending process closes the connection).
+struct Open(Rc<Cell<usize>>);
+
+impl Open {
+    fn new(open: &Rc<Cell<usize>>) -> Open {
+        open.set(open.get() + 1);
+        Open(open.clone())
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.set(self.0.get().saturating_sub(1));
+    }
 }
 
 impl Boundary {
@@ -292,6 +312,7 @@ impl Boundary {
         control: wire::ConnectionControl,
         current: Rc<RefCell<Option<(String, String)>>>,
     ) -> Result<http::Response<Full<Bytes>>, std::convert::Infallible> {
+        let _open = Open::new(&self.open);
         let (mut parts, body) = request.into_parts();
         let body = match Limited::new(body, wire::MAX_BODY_BYTES).collect().await {
             Ok(collected) => collected.to_bytes(),
@@ -865,6 +886,7 @@ impl RealWorld {
             held: RefCell::default(),
             alive: RefCell::default(),
             serving: RefCell::default(),
+            open: Rc::default(),
         });
         let run = Rc::new(Run {
             spec: spec.clone(),
@@ -989,6 +1011,10 @@ impl World for RealWorld {
 
     fn in_flight(&mut self) -> usize {
         0
+    }
+
+    fn open_downstream_requests(&self) -> usize {
+        self.run.boundary.open.get()
     }
 
     fn arm(&mut self, name: &str, worker: Option<String>, point: PausePoint, operation: Option<String>) {

@@ -683,7 +683,10 @@ fn original_calls<'f>(facts: &'f Facts<'_>) -> BTreeMap<&'f str, &'f CallFact> {
                     !(a.outcome.status == OutcomeStatus::Rejected
                         && matches!(
                             a.outcome.reason,
-                            Some(ReasonCode::IdempotencyKeyReusedWithDifferentRequest | ReasonCode::ToolVersionChanged)
+                            Some(
+                                ReasonCode::IdempotencyKeyReusedWithDifferentRequest
+                                    | ReasonCode::ToolVersionChanged
+                            )
                         ))
                 })
             })

@@ -932,8 +932,9 @@ impl Runner {
     /// running is due: a job the downstream is still running, an envelope whose queue delivery
     /// delay has not run out. A final poll before then would find an operation rightly in
     /// flight, and O6 and O13 would blame the executor. A simulation skips to that time; the
-    /// real world waits at most [`REAL_WORK_PATIENCE`] more, and work still running then makes
-    /// the run `unknown`.
+    /// real world also waits for downstream requests its processes still have open (their
+    /// downstream timeout may be longer than the agent's), at most [`REAL_WORK_PATIENCE`]
+    /// more, and work still running then makes the run `unknown`.
     fn settle_after_running_work(&mut self) -> Result<(), Stop> {
         let settle = self.scenario.settle;
         let start_ms = self.now_ms();
@@ -945,6 +946,16 @@ impl Runner {
         let mut end_ms = start_ms + settle.as_millis() as u64;
         loop {
             self.run_for(Duration::from_millis(end_ms.saturating_sub(self.now_ms())))?;
+            if self.world.open_downstream_requests() > 0 {
+                // A process still waits on the downstream (its timeout may be longer than the
+                // agent's): the settle time runs from when it is answered or gives up.
+                let patience = Duration::from_millis(limit_ms.saturating_sub(self.now_ms()));
+                if !self.run_until(patience, |runner| runner.world.open_downstream_requests() == 0)? {
+                    break;
+                }
+                end_ms = self.now_ms() + settle.as_millis() as u64;
+                continue;
+            }
             let Some(due) = self.running_work_due_ms() else { return Ok(()) };
             end_ms = due + settle.as_millis() as u64;
             if end_ms > limit_ms {
@@ -952,7 +963,14 @@ impl Runner {
             }
         }
         self.run_for(Duration::from_millis(limit_ms.saturating_sub(self.now_ms())))?;
-        if let Some(due) = self.running_work_due_ms() {
+        let open = self.world.open_downstream_requests();
+        if open > 0 {
+            self.undecided.push(format!(
+                "{open} downstream request(s) of the executor were still open at the final poll, {} s into the settle phase: \
+                 the final poll would judge an operation the executor is still working on",
+                (self.now_ms() - start_ms) / 1000
+            ));
+        } else if let Some(due) = self.running_work_due_ms() {
             self.undecided.push(format!(
                 "work was still legitimately running at the final poll (due at {due} ms, the settle ended at {} ms): \
                  the scenario's settle ({} ms) is shorter than its jobs or queue delays",

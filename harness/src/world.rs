@@ -529,6 +529,12 @@ pub trait World {
     fn skips_idle_time(&self) -> bool;
     /// Messages on the network (between hosts of the simulation); `0` where nothing can tell.
     fn in_flight(&mut self) -> usize;
+    /// Downstream requests an executor sent that are still open, where the world can tell
+    /// and they do not end on their own in world time (a real process's request, bounded by
+    /// its own downstream timeout): the settle phase waits for them.
+    fn open_downstream_requests(&self) -> usize {
+        0
+    }
     /// Arms the pause `name`: the next time `worker` (any worker for `None`) reaches `point`
     /// (for an operation's requests only, when `operation` names one), it waits there.
     fn arm(&mut self, name: &str, worker: Option<String>, point: PausePoint, operation: Option<String>);

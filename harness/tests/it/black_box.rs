@@ -167,6 +167,70 @@ fn the_key_as_an_argument_is_transport_to_the_reference() {
     assert!(said.contains(": pass"), "{said}");
 }
 
+/// A server whose downstream timeout (30 s) is longer than the agent's (10 s) still waits on a
+/// delayed ticket POST when the agent gives up. The final poll used to come 5 s later, while the
+/// request was open: `unknown`, and false O6 and O13 against the reference. The settle phase
+/// now runs from when the processes' open downstream requests end.
+#[test]
+fn the_settle_waits_for_a_downstream_request_the_server_still_waits_on() {
+    let directory = scratch("slow_downstream");
+    let file = directory.join("slow_downstream.toml");
+    std::fs::write(
+        &file,
+        r#"id = "S92"
+name = "slow_downstream"
+rows = ["prose"]
+summary = "A ticket POST is delayed 20 s before it commits; the server waits up to 30 s."
+expected = "The server records the ticket when the answer comes; the final poll replays it."
+
+[timing]
+lease = "2s"
+
+[downstream.tickets]
+idempotency = "honoured"
+receipts = true
+
+[operations.create]
+tenant = "acme"
+workflow = "run_827"
+step = "record_issue"
+
+[[step]]
+action = "fault"
+rule = { match = { method = "POST", path = "/v1/tickets" }, action = "delay_before_commit", delay = "20s", times = 1 }
+
+[[step]]
+action = "call"
+id = "create"
+worker = "worker-1"
+operation = "create"
+tool = "tickets.create"
+arguments = '{"subject": "s", "body": "b"}'
+"#,
+    )
+    .expect("the scenario is written");
+    let command = format!(
+        "REPLAYLAB_DOWNSTREAM_TIMEOUT_MS=30000 {REPLAYLAB} executor serve --store sqlite:{{state}}/claims.db"
+    );
+    let file = file.display().to_string();
+    let output = replaylab(&[
+        "run",
+        "S92",
+        "--seed",
+        "0",
+        "--scenario-file",
+        &file,
+        "--executor-cmd",
+        &command,
+        "--workers",
+        "1",
+    ]);
+    let said = text(&output);
+    assert_eq!(output.status.code(), Some(0), "{said}");
+    assert!(said.contains(": pass"), "{said}");
+    assert!(said.contains("effects in the ledger: 1 (ticket_1)"), "{said}");
+}
+
 /// The venv's python with the examples' packages, or `None` (outside CI) after saying how
 /// to set it up.
 fn python() -> Option<PathBuf> {

@@ -25,10 +25,16 @@ fn passes_every_seed(text: &str, source: &str) {
             failures.push(format!("seed {seed}: {:?} {:?}", record.result.verdict, record.result.notes));
         }
     }
-    assert!(failures.is_empty(), "{source}: {} of {SEEDS} seeds failed:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{source}: {} of {SEEDS} seeds failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
-const HEADER: &str = "id = \"S90\"\nname = \"identity\"\nrows = [\"C1\"]\nsummary = \"s\"\nexpected = \"e\"\n";
+const HEADER: &str =
+    "id = \"S90\"\nname = \"identity\"\nrows = [\"C1\"]\nsummary = \"s\"\nexpected = \"e\"\n";
 
 /// Two calls (a delivery and its duplicate) of `operation`, and its one effect.
 fn called_twice(operation: &str, subject: &str) -> String {
