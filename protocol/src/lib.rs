@@ -20,8 +20,8 @@ mod env;
 pub mod mcp;
 
 pub use call::{
-    operation_path, Consumed, Envelope, NextAction, OperationRef, Outcome, OutcomeStatus,
-    ReasonCode, ToolCall, WebhookAck, WebhookEvent, MAX_ID_CHARS,
+    operation_path, Consumed, Envelope, NextAction, OperationRef, Outcome, OutcomeStatus, ReasonCode,
+    ToolCall, WebhookAck, WebhookEvent, MAX_ID_CHARS,
 };
 pub use capabilities::{ExecutorCapabilities, Needs};
 pub use contract::{

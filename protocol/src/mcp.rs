@@ -275,7 +275,10 @@ mod tests {
             "acme/production/run_827/record_issue"
         );
         // Where a `/` sits inside the parts changes the key.
-        assert_ne!(CallMeta::key_of("acme", "prod", "x/w", "s"), CallMeta::key_of("acme", "prod/x", "w", "s"));
+        assert_ne!(
+            CallMeta::key_of("acme", "prod", "x/w", "s"),
+            CallMeta::key_of("acme", "prod/x", "w", "s")
+        );
         assert_eq!(CallMeta::key_of("a%2F", "p", "w", "s"), "a%252F/p/w/s");
         assert_eq!(CallMeta::key_of("a/", "p", "w", "s"), "a%2F/p/w/s");
     }

@@ -620,7 +620,9 @@ impl Validator<'_> {
             StepForm::Crash { worker: w, paused } => {
                 let crashed = worker_ref(w, paused, &worker, context)?;
                 if context.down.contains(&crashed) {
-                    return Err(format!("`crash` of {crashed}, which an earlier step crashed and none restarted"));
+                    return Err(format!(
+                        "`crash` of {crashed}, which an earlier step crashed and none restarted"
+                    ));
                 }
                 context.down.push(crashed.clone());
                 StepKind::Crash { worker: crashed }
@@ -1022,7 +1024,9 @@ status = "applied"
 
     #[test]
     fn a_restart_needs_an_earlier_crash_of_that_worker() {
-        let step = |action: &str, worker: &str| format!("\n[[step]]\naction = \"{action}\"\nworker = \"{worker}\"\n");
+        let step = |action: &str, worker: &str| {
+            format!("\n[[step]]\naction = \"{action}\"\nworker = \"{worker}\"\n")
+        };
         let never = error_of(&with_steps(&step("restart", "worker-2")));
         assert!(never.message.contains("`restart` of worker-2, which no earlier step crashed"), "{never}");
         let other = error_of(&with_steps(&(step("crash", "worker-1") + &step("restart", "worker-2"))));
@@ -1034,9 +1038,10 @@ status = "applied"
         ));
         assert!(again.message.contains("which no earlier step crashed"), "{again}");
         // A crash loop, and a crash left for the settle phase to restart, are fine.
-        let looped = [("crash", "worker-1"), ("restart", "worker-1"), ("crash", "worker-1"), ("crash", "worker-2")]
-            .map(|(action, worker)| step(action, worker))
-            .concat();
+        let looped =
+            [("crash", "worker-1"), ("restart", "worker-1"), ("crash", "worker-1"), ("crash", "worker-2")]
+                .map(|(action, worker)| step(action, worker))
+                .concat();
         Scenario::from_toml(&with_steps(&looped), "test.toml").expect("a crash loop loads");
     }
 

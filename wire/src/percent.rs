@@ -45,7 +45,8 @@ mod tests {
 
     #[test]
     fn any_text_survives_a_round_trip_as_visible_ascii() {
-        for text in ["acme/prod", " lead and trail ", "ünïcödé/東京/🦀", "100%25 %2F", "a\u{7f}b", ""] {
+        for text in ["acme/prod", " lead and trail ", "ünïcödé/東京/🦀", "100%25 %2F", "a\u{7f}b", ""]
+        {
             let encoded = percent_encode(text);
             assert!(encoded.bytes().all(|byte| byte.is_ascii_graphic()), "{encoded}");
             assert_eq!(percent_decode(&encoded), text);
