@@ -754,7 +754,7 @@ impl Case {
         plan.push(StepKind::Call(first));
         plan.push(StepKind::WaitPaused { name: pause.clone() });
         // Past the lease, within the owner's own downstream timeout: alive, but late.
-        plan.push(StepKind::Advance { by: CASE_LEASE + Duration::from_millis(400) });
+        plan.push(StepKind::Advance { by: CASE_LEASE + Duration::from_millis(400), since_request_of: None });
         let Some(mut retry) =
             self.call_step(plan, &name, &op, self.worker(worker.wrapping_add(1)), Variant::Same, !overlap)
         else {
@@ -783,7 +783,7 @@ impl Case {
         let retry_id = retry.id.clone();
         plan.push(StepKind::Call(retry));
         // Time for the retry to claim, take over and send its first request (held).
-        plan.push(StepKind::Advance { by: Duration::from_millis(300) });
+        plan.push(StepKind::Advance { by: Duration::from_millis(300), since_request_of: None });
         plan.push(StepKind::Release { name: pause });
         plan.push(StepKind::Await { call: first_id });
         plan.push(StepKind::ReleaseHold { name: hold });
@@ -831,7 +831,7 @@ impl Case {
                 if op.tool.queued() {
                     // Give the consumer the moment it needs to send, before anything else (a
                     // revocation, say) can keep the faulty request from happening.
-                    plan.push(StepKind::Advance { by: QUEUE_MOMENT });
+                    plan.push(StepKind::Advance { by: QUEUE_MOMENT, since_request_of: None });
                 }
             }
             CaseAction::CrashDuringCall { operation, worker, moment } => {
@@ -870,14 +870,14 @@ impl Case {
                 self.slow_owner(plan, operation, worker, true)
             }
             CaseAction::Advance { ms } => {
-                plan.push(StepKind::Advance { by: Duration::from_millis(u64::from(ms)) })
+                plan.push(StepKind::Advance { by: Duration::from_millis(u64::from(ms)), since_request_of: None })
             }
             CaseAction::LateRetry { operation } => {
                 let Some((name, op)) = self.operation_at(operation) else { return };
                 if !plan.called.contains(&name) {
                     self.plain_call(plan, &name, &op, self.worker(0), Variant::Same);
                 }
-                plan.push(StepKind::Advance { by: CASE_RETENTION + Duration::from_secs(1) });
+                plan.push(StepKind::Advance { by: CASE_RETENTION + Duration::from_secs(1), since_request_of: None });
                 self.plain_call(plan, &name, &op, self.worker(1), Variant::Same);
             }
             CaseAction::RevokeAndRetry { operation } => {
@@ -916,7 +916,7 @@ impl Case {
                 }
                 for round in 0..4 {
                     if round > 0 {
-                        plan.push(StepKind::Advance { by: Duration::from_millis(1_200) });
+                        plan.push(StepKind::Advance { by: Duration::from_millis(1_200), since_request_of: None });
                     }
                     let (id, worker) = (plan.label("query-"), self.worker(round));
                     plan.push(StepKind::Poll { id, operation: name.clone(), worker });

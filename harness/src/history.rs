@@ -400,6 +400,15 @@ impl History {
         events.push(Event { seq, at_ms, kind });
     }
 
+    /// When the agent request `label` got its worker's first downstream request sent, if it
+    /// did yet.
+    pub fn first_request_for(&self, label: &str) -> Option<u64> {
+        self.lock().iter().find_map(|event| match &event.kind {
+            EventKind::DownstreamSent { serving: Some(serving), .. } if serving == label => Some(event.at_ms),
+            _ => None,
+        })
+    }
+
     /// How many events there are so far (the latest one's `seq`).
     pub fn len(&self) -> usize {
         self.lock().len()

@@ -679,9 +679,25 @@ impl Runner {
                 self.world.restart(worker.as_str());
                 self.crashed.retain(|crashed| crashed != &worker);
             }
-            StepKind::Advance { by } => {
+            StepKind::Advance { by, since_request_of: None } => {
                 self.record(EventKind::ClockAdvanced { by_ms: by.as_millis() as u64 });
                 self.run_for(*by)?;
+            }
+            StepKind::Advance { by, since_request_of: Some(call) } => {
+                let history = self.shared.history.clone();
+                let sent = self.run_until(PAUSE_PATIENCE, |_| history.first_request_for(call).is_some())?;
+                let Some(sent_ms) = history.first_request_for(call).filter(|_| sent) else {
+                    self.undecided.push(format!(
+                        "line {line}: {} sent no request downstream within {}, so the time the scenario lets pass from it never began",
+                        quoted(call),
+                        crate::text::duration(PAUSE_PATIENCE)
+                    ));
+                    return Ok(());
+                };
+                let until_ms = sent_ms + by.as_millis() as u64;
+                let left = Duration::from_millis(until_ms.saturating_sub(self.now_ms()));
+                self.record(EventKind::ClockAdvanced { by_ms: left.as_millis() as u64 });
+                self.run_for(left)?;
             }
             StepKind::Revoke { actor, tool } => {
                 self.record(EventKind::Revoked { actor: actor.clone(), tool: tool.clone() });
@@ -703,7 +719,9 @@ impl Runner {
                 self.record(EventKind::HumanEdit { ticket, version });
             }
             StepKind::Expect(expect) => {
-                if let Some(failure) = self.check_expectation(expect, line) {
+                if let Some(premise) = self.outstanding_premise(expect, line) {
+                    self.undecided.push(premise);
+                } else if let Some(failure) = self.check_expectation(expect, line) {
                     self.expectation_failures.push(failure);
                 }
             }
@@ -774,6 +792,28 @@ impl Runner {
             positions: Vec::new(),
             explanation,
         }
+    }
+
+    /// Why an expectation's `while_outstanding` premise did not hold, if it did not: the other
+    /// call was answered by its worker before this one was.
+    fn outstanding_premise(&self, expect: &scenarios::ExpectOutcome, line: usize) -> Option<String> {
+        let other = expect.while_outstanding.as_ref()?;
+        let history = self.shared.history.events();
+        let answered = |label: &str| {
+            history.iter().find_map(|event| match &event.kind {
+                EventKind::Answered { label: answered, .. } if answered == label => Some(event.seq),
+                _ => None,
+            })
+        };
+        let (this, before) = (answered(&expect.call)?, answered(other)?);
+        (before < this).then(|| {
+            format!(
+                "line {line}: {} was answered after {} was, where the scenario needs it answered while {} was still outstanding: the expectation is not judged",
+                quoted(&expect.call),
+                quoted(other),
+                quoted(other)
+            )
+        })
     }
 
     fn check_expectation(&self, expect: &scenarios::ExpectOutcome, line: usize) -> Option<Violation> {
@@ -1085,10 +1125,16 @@ impl Runner {
             }
             None => {}
         }
-        // An oracle violation is always a failure. A failed expectation is one too, unless the
-        // executor panicked or a limit was hit: then the expectations failed because of that,
-        // and the run is `crashed`.
+        // An oracle violation is always a failure: the invariants hold whatever the timing. A
+        // failed expectation is one too, unless the executor panicked or a limit was hit (the
+        // run is `crashed`), or a premise of the scenario did not hold (`unknown`): then the
+        // expectations were written for something that did not happen, and are not judged.
         let oracle_violated = violations.iter().any(|violation| violation.oracle != "expect");
+        if !oracle_violated && verdict == Verdict::Unknown {
+            for violation in violations.drain(..) {
+                notes.push(format!("not judged, as a premise did not hold: {violation}"));
+            }
+        }
         if oracle_violated || (!violations.is_empty() && verdict != Verdict::Crashed) {
             verdict = Verdict::Fail;
         }

@@ -327,6 +327,10 @@ pub struct ExpectOutcome {
     pub reason: Option<ReasonCode>,
     /// The effect reference must equal that of this other call's outcome.
     pub same_reference_as: Option<String>,
+    /// A premise: this other call was still outstanding (its worker had not answered it) when
+    /// this one was answered. When it was not (a real process took this call up too late), the
+    /// expectation is not judged and the run is `unknown`.
+    pub while_outstanding: Option<String>,
 }
 
 /// What a step does.
@@ -404,6 +408,10 @@ pub enum StepKind {
     Advance {
         /// How long.
         by: Duration,
+        /// Timed from when this call's worker first sent a request downstream (it had claimed
+        /// the operation by then), not from the step: a lease that must run out does so
+        /// however slowly a real process took the call up.
+        since_request_of: Option<String>,
     },
     /// Revoke an actor's permission (for one tool, or all).
     Revoke {

@@ -271,6 +271,8 @@ enum StepForm {
     },
     Advance {
         by: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        since_request_of: Option<String>,
     },
     Revoke {
         actor: String,
@@ -287,6 +289,8 @@ enum StepForm {
         reason: Option<String>,
         #[serde(default)]
         same_reference_as: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        while_outstanding: Option<String>,
     },
     ExpectEffects {
         #[serde(default)]
@@ -632,12 +636,17 @@ impl Validator<'_> {
                 context.restart(&restarted)?;
                 StepKind::Restart { worker: restarted }
             }
-            StepForm::Advance { by } => StepKind::Advance { by: parse_duration("by", &by)? },
+            StepForm::Advance { by, since_request_of } => {
+                if let Some(call) = &since_request_of {
+                    context.known_id(call)?;
+                }
+                StepKind::Advance { by: parse_duration("by", &by)?, since_request_of }
+            }
             StepForm::Revoke { actor, tool } => StepKind::Revoke { actor, tool },
             StepForm::HumanEdit { ticket_of } => StepKind::HumanEdit { ticket_of: operation(&ticket_of)? },
-            StepForm::Expect { call, status, reason, same_reference_as } => {
+            StepForm::Expect { call, status, reason, same_reference_as, while_outstanding } => {
                 context.known_id(&call)?;
-                if let Some(other) = &same_reference_as {
+                for other in same_reference_as.iter().chain(&while_outstanding) {
                     context.known_id(other)?;
                 }
                 let names = match status {
@@ -661,7 +670,7 @@ impl Validator<'_> {
                             .map_err(|_| format!("`reason` = {} is not a reason code", quoted(&name)))
                     })
                     .transpose()?;
-                StepKind::Expect(ExpectOutcome { call, status, reason, same_reference_as })
+                StepKind::Expect(ExpectOutcome { call, status, reason, same_reference_as, while_outstanding })
             }
             StepForm::ExpectEffects { operation: op, kind, count } => {
                 if let Some(kind) = &kind {
@@ -1241,7 +1250,9 @@ impl Scenario {
                         let (worker, paused) = worker_ref_form(worker);
                         StepForm::Restart { worker, paused }
                     }
-                    StepKind::Advance { by } => StepForm::Advance { by: duration(*by) },
+                    StepKind::Advance { by, since_request_of } => {
+                        StepForm::Advance { by: duration(*by), since_request_of: since_request_of.clone() }
+                    }
                     StepKind::Revoke { actor, tool } => {
                         StepForm::Revoke { actor: actor.clone(), tool: tool.clone() }
                     }
@@ -1253,6 +1264,7 @@ impl Scenario {
                         ),
                         reason: expect.reason.map(|reason| reason.as_str().to_owned()),
                         same_reference_as: expect.same_reference_as.clone(),
+                        while_outstanding: expect.while_outstanding.clone(),
                     },
                     StepKind::ExpectEffects { operation, kind, count } => StepForm::ExpectEffects {
                         operation: operation.clone(),

@@ -264,3 +264,138 @@ fn an_executor_cannot_erase_the_evidence() {
     );
     assert!(record.ledger.len() >= 2, "the duplicate is still in the ledger");
 }
+
+/// The reference, taking each call up 800 ms late on the workers named (as a real process on a
+/// busy machine may): the scenario's timings must still hold, or be judged `unknown`, never
+/// `fail`.
+struct LateStart {
+    env: WorkerEnv,
+    late: bool,
+    inner: Box<dyn protocol::Executor>,
+}
+
+impl protocol::Executor for LateStart {
+    fn call(&self, call: ToolCall) -> LocalBoxFuture<'_, Outcome> {
+        Box::pin(async move {
+            if self.late {
+                self.env.background.sleep(std::time::Duration::from_millis(800)).await;
+            }
+            self.inner.call(call).await
+        })
+    }
+    fn poll(&self, operation: protocol::OperationRef) -> LocalBoxFuture<'_, Outcome> {
+        self.inner.poll(operation)
+    }
+    fn reconcile(&self, operation: protocol::OperationRef) -> LocalBoxFuture<'_, Outcome> {
+        self.inner.reconcile(operation)
+    }
+    fn consume(&self, envelope: protocol::Envelope) -> LocalBoxFuture<'_, protocol::Consumed> {
+        self.inner.consume(envelope)
+    }
+    fn webhook(&self, event: protocol::WebhookEvent) -> LocalBoxFuture<'_, protocol::WebhookAck> {
+        self.inner.webhook(event)
+    }
+}
+
+struct LateStartFactory {
+    inner: std::rc::Rc<dyn protocol::ExecutorFactory>,
+    late: &'static [&'static str],
+}
+
+impl protocol::ExecutorFactory for LateStartFactory {
+    fn start(&self, env: WorkerEnv) -> Box<dyn protocol::Executor> {
+        let late = self.late.contains(&env.worker_id.as_str());
+        Box::new(LateStart { inner: self.inner.start(env.clone()), late, env })
+    }
+}
+
+fn late_reference(late: &'static [&'static str]) -> ExecutorSpec {
+    ExecutorSpec::new("late", move |run: &str| {
+        let inner = (reference().factory)(run)?;
+        Ok(std::rc::Rc::new(LateStartFactory { inner, late }) as std::rc::Rc<dyn protocol::ExecutorFactory>)
+    })
+}
+
+fn builtin(id: &str) -> scenarios::Scenario {
+    scenarios::builtin().into_iter().find(|s| s.id == id).expect("a built-in scenario")
+}
+
+/// S19 and S27 let the first owner's 1 s lease run out before the retry. Timed from the call,
+/// a first owner that claimed 800 ms late still held a live lease at the retry: `in_flight` was
+/// the right answer, and the run was `fail`. Timed from its downstream request (by then it had
+/// claimed), the lease has run out whenever the claim came, and the late reference passes.
+#[test]
+fn a_lease_the_scenario_lets_run_out_runs_out_however_late_the_call_was_taken_up() {
+    let late = late_reference(&["worker-1"]);
+    for id in ["S19", "S27"] {
+        for seed in 0..5 {
+            let record = runner::run(&builtin(id), seed, &late);
+            let result = &record.result;
+            assert_eq!(result.verdict, Verdict::Pass, "{id} seed {seed}: {:?} {:?}", result.notes, result.violations);
+        }
+    }
+}
+
+/// When every worker takes calls up late, the retry in S19 and S27 comes after the first
+/// owner's late answer landed: replaying it is right, and the premises (a receipt lookup held
+/// while the first owner writes; the retry answered while the first call is outstanding) did
+/// not happen. The runs say so as `unknown`, never `fail`.
+#[test]
+fn a_timing_premise_that_did_not_hold_is_unknown_not_fail() {
+    let late = late_reference(&["worker-1", "worker-2"]);
+    for (id, premise) in [("S19", "hold) never fired"), ("S27", "was answered after \"a\" was")] {
+        for seed in 0..5 {
+            let record = runner::run(&builtin(id), seed, &late);
+            let notes = record.result.notes.join("\n");
+            assert_ne!(record.result.verdict, Verdict::Fail, "{id} seed {seed}: {notes} {:?}", record.result.violations);
+            if record.result.verdict == Verdict::Unknown {
+                assert!(notes.contains(premise), "{id} seed {seed}: {notes}");
+            }
+        }
+    }
+}
+
+/// A run whose premise did not hold (here a fault that never fired) is `unknown`: its
+/// expectations, written for what did not happen, are not judged, and say so in the notes.
+#[test]
+fn expectations_are_not_judged_when_a_premise_did_not_hold() {
+    let scenario = scenarios::Scenario::from_toml(
+        r#"
+id = "S90"
+name = "unfired"
+rows = ["C2"]
+summary = "A lookup fault that never fires; an expectation the executor cannot meet without it."
+expected = "unknown"
+
+[operations.create]
+tenant = "acme"
+workflow = "run_1"
+step = "create"
+
+[[step]]
+action = "fault"
+rule = { match = { method = "GET", path = "/v1/receipts/*" }, action = "commit_then_error", status = 503, times = 1 }
+
+[[step]]
+action = "call"
+id = "create"
+worker = "worker-1"
+operation = "create"
+tool = "tickets.create"
+arguments = '{"subject": "s", "body": "b"}'
+
+[[step]]
+action = "expect"
+call = "create"
+status = "unknown"
+"#,
+        "unfired.toml",
+    )
+    .expect("a valid scenario");
+    let record = runner::run(&scenario, 0, &reference());
+    assert_eq!(record.result.verdict, Verdict::Unknown, "{:?}", record.result);
+    assert!(record.result.violations.is_empty(), "{:?}", record.result.violations);
+    let notes = record.result.notes.join("\n");
+    assert!(notes.contains("never fired"), "{notes}");
+    assert!(notes.contains("not judged, as a premise did not hold: expect"), "{notes}");
+}
