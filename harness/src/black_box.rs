@@ -1191,9 +1191,10 @@ pub fn probe(spec: &BlackBoxSpec) -> Result<Probe, String> {
         // No manifest (no resources, or not this one): the listed contract tools only.
         Ok(Err(_)) | Err(_) => None,
     };
+    let polls = tools.contains(POLL_TOOL);
     let capabilities = match &manifest {
-        Some(manifest) => manifest.capabilities.to_capabilities(&contract_tools),
-        None => ExecutorCapabilities::tools(contract_tools.clone()),
+        Some(manifest) => manifest.capabilities.to_capabilities(&contract_tools, polls),
+        None => ExecutorCapabilities::tools(contract_tools.clone()).with_poll(polls),
     };
     drop(world);
     Ok(Probe { manifest, tools, capabilities, server })

@@ -869,15 +869,17 @@ impl Case {
             CaseAction::OverlappingOwner { operation, worker } => {
                 self.slow_owner(plan, operation, worker, true)
             }
-            CaseAction::Advance { ms } => {
-                plan.push(StepKind::Advance { by: Duration::from_millis(u64::from(ms)), since_request_of: None })
-            }
+            CaseAction::Advance { ms } => plan
+                .push(StepKind::Advance { by: Duration::from_millis(u64::from(ms)), since_request_of: None }),
             CaseAction::LateRetry { operation } => {
                 let Some((name, op)) = self.operation_at(operation) else { return };
                 if !plan.called.contains(&name) {
                     self.plain_call(plan, &name, &op, self.worker(0), Variant::Same);
                 }
-                plan.push(StepKind::Advance { by: CASE_RETENTION + Duration::from_secs(1), since_request_of: None });
+                plan.push(StepKind::Advance {
+                    by: CASE_RETENTION + Duration::from_secs(1),
+                    since_request_of: None,
+                });
                 self.plain_call(plan, &name, &op, self.worker(1), Variant::Same);
             }
             CaseAction::RevokeAndRetry { operation } => {
@@ -916,7 +918,10 @@ impl Case {
                 }
                 for round in 0..4 {
                     if round > 0 {
-                        plan.push(StepKind::Advance { by: Duration::from_millis(1_200), since_request_of: None });
+                        plan.push(StepKind::Advance {
+                            by: Duration::from_millis(1_200),
+                            since_request_of: None,
+                        });
                     }
                     let (id, worker) = (plan.label("query-"), self.worker(round));
                     plan.push(StepKind::Poll { id, operation: name.clone(), worker });

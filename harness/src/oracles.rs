@@ -413,7 +413,41 @@ pub fn judge(evidence: &Evidence<'_>) -> Judgement {
     for oracle in oracles {
         oracle(&facts, &mut judgement);
     }
+    fold_duplicate_consequences(&mut judgement);
     judgement
+}
+
+/// A duplicate is one finding: an operation with more than one effect (O1) also has answers
+/// whose result differs from one of its effects (O8), which are its consequences, not a second
+/// defect. They are told in the O1 violation (its explanation, and their history positions),
+/// and not reported on their own.
+fn fold_duplicate_consequences(judgement: &mut Judgement) {
+    let duplicated: BTreeSet<String> = judgement
+        .violations
+        .iter()
+        .filter(|violation| violation.oracle == "O1")
+        .filter_map(|violation| violation.operation.clone())
+        .collect();
+    if duplicated.is_empty() {
+        return;
+    }
+    let (consequences, kept): (Vec<Violation>, Vec<Violation>) =
+        std::mem::take(&mut judgement.violations).into_iter().partition(|violation| {
+            violation.oracle == "O8" && violation.operation.as_ref().is_some_and(|op| duplicated.contains(op))
+        });
+    judgement.violations = kept;
+    for duplicate in judgement.violations.iter_mut().filter(|violation| violation.oracle == "O1") {
+        let mine: Vec<&Violation> =
+            consequences.iter().filter(|consequence| consequence.operation == duplicate.operation).collect();
+        if mine.is_empty() {
+            continue;
+        }
+        let told: Vec<&str> = mine.iter().map(|consequence| consequence.explanation.as_str()).collect();
+        duplicate.explanation.push_str(&format!("; as a consequence: {}", told.join("; ")));
+        duplicate.positions.extend(mine.iter().flat_map(|consequence| consequence.positions.iter().copied()));
+        duplicate.positions.sort_unstable();
+        duplicate.positions.dedup();
+    }
 }
 
 impl Judgement {
@@ -598,9 +632,15 @@ fn mismatch_no_effect(facts: &Facts<'_>, judgement: &mut Judgement) {
                 .is_some_and(|contract| contract.replay_across_versions);
         if let Some(answer) = answer {
             // `expired` refuses too: past retention the key is a tombstone and nothing runs.
+            // The same business request under a version allowed to replay the old one may be
+            // replayed, or answered `in_flight` while the original is still being made.
             let acceptable =
                 matches!(answer.outcome.status, OutcomeStatus::Rejected | OutcomeStatus::Expired)
-                    || (replay_allowed && answer.outcome.status == OutcomeStatus::Replayed);
+                    || (replay_allowed
+                        && matches!(
+                            answer.outcome.status,
+                            OutcomeStatus::Replayed | OutcomeStatus::InFlight
+                        ));
             if !acceptable {
                 judgement.violate(
                     3,

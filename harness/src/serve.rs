@@ -17,7 +17,7 @@
 //! runtime with a `LocalSet`), and the handler sends it each request over a channel with a
 //! channel for the answer.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -248,6 +248,7 @@ impl ServeConfig {
                 queue_consumer: false,
                 webhooks: false,
                 reconcile: true,
+                versions: BTreeMap::new(),
             },
             timing: Some(Timing {
                 lease_ms: millis(most(&|contract| contract.lease)),

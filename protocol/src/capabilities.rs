@@ -8,7 +8,7 @@
 //! executor that cannot look a receipt up must still not duplicate an effect, it answers
 //! `unknown`, and a scenario that shows otherwise fails.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 /// What an executor supports. [`ExecutorCapabilities::all`] is the whole protocol (the
@@ -33,12 +33,27 @@ pub struct ExecutorCapabilities {
     pub webhooks: bool,
     /// It answers the agent's `reconcile` of an operation.
     pub reconcile: bool,
+    /// It answers the agent's poll of an operation (every executor in the simulation does; an
+    /// MCP server serves `replaylab.poll`, or not).
+    pub poll: bool,
+    /// The versions it serves of the tools named here; a tool not named here is served at
+    /// every version the harness sends.
+    pub versions: BTreeMap<String, BTreeSet<String>>,
 }
 
 impl ExecutorCapabilities {
-    /// Everything: every tool, the queue consumer, delayed jobs, webhooks and reconcile.
+    /// Everything: every tool at every version, the queue consumer, delayed jobs, webhooks,
+    /// reconcile and poll.
     pub fn all() -> Self {
-        Self { tools: None, queue_consumer: true, delayed_jobs: true, webhooks: true, reconcile: true }
+        Self {
+            tools: None,
+            queue_consumer: true,
+            delayed_jobs: true,
+            webhooks: true,
+            reconcile: true,
+            poll: true,
+            versions: BTreeMap::new(),
+        }
     }
 
     /// Only these tools, called directly; add the rest with the builder methods.
@@ -53,6 +68,8 @@ impl ExecutorCapabilities {
             delayed_jobs: false,
             webhooks: false,
             reconcile: false,
+            poll: true,
+            versions: BTreeMap::new(),
         }
     }
 
@@ -80,6 +97,22 @@ impl ExecutorCapabilities {
         self
     }
 
+    /// With (or without) the agent's poll.
+    pub fn with_poll(mut self, yes: bool) -> Self {
+        self.poll = yes;
+        self
+    }
+
+    /// Serving `tool` at these versions only.
+    pub fn with_versions<I, S>(mut self, tool: impl Into<String>, versions: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.versions.insert(tool.into(), versions.into_iter().map(Into::into).collect());
+        self
+    }
+
     /// What of `needs` this executor lacks, one plain phrase each (`tool messages.send`, `a
     /// queue consumer`); empty when it supports everything needed.
     pub fn lacks(&self, needs: &Needs) -> Vec<String> {
@@ -89,11 +122,18 @@ impl ExecutorCapabilities {
             .filter(|tool| self.tools.as_ref().is_some_and(|served| !served.contains(*tool)))
             .map(|tool| format!("tool {tool}"))
             .collect();
+        for (tool, version) in &needs.versions {
+            let served = self.versions.get(tool).is_none_or(|versions| versions.contains(version));
+            if !served && !missing.contains(&format!("tool {tool}")) {
+                missing.push(format!("tool {tool} at version {version}"));
+            }
+        }
         for (needed, supported, what) in [
             (needs.queue_consumer, self.queue_consumer, "a queue consumer"),
             (needs.delayed_jobs, self.delayed_jobs, "delayed jobs"),
             (needs.webhooks, self.webhooks, "a webhook receiver"),
             (needs.reconcile, self.reconcile, "reconcile"),
+            (needs.poll, self.poll, "poll"),
         ] {
             if needed && !supported {
                 missing.push(what.to_owned());
@@ -126,7 +166,16 @@ impl fmt::Display for ExecutorCapabilities {
             yes_no(self.delayed_jobs),
             yes_no(self.webhooks),
             yes_no(self.reconcile)
-        )
+        )?;
+        // Said only when narrower than every executor in the simulation.
+        if !self.poll {
+            f.write_str("; poll no")?;
+        }
+        for (tool, versions) in &self.versions {
+            let versions: Vec<&str> = versions.iter().map(String::as_str).collect();
+            write!(f, "; {tool} at {}", versions.join(","))?;
+        }
+        Ok(())
     }
 }
 
@@ -143,6 +192,10 @@ pub struct Needs {
     pub webhooks: bool,
     /// The agent reconciles an operation.
     pub reconcile: bool,
+    /// The agent polls an operation (a `poll` step; the harness's own final poll is not one).
+    pub poll: bool,
+    /// The (tool, version) of every call.
+    pub versions: BTreeSet<(String, String)>,
 }
 
 #[cfg(test)]
@@ -188,5 +241,24 @@ mod tests {
             "tools tickets.create; queue consumer no; delayed jobs no; webhooks no; reconcile no"
         );
         assert!(ExecutorCapabilities::all().to_string().starts_with("tools all; queue consumer yes"));
+        let narrow = tiny.with_poll(false).with_versions("tickets.create", ["2026-08-18"]);
+        assert!(
+            narrow.to_string().ends_with("reconcile no; poll no; tickets.create at 2026-08-18"),
+            "{narrow}"
+        );
+    }
+
+    #[test]
+    fn a_server_without_poll_or_a_version_lacks_them() {
+        let one_version = ExecutorCapabilities::tools(["tickets.create"])
+            .with_poll(false)
+            .with_versions("tickets.create", ["2026-08-18"]);
+        let mut wanted = needs(&["tickets.create"]);
+        wanted.versions.insert(("tickets.create".into(), "2026-08-18".into()));
+        assert!(one_version.lacks(&wanted).is_empty());
+        wanted.versions.insert(("tickets.create".into(), "2026-11-01".into()));
+        wanted.poll = true;
+        assert_eq!(one_version.lacks(&wanted), ["tool tickets.create at version 2026-11-01", "poll"]);
+        assert!(ExecutorCapabilities::all().lacks(&wanted).is_empty());
     }
 }

@@ -122,17 +122,26 @@ pub struct ManifestCapabilities {
     /// It serves [`RECONCILE_TOOL`].
     #[serde(default)]
     pub reconcile: bool,
+    /// The versions it serves of the tools named here (`{"tickets.create": ["2026-08-18"]}`);
+    /// a tool not named is served at every version the harness sends. A scenario that calls
+    /// another version is `not applicable`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub versions: BTreeMap<String, BTreeSet<String>>,
 }
 
 impl ManifestCapabilities {
-    /// The capabilities, given the tools `tools/list` names (used when the manifest names
-    /// none).
-    pub fn to_capabilities(&self, listed: &BTreeSet<String>) -> ExecutorCapabilities {
-        ExecutorCapabilities::tools(self.tools.clone().unwrap_or_else(|| listed.clone()))
-            .with_queue_consumer(self.queue_consumer)
-            .with_delayed_jobs(self.delayed_jobs)
-            .with_webhooks(self.webhooks)
-            .with_reconcile(self.reconcile)
+    /// The capabilities, given the tools `tools/list` names (the contract tools, used when the
+    /// manifest names none) and whether it lists [`POLL_TOOL`].
+    pub fn to_capabilities(&self, listed: &BTreeSet<String>, polls: bool) -> ExecutorCapabilities {
+        let mut capabilities =
+            ExecutorCapabilities::tools(self.tools.clone().unwrap_or_else(|| listed.clone()))
+                .with_queue_consumer(self.queue_consumer)
+                .with_delayed_jobs(self.delayed_jobs)
+                .with_webhooks(self.webhooks)
+                .with_reconcile(self.reconcile)
+                .with_poll(polls);
+        capabilities.versions = self.versions.clone();
+        capabilities
     }
 }
 

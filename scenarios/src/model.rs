@@ -512,10 +512,12 @@ impl Scenario {
     pub fn needs(&self, contracts: &ContractSet) -> Needs {
         let mut needs = Needs {
             reconcile: self.steps.iter().any(|step| matches!(step.kind, StepKind::Reconcile { .. })),
+            poll: self.steps.iter().any(|step| matches!(step.kind, StepKind::Poll { .. })),
             ..Needs::default()
         };
         for call in self.calls() {
             needs.tools.insert(call.tool.clone());
+            needs.versions.insert((call.tool.clone(), call.version.clone()));
             match contracts.get(&call.tool, &call.version).map(|contract| contract.execution) {
                 Some(Execution::Queued) => needs.queue_consumer = true,
                 Some(Execution::DelayedJob) => needs.delayed_jobs = true,

@@ -394,3 +394,29 @@ by = "1h"
     );
     passes_every_seed(&text, "long_outage.toml");
 }
+
+/// What a server declares it lacks makes a scenario `not applicable`, never `fail`: S28 polls
+/// the operation (`replaylab.poll` is optional for an MCP server), S15 and S24 call a tool at two
+/// versions (a server may serve one).
+#[test]
+fn scenarios_needing_poll_or_a_second_version_are_not_applicable_without_them() {
+    let builtin =
+        |id: &str| scenarios::builtin().into_iter().find(|s| s.id == id).expect("a built-in scenario");
+    let narrowed = |capabilities: protocol::ExecutorCapabilities| reference().capabilities(capabilities);
+    let no_poll = narrowed(protocol::ExecutorCapabilities::all().with_poll(false));
+    let record = runner::run(&builtin("S28"), 0, &no_poll);
+    assert_eq!(record.result.verdict, Verdict::NotApplicable, "{:?}", record.result.notes);
+    assert!(record.result.notes.join(" ").contains("poll"), "{:?}", record.result.notes);
+    assert_eq!(runner::run(&builtin("S02"), 0, &no_poll).result.verdict, Verdict::Pass, "S02 polls nothing");
+    let one_version = narrowed(
+        protocol::ExecutorCapabilities::all()
+            .with_versions("payments.charge", ["2026-08-18"])
+            .with_versions("tickets.create", ["2026-08-18"]),
+    );
+    for id in ["S15", "S24"] {
+        let record = runner::run(&builtin(id), 0, &one_version);
+        assert_eq!(record.result.verdict, Verdict::NotApplicable, "{id}: {:?}", record.result.notes);
+        assert!(record.result.notes.join(" ").contains("at version"), "{id}: {:?}", record.result.notes);
+    }
+    assert_eq!(runner::run(&builtin("S05"), 0, &one_version).result.verdict, Verdict::Pass);
+}
