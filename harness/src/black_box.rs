@@ -54,8 +54,10 @@ use crate::world::{AgentCommand, AgentResult, PointReached, Shared, World};
 
 /// How often the runner looks at the real world: the length of one step.
 const SLICE: Duration = Duration::from_millis(2);
-/// How long a process may take from its start to the end of the MCP handshake.
-const START_PATIENCE: Duration = Duration::from_secs(30);
+/// How long a process may take from its start to the end of the MCP handshake, unless
+/// `--start-timeout` says: long enough for a server that imports heavy libraries on a machine
+/// busy with other runs.
+pub const DEFAULT_START_PATIENCE: Duration = Duration::from_secs(120);
 /// The longest stderr tail a failing run's notes quote, per process.
 const STDERR_TAIL_LINES: usize = 6;
 /// The operators' queue's path on every worker's port ([`env::OPERATORS_URL`]).
@@ -106,6 +108,11 @@ pub struct BlackBoxSpec {
     /// cannot ask at the end how each operation stands, and the oracles that read that final
     /// poll cannot judge.
     pub polls: bool,
+    /// How long a process may take from its start to the end of the MCP handshake.
+    pub start_patience: Duration,
+    /// How long the probe's one process took to start and shake hands (set from the
+    /// [`Probe`]): what the default number of runs side by side is sized by.
+    pub measured_start: Duration,
 }
 
 impl BlackBoxSpec {
@@ -122,6 +129,9 @@ impl BlackBoxSpec {
         }
         if let KeyPlacement::Argument(name) = &self.key_placement {
             arguments.push_str(&format!(" --key-argument {}", crate::runner::shell_quote(name)));
+        }
+        if self.start_patience != DEFAULT_START_PATIENCE {
+            arguments.push_str(&format!(" --start-timeout {}ms", self.start_patience.as_millis()));
         }
         arguments
     }
@@ -186,6 +196,8 @@ mod tests {
             server: String::new(),
             capabilities_from: String::new(),
             polls: true,
+            start_patience: DEFAULT_START_PATIENCE,
+            measured_start: Duration::ZERO,
         };
         assert_eq!(worker_names(&builtin("S02"), &spec(1)), ["worker-1"]);
         assert_eq!(worker_names(&builtin("S02"), &spec(3)), ["worker-1", "worker-2", "worker-3"]);
@@ -203,6 +215,8 @@ mod tests {
             server: String::new(),
             capabilities_from: String::new(),
             polls: true,
+            start_patience: DEFAULT_START_PATIENCE,
+            measured_start: Duration::ZERO,
         };
         assert_eq!(spec.reproduce_arguments(), "--executor-cmd 'python3 server.py' --workers 2");
         spec.transport = Transport::Http;
@@ -598,9 +612,11 @@ impl Run {
                 (pid, Some(child), handshake)
             }
         };
-        let service = match tokio::time::timeout(START_PATIENCE, handshake).await {
+        let service = match tokio::time::timeout(self.spec.start_patience, handshake).await {
             Ok(Ok(service)) => service,
             Ok(Err(error)) => {
+                // The process may have forked children before it failed: none outlives it.
+                let _ = kill_group(pid);
                 listening.abort();
                 return Err(format!(
                     "{worker} (incarnation {incarnation}) failed the MCP handshake: {error}{}",
@@ -611,8 +627,8 @@ impl Run {
                 let _ = kill_group(pid);
                 listening.abort();
                 return Err(format!(
-                    "{worker} (incarnation {incarnation}) did not finish the MCP handshake within {}{}",
-                    crate::text::duration(START_PATIENCE),
+                    "{worker} (incarnation {incarnation}) did not finish the MCP handshake within {} (--start-timeout){}",
+                    crate::text::duration(self.spec.start_patience),
                     self.stderr_tail(worker, incarnation)
                 ));
             }
@@ -929,16 +945,23 @@ impl RealWorld {
             started
         });
         world.run.starting_ms.set(began.elapsed().as_millis() as u64);
+        // Every process that started belongs to the world before any failure is returned:
+        // dropping the world then kills their groups.
+        let mut failure = None;
         for start in started {
-            let (name, process) = start?;
-            match process {
-                Ok(process) => {
+            match start {
+                Ok((name, Ok(process))) => {
                     world.processes.insert(name, process);
                 }
-                Err(error) => return Err(error),
+                Ok((_, Err(error))) | Err(error) => {
+                    failure.get_or_insert(error);
+                }
             }
         }
-        Ok((world, shared))
+        match failure {
+            Some(error) => Err(error),
+            None => Ok((world, shared)),
+        }
     }
 
     fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {
@@ -1142,6 +1165,8 @@ pub struct Probe {
     pub capabilities: ExecutorCapabilities,
     /// The server's name and version, from its MCP handshake.
     pub server: String,
+    /// How long its one process took from its start to the end of the MCP handshake.
+    pub start: Duration,
 }
 
 /// Starts the command once, reads its manifest and tool list, and stops it: what
@@ -1149,7 +1174,9 @@ pub struct Probe {
 pub fn probe(spec: &BlackBoxSpec) -> Result<Probe, String> {
     let scenario = scenarios::builtin().into_iter().next().ok_or("no built-in scenario")?;
     let one = Arc::new(BlackBoxSpec { workers: 1, ..spec.clone() });
+    let began = Instant::now();
     let (world, _shared) = RealWorld::build(&scenario, 0, one)?;
+    let start = began.elapsed();
     let peer = world.run.peers.borrow().get("worker-1").cloned().ok_or("worker-1 did not start")?;
     let server = peer
         .peer_info()
@@ -1158,9 +1185,9 @@ pub fn probe(spec: &BlackBoxSpec) -> Result<Probe, String> {
         })
         .unwrap_or_default();
     let (tools, manifest) = world.block_on(async move {
-        let tools = tokio::time::timeout(START_PATIENCE, peer.list_all_tools()).await;
+        let tools = tokio::time::timeout(DEFAULT_START_PATIENCE, peer.list_all_tools()).await;
         let manifest = tokio::time::timeout(
-            START_PATIENCE,
+            DEFAULT_START_PATIENCE,
             peer.read_resource(ReadResourceRequestParams::new(MANIFEST_URI)),
         )
         .await;
@@ -1197,5 +1224,5 @@ pub fn probe(spec: &BlackBoxSpec) -> Result<Probe, String> {
         None => ExecutorCapabilities::tools(contract_tools.clone()).with_poll(polls),
     };
     drop(world);
-    Ok(Probe { manifest, tools, capabilities, server })
+    Ok(Probe { manifest, tools, capabilities, server, start })
 }

@@ -53,6 +53,10 @@ struct BlackBoxArgs {
     /// (`idempotency_key`, or SEP-3182's `idempotencyKey`), besides `_meta`.
     #[arg(long, requires = "executor_cmd")]
     key_argument: Option<String>,
+    /// With --executor-cmd: how long a worker process may take from its start to the end of
+    /// the MCP handshake (`90s`, `2m`; default 120s); a slower start makes the run `crashed`.
+    #[arg(long, requires = "executor_cmd")]
+    start_timeout: Option<String>,
 }
 
 /// Seeds per scenario of a matrix unless `--seeds` says.
@@ -62,6 +66,8 @@ const BLACK_BOX_REPEATS: u64 = 3;
 
 /// The most worker processes a black-box run starts.
 const MAX_WORKERS: usize = 16;
+/// The longest `--start-timeout`.
+const MAX_START_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3600);
 
 #[derive(Debug, Subcommand)]
 enum Command {
@@ -93,7 +99,8 @@ enum Command {
         /// of N; `replaylab merge` joins the shards' reports into the whole run's.
         #[arg(long)]
         shard: Option<String>,
-        /// Threads (default and most: the machine's cores; no more than there are runs).
+        /// Threads (default and most: the machine's cores; with --executor-cmd, one to four per
+        /// core, by how long the server's one process took to start; no more than there are runs).
         #[arg(long)]
         jobs: Option<usize>,
         /// The executor's `tracing` events captured for the failing run each scenario shows
@@ -478,6 +485,18 @@ impl Registry {
                 )))
             }
         };
+        let start_patience = match &black_box.start_timeout {
+            None => crate::black_box::DEFAULT_START_PATIENCE,
+            Some(text) => match humantime::parse_duration(text) {
+                Ok(duration) if !duration.is_zero() && duration <= MAX_START_TIMEOUT => duration,
+                _ => {
+                    return Err(bad_input(anyhow::anyhow!(
+                        "--start-timeout {}: a duration from 1ms to 1h, like 90s",
+                        quoted(text)
+                    )))
+                }
+            },
+        };
         let spec = crate::black_box::BlackBoxSpec {
             command: command.clone(),
             workers: black_box.workers,
@@ -486,6 +505,8 @@ impl Registry {
             server: String::new(),
             capabilities_from: String::new(),
             polls: false,
+            start_patience,
+            measured_start: std::time::Duration::ZERO,
         };
         let probe = crate::black_box::probe(&spec).map_err(|error| {
             bad_input(anyhow::anyhow!(
@@ -594,14 +615,22 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
                 (first_seed..first_seed + seeds).filter(|seed| shard.contains(*seed)).count() as u64
             });
             let runs = (scenarios.len() as u64).saturating_mul(seeds_here);
-            let jobs = if executor.black_box.is_some() {
-                black_box_jobs(jobs, runs)?
+            let requested_jobs = jobs;
+            let jobs = if let Some(spec) = &executor.black_box {
+                black_box_jobs(jobs, runs, spec)?
             } else {
                 jobs_for(jobs, runs)?
             };
             let files: Vec<&str> = formats.iter().map(|format| format.file_name()).collect();
             check_report_dir(&out, &files)?;
             check_step_summary()?;
+            if let Some(spec) = &executor.black_box {
+                eprintln!(
+                    "{jobs} run(s) side by side: the server's one process started in {} ms{}",
+                    spec.measured_start.as_millis(),
+                    if requested_jobs.is_some() { " (--jobs)" } else { "; --jobs says otherwise" }
+                );
+            }
             let commit = source_commit();
             let config = MatrixConfig {
                 executor,
@@ -919,7 +948,9 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
             }
             let executor = registry.resolve("reference", &black_box)?;
             let scenarios = load_scenarios(&[])?;
-            let jobs = black_box_jobs(jobs, scenarios.len() as u64)?;
+            let spec =
+                executor.black_box.clone().ok_or_else(|| bad_input(anyhow::anyhow!("not a black box")))?;
+            let jobs = black_box_jobs(jobs, scenarios.len() as u64, &spec)?;
             let config = MatrixConfig {
                 executor,
                 scenarios,
@@ -1016,8 +1047,6 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
     }
 }
 
-/// The threads a command uses: `--jobs` (default: the machine's cores), at least 1, and no more
-/// than can help: the cores, and the `work` items there are to share.
 /// The scenarios `only` names (by id, name or full name), in their order; all of them when
 /// `only` is empty. A name no scenario has is bad input.
 fn only_these(scenarios: Vec<Scenario>, only: &[String]) -> Result<Vec<Scenario>, Failure> {
@@ -1038,8 +1067,6 @@ fn only_these(scenarios: Vec<Scenario>, only: &[String]) -> Result<Vec<Scenario>
     Ok(scenarios.into_iter().filter(|scenario| only.iter().any(|name| named(scenario, name))).collect())
 }
 
-/// Black-box runs mostly wait on real time (leases, settling, processes starting), so they
-/// run more at once than there are cores: by default four per core, at least eight.
 /// A benchmark first says what it runs on: the figures of a build whose own crates are not
 /// optimised (the dev profile, as the tests and CI build) do not compare with a release build's;
 /// the ratios between two paths of one build still do.
@@ -1051,15 +1078,36 @@ fn say_build() {
     }
 }
 
-fn black_box_jobs(requested: Option<usize>, work: u64) -> Result<usize, Failure> {
+/// Black-box runs mostly wait on real time (leases, settling), so they run more at once than
+/// there are cores, as many as the server's start-up leaves room for: a run starts a process
+/// per worker at once, and starting them is CPU work. By default, per core, one run per
+/// [`START_BUDGET`] of the probe's measured start (four at most, one at least); `--jobs` says
+/// otherwise. No more than there are runs.
+fn black_box_jobs(
+    requested: Option<usize>,
+    work: u64,
+    spec: &crate::black_box::BlackBoxSpec,
+) -> Result<usize, Failure> {
     if requested == Some(0) {
         return Err(bad_input(anyhow::anyhow!("--jobs must be at least 1")));
     }
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     let work = usize::try_from(work).unwrap_or(usize::MAX).max(1);
-    Ok(requested.unwrap_or((cores * 4).max(8)).min(work))
+    Ok(requested.unwrap_or_else(|| cores * runs_per_core(spec.measured_start)).min(work))
 }
 
+/// How much of a start-up one core's share of runs may take: a server whose one process
+/// starts in a quarter of it gets four runs per core.
+const START_BUDGET: std::time::Duration = std::time::Duration::from_millis(1_000);
+
+/// Runs per core for a server whose one process took `start` to start and shake hands.
+fn runs_per_core(start: std::time::Duration) -> usize {
+    let per_run = start.as_millis().max(1);
+    usize::try_from(START_BUDGET.as_millis() / per_run).unwrap_or(usize::MAX).clamp(1, 4)
+}
+
+/// The threads a command uses: `--jobs` (default: the machine's cores), at least 1, and no more
+/// than can help: the cores, and the `work` items there are to share.
 fn jobs_for(requested: Option<usize>, work: u64) -> Result<usize, Failure> {
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
     if requested == Some(0) {
@@ -1422,6 +1470,16 @@ fn serve_downstream(listen: &str, config_path: Option<&std::path::Path>) -> Resu
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn black_box_runs_per_core_follow_the_servers_start() {
+        let ms = std::time::Duration::from_millis;
+        assert_eq!(runs_per_core(ms(0)), 4);
+        assert_eq!(runs_per_core(ms(250)), 4);
+        assert_eq!(runs_per_core(ms(400)), 2);
+        assert_eq!(runs_per_core(ms(1_200)), 1);
+        assert_eq!(runs_per_core(ms(60_000)), 1);
+    }
     use super::*;
 
     /// clap checks its definitions only when a command is parsed in a debug build: every

@@ -80,6 +80,7 @@ impl ExecutorSpec {
         spec.server = probe.server.clone();
         spec.capabilities_from = if probe.manifest.is_some() { "manifest" } else { "tools/list" }.to_owned();
         spec.polls = probe.tools.contains(protocol::mcp::POLL_TOOL);
+        spec.measured_start = probe.start;
         let (name, version) = probe.server.split_once(' ').unwrap_or((probe.server.as_str(), ""));
         let name = if name.is_empty() { spec.command.clone() } else { format!("{name} ({})", spec.command) };
         let mut executor = Self::new(name, |_run: &str| {

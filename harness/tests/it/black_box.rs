@@ -330,3 +330,75 @@ fn bad_black_box_input_exits_2_before_any_run() {
     assert_eq!(output.status.code(), Some(2), "{}", text(&output));
     assert!(text(&output).contains("--only: no scenario"), "{}", text(&output));
 }
+
+/// Whether process `pid` is gone (or a zombie, dead and waiting to be reaped), within 5 s.
+fn dies(pid: u32) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|stat| stat.rsplit_once(')').map(|(_, rest)| rest.trim_start().chars().next()))
+            .flatten();
+        if state.is_none_or(|state| state == 'Z') {
+            return true;
+        }
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// A server command that forks a child (writing its pid to `DIR/child-{worker}-{incarnation}`),
+/// then does `then`.
+fn forking(directory: &Path, then: &str) -> String {
+    format!(
+        "sleep 300 </dev/null >/dev/null 2>&1 & echo $! > {}/child-{{worker}}-$REPLAYLAB_INCARNATION; {then}",
+        directory.display()
+    )
+}
+
+/// The children a test's server forked: every pid file in `directory`.
+fn children(directory: &Path) -> Vec<(String, u32)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(directory).expect("the scratch directory").flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with("child-") {
+            let pid = std::fs::read_to_string(entry.path()).expect("a pid file");
+            found.push((name, pid.trim().parse().expect("a pid")));
+        }
+    }
+    found
+}
+
+/// Every way a server process can fail to start kills its process group: a child it forked
+/// does not outlive it (before, a failed handshake left it running).
+#[test]
+fn a_server_that_fails_to_start_leaves_no_child_behind() {
+    let refuse = r#"read line; printf '{"jsonrpc":"2.0","id":0,"error":{"code":-32603,"message":"refused"}}\n'; sleep 300"#;
+    let serve = format!("exec {REPLAYLAB} executor serve --store sqlite:{{state}}/claims.db");
+    let cases: [(&str, String, &str); 4] = [
+        ("refuses_initialize", refuse.to_owned(), "refused"),
+        ("exits", "exit 3".to_owned(), "failed the MCP handshake"),
+        ("never_answers", "sleep 300".to_owned(), "did not finish the MCP handshake within 2 s"),
+        (
+            "fails_its_restart",
+            format!("if [ \"$REPLAYLAB_INCARNATION\" = 0 ]; then {serve}; else exit 3; fi"),
+            "incarnation 1",
+        ),
+    ];
+    for (case, then, said) in cases {
+        let directory = scratch(&format!("orphans_{case}"));
+        let command = forking(&directory, &then);
+        // S03 kills worker-1 after the commit; the settle phase starts it again.
+        let output =
+            replaylab(&["run", "S03", "--seed", "0", "--executor-cmd", &command, "--start-timeout", "2s"]);
+        let text = text(&output);
+        assert!(text.contains(said), "{case}: {text}");
+        let children = children(&directory);
+        assert!(!children.is_empty(), "{case}: the server forked no child: {text}");
+        for (name, pid) in children {
+            assert!(dies(pid), "{case}: {name} (pid {pid}) outlived its server: {text}");
+        }
+    }
+}
