@@ -81,11 +81,25 @@ pub fn run_and_write(
     Ok((result, written))
 }
 
+/// How much time a scenario lets pass on purpose: its `advance` steps and its settle time (a
+/// run in the real world lasts at least that long).
+fn real_time_span(scenario: &Scenario) -> std::time::Duration {
+    let advanced: std::time::Duration = scenario
+        .steps
+        .iter()
+        .filter_map(|step| match &step.kind {
+            scenarios::StepKind::Advance { by, .. } => Some(*by),
+            _ => None,
+        })
+        .sum();
+    advanced + scenario.settle
+}
+
 /// Runs the matrix.
 pub fn run(config: &MatrixConfig) -> MatrixResult {
     let began = std::time::Instant::now();
     let in_shard = |seed: &u64| config.shard.is_none_or(|shard| shard.contains(*seed));
-    let work: Vec<(usize, u64)> = (0..config.scenarios.len())
+    let mut work: Vec<(usize, u64)> = (0..config.scenarios.len())
         .flat_map(|index| {
             (0..config.seeds)
                 .map_while(move |offset| config.first_seed.checked_add(offset))
@@ -93,6 +107,13 @@ pub fn run(config: &MatrixConfig) -> MatrixResult {
                 .map(move |seed| (index, seed))
         })
         .collect();
+    if config.executor.black_box.is_some() {
+        // Real runs mostly wait as their scenarios ask: the longest start first, so that the
+        // last to finish is not a long one started late (the results are sorted back below).
+        work.sort_by_key(|&(index, seed)| {
+            (std::cmp::Reverse(real_time_span(&config.scenarios[index])), index, seed)
+        });
+    }
     let next = AtomicUsize::new(0);
     let results: Mutex<Vec<Finished>> = Mutex::new(Vec::with_capacity(work.len()));
     std::thread::scope(|scope| {

@@ -6,6 +6,7 @@
 mod installed;
 mod support;
 
+mod allowed;
 mod black_box;
 mod cli;
 mod corpus;
