@@ -402,3 +402,37 @@ fn a_server_that_fails_to_start_leaves_no_child_behind() {
         }
     }
 }
+
+/// A server that burns 1.5 s of CPU before it answers `initialize` (the careful Python example
+/// behind a busy loop, as a server importing heavy libraries is) passes at the default settings:
+/// no run is `crashed` for its start (every run was, at a fixed 30 s handshake limit and eight
+/// runs side by side on two cores).
+#[test]
+fn a_slow_starting_server_passes_at_the_default_settings() {
+    let Some(python) = python() else { return };
+    let python = python.display().to_string();
+    let server = root().join("examples/python-mcp-executor/server.py");
+    let burn = "import time; t = time.process_time(); [0 for _ in iter(lambda: time.process_time() - t < 1.5, False)]";
+    let command = format!("{python} -c '{burn}' && exec {python} {}", server.display());
+    let out = scratch("slow_starter");
+    let out = out.display().to_string();
+    let output = replaylab(&[
+        "matrix",
+        "--executor-cmd",
+        &command,
+        "--repeat",
+        "1",
+        "--only",
+        "S02,S03,S27",
+        "--out",
+        &out,
+    ]);
+    let said = text(&output);
+    assert_eq!(output.status.code(), Some(0), "{said}");
+    assert!(said.contains("run(s) side by side: the server's one process started in"), "{said}");
+    let matrix = matrix_json(Path::new(&out));
+    for id in ["S02", "S03", "S27"] {
+        let scenario = scenario(&matrix, id);
+        assert_eq!(scenario["verdict"], "pass", "{id}: {scenario}");
+    }
+}
