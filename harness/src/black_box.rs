@@ -187,6 +187,17 @@ mod tests {
     }
 
     #[test]
+    fn mcp_ports_never_come_from_the_kernels_ephemeral_range() {
+        let ephemeral: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .ok()
+            .and_then(|text| text.split_whitespace().next().and_then(|low| low.parse().ok()))
+            .unwrap_or(32_768);
+        let ports: BTreeSet<u16> = (0..50).map(|_| free_port()).collect();
+        assert_eq!(ports.len(), 50, "each call hands out another port: {ports:?}");
+        assert!(ports.iter().all(|port| (20_000..ephemeral).contains(port)), "{ports:?}");
+    }
+
+    #[test]
     fn a_run_has_the_scenarios_workers_and_more_up_to_the_flag() {
         let spec = |workers| BlackBoxSpec {
             command: "true".into(),
@@ -820,10 +831,33 @@ async fn connect_http(port: u16) -> Result<RunningService<RoleClient, ()>, Strin
 /// How often a starting HTTP server's port is tried again.
 const HTTP_RETRY: Duration = Duration::from_millis(20);
 
-/// A loopback port free now (for `{port}`; the process binds it).
+/// A loopback port free now, for `{port}` (the process binds it a moment later). Chosen below
+/// the kernel's ephemeral range: a port the kernel hands out for a `bind(0)` (every worker's
+/// downstream port, in this run and the runs beside it) could be handed out again between our
+/// check and the process's bind, and the harness would then speak MCP to another worker's
+/// downstream. Each harness process starts at its own place in the range and walks on.
 fn free_port() -> u16 {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|text| text.split_whitespace().next().and_then(|low| low.parse::<u32>().ok()))
+        .unwrap_or(32_768);
+    let (low, high) = (MCP_PORTS_FROM, ephemeral.max(MCP_PORTS_FROM + 1_000));
+    let span = high - low;
+    let start = std::process::id().wrapping_mul(7_919) % span;
+    for _ in 0..span {
+        let offset = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let port = low + (start + offset) % span;
+        let Ok(port) = u16::try_from(port) else { continue };
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
     std::net::TcpListener::bind(("127.0.0.1", 0)).and_then(|l| l.local_addr()).map_or(0, |a| a.port())
 }
+
+/// The first port [`free_port`] hands out for a process's MCP server.
+const MCP_PORTS_FROM: u32 = 20_000;
 
 /// `SIGKILL` to the process group `pid` leads (the command's shell and everything it started),
 /// through procps' `kill` (the workspace forbids `unsafe`, so no `kill(2)` from here; the
