@@ -99,7 +99,7 @@ enum Command {
         /// of N; `replaylab merge` joins the shards' reports into the whole run's.
         #[arg(long)]
         shard: Option<String>,
-        /// Threads (default and most: the machine's cores; with --executor-cmd, one to four per
+        /// Threads (default and most: the machine's cores; with --executor-cmd, two to eight per
         /// core, by how long the server's one process took to start; no more than there are runs).
         #[arg(long)]
         jobs: Option<usize>,
@@ -1080,9 +1080,9 @@ fn say_build() {
 
 /// Black-box runs mostly wait on real time (leases, settling), so they run more at once than
 /// there are cores, as many as the server's start-up leaves room for: a run starts a process
-/// per worker at once, and starting them is CPU work. By default, per core, one run per
-/// [`START_BUDGET`] of the probe's measured start (four at most, one at least); `--jobs` says
-/// otherwise. No more than there are runs.
+/// per worker at once, and starting them is CPU work. By default, per core, one run per share of
+/// [`START_BUDGET`] the probe's measured start takes (two to eight); `--jobs` says otherwise.
+/// No more than there are runs.
 fn black_box_jobs(
     requested: Option<usize>,
     work: u64,
@@ -1096,14 +1096,15 @@ fn black_box_jobs(
     Ok(requested.unwrap_or_else(|| cores * runs_per_core(spec.measured_start)).min(work))
 }
 
-/// How much of a start-up one core's share of runs may take: a server whose one process
-/// starts in a quarter of it gets four runs per core.
-const START_BUDGET: std::time::Duration = std::time::Duration::from_millis(1_000);
+/// How much start-up one core's share of runs may take at once: a server whose one process
+/// starts in a quarter of it gets four runs per core. Runs wait most of their time (a run
+/// lasts seconds; its processes start in a fraction of one), so a core has room for several.
+const START_BUDGET: std::time::Duration = std::time::Duration::from_millis(4_000);
 
 /// Runs per core for a server whose one process took `start` to start and shake hands.
 fn runs_per_core(start: std::time::Duration) -> usize {
     let per_run = start.as_millis().max(1);
-    usize::try_from(START_BUDGET.as_millis() / per_run).unwrap_or(usize::MAX).clamp(1, 4)
+    usize::try_from(START_BUDGET.as_millis() / per_run).unwrap_or(usize::MAX).clamp(2, 8)
 }
 
 /// The threads a command uses: `--jobs` (default: the machine's cores), at least 1, and no more
@@ -1474,11 +1475,11 @@ mod tests {
     #[test]
     fn black_box_runs_per_core_follow_the_servers_start() {
         let ms = std::time::Duration::from_millis;
-        assert_eq!(runs_per_core(ms(0)), 4);
-        assert_eq!(runs_per_core(ms(250)), 4);
-        assert_eq!(runs_per_core(ms(400)), 2);
-        assert_eq!(runs_per_core(ms(1_200)), 1);
-        assert_eq!(runs_per_core(ms(60_000)), 1);
+        assert_eq!(runs_per_core(ms(0)), 8);
+        assert_eq!(runs_per_core(ms(500)), 8);
+        assert_eq!(runs_per_core(ms(600)), 6);
+        assert_eq!(runs_per_core(ms(2_100)), 2);
+        assert_eq!(runs_per_core(ms(60_000)), 2);
     }
     use super::*;
 
