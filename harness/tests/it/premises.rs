@@ -331,7 +331,13 @@ fn a_lease_the_scenario_lets_run_out_runs_out_however_late_the_call_was_taken_up
         for seed in 0..5 {
             let record = runner::run(&builtin(id), seed, &late);
             let result = &record.result;
-            assert_eq!(result.verdict, Verdict::Pass, "{id} seed {seed}: {:?} {:?}", result.notes, result.violations);
+            assert_eq!(
+                result.verdict,
+                Verdict::Pass,
+                "{id} seed {seed}: {:?} {:?}",
+                result.notes,
+                result.violations
+            );
         }
     }
 }
@@ -347,7 +353,12 @@ fn a_timing_premise_that_did_not_hold_is_unknown_not_fail() {
         for seed in 0..5 {
             let record = runner::run(&builtin(id), seed, &late);
             let notes = record.result.notes.join("\n");
-            assert_ne!(record.result.verdict, Verdict::Fail, "{id} seed {seed}: {notes} {:?}", record.result.violations);
+            assert_ne!(
+                record.result.verdict,
+                Verdict::Fail,
+                "{id} seed {seed}: {notes} {:?}",
+                record.result.violations
+            );
             if record.result.verdict == Verdict::Unknown {
                 assert!(notes.contains(premise), "{id} seed {seed}: {notes}");
             }
