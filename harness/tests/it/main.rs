@@ -24,4 +24,5 @@ mod report_browser;
 mod reports_privacy;
 mod runs;
 mod serve;
+mod typescript_examples;
 mod unusual;
