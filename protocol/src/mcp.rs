@@ -270,8 +270,16 @@ mod tests {
             serde_json::from_str(r#"{"version": 1, "capabilities": {"reconcile": true}}"#)
                 .expect("a manifest");
         let listed: BTreeSet<String> = ["tickets.create".to_owned()].into();
-        let capabilities = manifest.capabilities.to_capabilities(&listed);
+        let capabilities = manifest.capabilities.to_capabilities(&listed, true);
         assert_eq!(capabilities, ExecutorCapabilities::tools(["tickets.create"]).with_reconcile(true));
+        let without_poll = manifest.capabilities.to_capabilities(&listed, false);
+        assert!(!without_poll.poll);
+        let versioned: Manifest = serde_json::from_str(
+            r#"{"version": 1, "capabilities": {"versions": {"tickets.create": ["2026-08-18"]}}}"#,
+        )
+        .expect("a manifest naming versions");
+        let capabilities = versioned.capabilities.to_capabilities(&listed, true);
+        assert_eq!(capabilities.versions["tickets.create"], ["2026-08-18".to_owned()].into());
         assert!(
             serde_json::from_str::<Manifest>(r#"{"version": 1, "capabilities": {}, "extra": 1}"#).is_err()
         );
