@@ -1001,7 +1001,12 @@ impl RealWorld {
         }
         match failure {
             Some(error) => Err(error),
-            None => Ok((world, shared)),
+            None => {
+                // The scenario's clock starts now that every process is up: a slow start takes
+                // nothing from the time its steps let pass.
+                shared.clock.start_real();
+                Ok((world, shared))
+            }
         }
     }
 

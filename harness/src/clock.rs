@@ -18,8 +18,9 @@ pub struct WorldClock {
 
 #[derive(Debug, Default)]
 struct ClockInner {
-    /// For the black-box world: real time since this instant, instead of turmoil's.
-    started: Option<std::time::Instant>,
+    /// For the black-box world: real time since the run's processes were up (set then by
+    /// [`WorldClock::start_real`]; the clock reads 0 until then), instead of turmoil's.
+    real: Option<std::sync::OnceLock<std::time::Instant>>,
     /// turmoil's elapsed time as the runner last saw it, for readings outside any host.
     outside_ms: AtomicU64,
     /// Idle time skipped so far.
@@ -27,19 +28,29 @@ struct ClockInner {
 }
 
 impl WorldClock {
-    /// A clock of the real world (the black-box world): milliseconds of real time since now.
-    /// Nothing is ever skipped on it.
+    /// A clock of the real world (the black-box world): milliseconds of real time since
+    /// [`WorldClock::start_real`] is called (0 before: starting the processes is off the
+    /// scenario's clock). Nothing is ever skipped on it.
     pub fn real() -> Self {
         Self {
-            inner: Arc::new(ClockInner { started: Some(std::time::Instant::now()), ..ClockInner::default() }),
+            inner: Arc::new(ClockInner { real: Some(std::sync::OnceLock::new()), ..ClockInner::default() }),
         }
     }
 
-    /// Now: inside a simulated host, that host's turmoil time; outside (the runner), the time
-    /// the runner last set; plus every skip so far.
+    /// Starts a real clock (once; later calls and simulated clocks are unchanged).
+    pub fn start_real(&self) {
+        if let Some(real) = &self.inner.real {
+            real.get_or_init(std::time::Instant::now);
+        }
+    }
+
+    /// Now: on a real clock, real time since it started; inside a simulated host, that host's
+    /// turmoil time; outside (the runner), the time the runner last set; plus every skip so far.
     pub fn now_ms(&self) -> u64 {
-        if let Some(started) = self.inner.started {
-            return u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        if let Some(real) = &self.inner.real {
+            return real
+                .get()
+                .map_or(0, |started| u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
         }
         let simulated = match turmoil::sim_elapsed() {
             Some(elapsed) => u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
@@ -87,5 +98,18 @@ mod tests {
         clock.skip(70);
         assert_eq!(reader.now_ms(), 5_200);
         assert_eq!(reader.skipped_ms(), 5_070);
+    }
+
+    #[test]
+    fn a_real_clock_reads_zero_until_it_starts() {
+        let clock = WorldClock::real();
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        assert_eq!(clock.now_ms(), 0);
+        clock.start_real();
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        let read = clock.now_ms();
+        assert!((30..30_000).contains(&read), "{read}");
+        clock.start_real();
+        assert!(clock.now_ms() >= read, "a second start does not restart it");
     }
 }
