@@ -321,13 +321,15 @@ async fn the_careful_typescript_executor_follows_the_conventions() {
     let _ = std::fs::remove_dir_all(&state);
 }
 
+/// The scenarios of lost answers, crashes after commit, races, late answers and abandoned
+/// claims (CI's black-box gate runs the whole matrix, 3 repeats, beside a busy loop).
 #[test]
 fn the_careful_typescript_executor_passes_the_black_box_matrix() {
     let Some(node) = node() else { return };
     let _one = one_at_a_time();
     let out = scratch("careful");
     let command = format!("{} {}", node.display(), entry(CAREFUL).display());
-    let (output, matrix) = matrix(&out, &command, &[]);
+    let (output, matrix) = matrix(&out, &command, &["--only", "S02,S03,S05,S19,S27,S28"]);
     assert_passes(&output, &matrix);
     assert!(text(&output).contains("Not deterministic: real processes on real time"), "{}", text(&output));
     for id in ["S02", "S03", "S05"] {
