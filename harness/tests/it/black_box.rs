@@ -27,7 +27,7 @@ fn root() -> PathBuf {
 /// Runs the binary as a user would, outside Cargo: its reproduce commands then name the
 /// binary itself (under `cargo test` they would say `cargo run ...`, and running one would
 /// build the harness again in the middle of the test).
-fn replaylab(arguments: &[&str]) -> Output {
+pub(crate) fn replaylab(arguments: &[&str]) -> Output {
     Command::new(REPLAYLAB)
         .env_remove("CARGO")
         .env_remove("CARGO_PKG_NAME")
@@ -38,7 +38,7 @@ fn replaylab(arguments: &[&str]) -> Output {
         .expect("replaylab runs")
 }
 
-fn text(output: &Output) -> String {
+pub(crate) fn text(output: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
 }
 
@@ -50,16 +50,16 @@ fn scratch(test: &str) -> PathBuf {
     directory
 }
 
-fn matrix_json(out: &Path) -> Value {
+pub(crate) fn matrix_json(out: &Path) -> Value {
     let text = std::fs::read_to_string(out.join("matrix.json")).expect("matrix.json was written");
     serde_json::from_str(&text).expect("matrix.json is JSON")
 }
 
-fn scenario<'a>(matrix: &'a Value, id: &str) -> &'a Value {
+pub(crate) fn scenario<'a>(matrix: &'a Value, id: &str) -> &'a Value {
     matrix["scenarios"].as_array().expect("scenarios").iter().find(|s| s["id"] == id).expect("the scenario")
 }
 
-fn row<'a>(matrix: &'a Value, id: &str) -> &'a Value {
+pub(crate) fn row<'a>(matrix: &'a Value, id: &str) -> &'a Value {
     matrix["rows"].as_array().expect("rows").iter().find(|r| r["row"] == id).expect("the row")
 }
 

@@ -30,7 +30,7 @@ use rmcp::ServiceExt;
 use serde_json::{json, Value};
 use wire::{TcpAcceptor, TcpConnector};
 
-const REPLAYLAB: &str = env!("CARGO_BIN_EXE_replaylab");
+use crate::black_box::{matrix_json, replaylab, row, scenario, text};
 
 /// Generous: a loaded two-core machine starting Node.js.
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -116,42 +116,12 @@ fn node() -> Option<PathBuf> {
     None
 }
 
-/// Runs the binary as a user would, outside Cargo: its reproduce commands then name the binary
-/// itself.
-fn replaylab(arguments: &[&str]) -> Output {
-    Command::new(REPLAYLAB)
-        .env_remove("CARGO")
-        .env_remove("CARGO_PKG_NAME")
-        .args(arguments)
-        .current_dir(root())
-        .stdin(Stdio::null())
-        .output()
-        .expect("replaylab runs")
-}
-
-fn text(output: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
-}
-
 /// A scratch directory of this test's own.
 fn scratch(test: &str) -> PathBuf {
     let directory = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("typescript-examples").join(test);
     let _ = std::fs::remove_dir_all(&directory);
     std::fs::create_dir_all(&directory).expect("a scratch directory");
     directory
-}
-
-fn matrix_json(out: &Path) -> Value {
-    let text = std::fs::read_to_string(out.join("matrix.json")).expect("matrix.json was written");
-    serde_json::from_str(&text).expect("matrix.json is JSON")
-}
-
-fn scenario<'a>(matrix: &'a Value, id: &str) -> &'a Value {
-    matrix["scenarios"].as_array().expect("scenarios").iter().find(|s| s["id"] == id).expect("the scenario")
-}
-
-fn row<'a>(matrix: &'a Value, id: &str) -> &'a Value {
-    matrix["rows"].as_array().expect("rows").iter().find(|r| r["row"] == id).expect("the row")
 }
 
 /// A JSON Schema checked in under the repository root.
