@@ -886,12 +886,13 @@ fn is_dead(pid: u32) -> bool {
     }
 }
 
-/// The downstream timeout the processes are given: the simulation's. It must not be longer than
-/// the scenarios' default lease (2 s): an owner still waiting on the downstream when its lease
-/// runs out is taken over by another worker, which is not what those scenarios are about (3 s
-/// made S12's first call `replayed` by a take-over). S19 and S27 hold a late answer 1.5 s that
-/// must still reach the waiting process: 0.5 s of margin, which a very busy machine can eat
-/// (seen once, at a load of 9 to 13 on 2 cores).
+/// The downstream timeout the processes are given unless a scenario names its own: the
+/// simulation's. It must not be longer than the scenarios' default lease (2 s): an owner still
+/// waiting on the downstream when its lease runs out is taken over by another worker, which is
+/// not what those scenarios are about (3 s made S12's first call `replayed` by a take-over).
+/// S19 and S27, whose 1.5 s late answer must still reach the waiting process, ask for 4 s
+/// (`[timing] downstream_timeout`): at 2 s, the 0.5 s of margin was eaten once by a very busy
+/// machine (a load of 9 to 13 on 2 cores), and their `told` premise catches what is left.
 const PROCESS_DOWNSTREAM_TIMEOUT: Duration = executor::DEFAULT_DOWNSTREAM_TIMEOUT;
 
 /// How long a killed process may take to die before the crash counts as not having happened.
@@ -934,7 +935,15 @@ impl RealWorld {
         let timing = [
             (env::LEASE_MS, contract.lease.as_millis().to_string()),
             (env::RETENTION_MS, contract.retention.as_millis().to_string()),
-            (env::DOWNSTREAM_TIMEOUT_MS, PROCESS_DOWNSTREAM_TIMEOUT.as_millis().to_string()),
+            (
+                env::DOWNSTREAM_TIMEOUT_MS,
+                scenario
+                    .timing
+                    .downstream_timeout
+                    .unwrap_or(PROCESS_DOWNSTREAM_TIMEOUT)
+                    .as_millis()
+                    .to_string(),
+            ),
             (env::SERVICES, services_of(&shared.downstream.config())),
         ];
         let boundary = Rc::new(Boundary {

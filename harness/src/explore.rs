@@ -994,7 +994,11 @@ impl Case {
                 webhook: self.webhooks.then_some(WebhookSpec { repeat_same_event: 1, extra_event_ids: 1 }),
             },
             queue: QueueSpec { duplicate_deliveries: self.duplicate_deliveries, delivery_delay: None },
-            timing: TimingSpec { lease: Some(CASE_LEASE), retention: Some(CASE_RETENTION) },
+            timing: TimingSpec {
+                lease: Some(CASE_LEASE),
+                retention: Some(CASE_RETENTION),
+                downstream_timeout: None,
+            },
             settle: Duration::from_secs(10),
             seed: Some(self.seed),
             steps: plan.steps,

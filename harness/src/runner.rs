@@ -719,7 +719,9 @@ impl Runner {
                 self.record(EventKind::HumanEdit { ticket, version });
             }
             StepKind::Expect(expect) => {
-                if let Some(premise) = self.outstanding_premise(expect, line) {
+                if let Some(premise) =
+                    self.outstanding_premise(expect, line).or_else(|| self.told_premise(expect, line))
+                {
                     self.undecided.push(premise);
                 } else if let Some(failure) = self.check_expectation(expect, line) {
                     self.expectation_failures.push(failure);
@@ -813,6 +815,39 @@ impl Runner {
                 quoted(other),
                 quoted(other)
             )
+        })
+    }
+
+    /// Why an expectation's `told` premise did not hold, if it did not: a downstream request
+    /// the call's worker sent while serving it got neither an answer nor a transport failure
+    /// before the call was answered, so the worker stopped waiting for it (its own timeout)
+    /// and never heard what the scenario relies on it hearing.
+    fn told_premise(&self, expect: &scenarios::ExpectOutcome, line: usize) -> Option<String> {
+        if !expect.told {
+            return None;
+        }
+        let history = self.shared.history.events();
+        let answered_at = history.iter().position(
+            |event| matches!(&event.kind, EventKind::Answered { label, .. } if label == &expect.call),
+        )?;
+        let before = &history[..answered_at];
+        let heard = |id: &str| {
+            before.iter().any(|event| {
+                matches!(&event.kind,
+                    EventKind::DownstreamAnswered { request_id, .. } | EventKind::DownstreamFailed { request_id, .. }
+                        if request_id == id)
+            })
+        };
+        before.iter().find_map(|event| match &event.kind {
+            EventKind::DownstreamSent { worker, request_id, serving: Some(serving), method, path, .. }
+                if serving == &expect.call && !heard(request_id) =>
+            {
+                Some(format!(
+                    "line {line}: {worker} answered {} before its request {request_id} ({method} {path}) was answered: it stopped waiting (its downstream timeout ran out first), where the scenario needs it told: the expectation is not judged",
+                    quoted(&expect.call)
+                ))
+            }
+            _ => None,
         })
     }
 

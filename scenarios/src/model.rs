@@ -116,6 +116,11 @@ pub struct TimingSpec {
     pub lease: Option<Duration>,
     /// Record retention.
     pub retention: Option<Duration>,
+    /// The downstream timeout the harness asks a worker process to use
+    /// (`REPLAYLAB_DOWNSTREAM_TIMEOUT_MS`; 2 s when unset). Simulated executors keep their own:
+    /// simulated time has no load to leave margin for, and an `expect` with `told = true`
+    /// checks that a late answer the scenario relies on reached its worker.
+    pub downstream_timeout: Option<Duration>,
 }
 
 /// When a downstream pause point stops a worker, relative to its request.
@@ -331,6 +336,12 @@ pub struct ExpectOutcome {
     /// this one was answered. When it was not (a real process took this call up too late), the
     /// expectation is not judged and the run is `unknown`.
     pub while_outstanding: Option<String>,
+    /// A premise: the call's worker was told. Every downstream request it sent while serving
+    /// the call got its answer (or its transport failure) before the call was answered: none
+    /// was given up at the worker's own timeout. When one was (a late answer the scenario
+    /// relies on came after the worker stopped waiting), the expectation is not judged and the
+    /// run is `unknown`.
+    pub told: bool,
 }
 
 /// What a step does.

@@ -145,6 +145,8 @@ struct TimingForm {
     lease: Option<String>,
     #[serde(default)]
     retention: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    downstream_timeout: Option<String>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -291,6 +293,8 @@ enum StepForm {
         same_reference_as: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         while_outstanding: Option<String>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        told: bool,
     },
     ExpectEffects {
         #[serde(default)]
@@ -420,6 +424,18 @@ impl Validator<'_> {
         let timing = TimingSpec {
             lease: form.timing.lease.as_deref().map(|t| self.duration("lease", t)).transpose()?,
             retention: form.timing.retention.as_deref().map(|t| self.duration("retention", t)).transpose()?,
+            downstream_timeout: form
+                .timing
+                .downstream_timeout
+                .as_deref()
+                .map(|t| match self.duration("downstream_timeout", t)? {
+                    zero if zero.is_zero() => Err((self.at)(
+                        (self.key)("downstream_timeout"),
+                        "`downstream_timeout` must be longer than 0".to_owned(),
+                    )),
+                    timeout => Ok(timeout),
+                })
+                .transpose()?,
         };
         let settle =
             form.settle.as_deref().map(|t| self.duration("settle", t)).transpose()?.unwrap_or(DEFAULT_SETTLE);
@@ -644,7 +660,7 @@ impl Validator<'_> {
             }
             StepForm::Revoke { actor, tool } => StepKind::Revoke { actor, tool },
             StepForm::HumanEdit { ticket_of } => StepKind::HumanEdit { ticket_of: operation(&ticket_of)? },
-            StepForm::Expect { call, status, reason, same_reference_as, while_outstanding } => {
+            StepForm::Expect { call, status, reason, same_reference_as, while_outstanding, told } => {
                 context.known_id(&call)?;
                 for other in same_reference_as.iter().chain(&while_outstanding) {
                     context.known_id(other)?;
@@ -670,7 +686,14 @@ impl Validator<'_> {
                             .map_err(|_| format!("`reason` = {} is not a reason code", quoted(&name)))
                     })
                     .transpose()?;
-                StepKind::Expect(ExpectOutcome { call, status, reason, same_reference_as, while_outstanding })
+                StepKind::Expect(ExpectOutcome {
+                    call,
+                    status,
+                    reason,
+                    same_reference_as,
+                    while_outstanding,
+                    told,
+                })
             }
             StepForm::ExpectEffects { operation: op, kind, count } => {
                 if let Some(kind) = &kind {
@@ -946,6 +969,24 @@ status = "applied"
         assert_eq!(call.version, DEFAULT_TOOL_VERSION);
         assert!(call.wait);
         assert_eq!(scenario.settle, DEFAULT_SETTLE);
+    }
+
+    #[test]
+    fn a_downstream_timeout_is_read_and_zero_is_refused() {
+        let with = |timeout: &str| {
+            MINIMAL.replace(
+                "[operations.op1]",
+                &format!("[timing]\ndownstream_timeout = \"{timeout}\"\n\n[operations.op1]"),
+            )
+        };
+        let scenario = Scenario::from_toml(&with("4s"), "t.toml").expect("valid");
+        assert_eq!(scenario.timing.downstream_timeout, Some(Duration::from_secs(4)));
+        assert_eq!(Scenario::from_toml(MINIMAL, "t.toml").unwrap().timing.downstream_timeout, None);
+        let error = error_of(&with("0s"));
+        assert!(error.message.contains("`downstream_timeout` must be longer than 0"), "{error}");
+        assert_eq!(error.line, 9, "the key's line: {error}");
+        let error = error_of(&with("soon"));
+        assert!(error.message.contains("`downstream_timeout` = \"soon\" is not a duration"), "{error}");
     }
 
     #[test]
@@ -1265,6 +1306,7 @@ impl Scenario {
                         reason: expect.reason.map(|reason| reason.as_str().to_owned()),
                         same_reference_as: expect.same_reference_as.clone(),
                         while_outstanding: expect.while_outstanding.clone(),
+                        told: expect.told,
                     },
                     StepKind::ExpectEffects { operation, kind, count } => StepForm::ExpectEffects {
                         operation: operation.clone(),
@@ -1314,6 +1356,7 @@ impl Scenario {
             timing: TimingForm {
                 lease: self.timing.lease.map(duration),
                 retention: self.timing.retention.map(duration),
+                downstream_timeout: self.timing.downstream_timeout.map(duration),
             },
             settle: Some(duration(self.settle)),
             seed: self.seed,

@@ -436,3 +436,25 @@ fn a_slow_starting_server_passes_at_the_default_settings() {
         assert_eq!(scenario["verdict"], "pass", "{id}: {scenario}");
     }
 }
+
+/// The black-box world sees a process give up on a late answer too: the process closes its
+/// connection at its timeout, before the answer is written, and the boundary never records
+/// the answer. The reference told (against S27's 4 s) to wait only 1 s answers `unknown`, as it
+/// should; the run is `unknown` naming the `told` premise, never `fail`. Then, as asked, it
+/// passes.
+#[test]
+fn a_process_that_stopped_waiting_for_the_late_answer_makes_the_run_unknown() {
+    let impatient = format!(
+        "env REPLAYLAB_DOWNSTREAM_TIMEOUT_MS=1000 {REPLAYLAB} executor serve --store sqlite:{{state}}/claims.db"
+    );
+    let output = replaylab(&["run", "S27", "--seed", "0", "--executor-cmd", &impatient]);
+    let said = text(&output);
+    assert_eq!(output.status.code(), Some(1), "{said}");
+    assert!(said.contains(": unknown"), "{said}");
+    assert!(said.contains("stopped waiting (its downstream timeout ran out first)"), "{said}");
+    assert!(!said.contains(": fail"), "{said}");
+    let patient = format!("{REPLAYLAB} executor serve --store sqlite:{{state}}/claims.db");
+    let output = replaylab(&["run", "S27", "--seed", "0", "--executor-cmd", &patient]);
+    let said = text(&output);
+    assert_eq!(output.status.code(), Some(0), "{said}");
+}

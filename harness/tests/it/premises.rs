@@ -410,3 +410,41 @@ status = "unknown"
     assert!(notes.contains("never fired"), "{notes}");
     assert!(notes.contains("not judged, as a premise did not hold: expect"), "{notes}");
 }
+
+/// S19 and S27 rely on worker-1 hearing its late answer (1.5 s). A simulated executor whose
+/// own downstream timeout is 1 s gives up first and rightly answers `unknown`: it was never
+/// told, so the scenario's expectation on that call is not judged and the run is `unknown`
+/// naming the premise, never `fail`. The reference (2 s) is told, and passes.
+#[test]
+fn a_late_answer_the_worker_stopped_waiting_for_makes_the_run_unknown_not_fail() {
+    let impatient = ExecutorSpec::new("impatient", |_run: &str| {
+        let factory = executor::ReferenceFactory::recycled(
+            executor::ReferenceConfig::default().with_downstream_timeout(std::time::Duration::from_secs(1)),
+            |_: &WorkerEnv| executor::Strategies::reference(),
+        )
+        .map_err(|error| error.to_string())?;
+        Ok(std::rc::Rc::new(factory) as std::rc::Rc<dyn protocol::ExecutorFactory>)
+    });
+    for id in ["S19", "S27"] {
+        for seed in 0..3 {
+            let record = runner::run(&builtin(id), seed, &impatient);
+            let notes = record.result.notes.join("\n");
+            assert_eq!(
+                record.result.verdict,
+                Verdict::Unknown,
+                "{id} seed {seed}: {notes} {:?}",
+                record.result.violations
+            );
+            assert!(
+                notes.contains("stopped waiting (its downstream timeout ran out first)"),
+                "{id} seed {seed}: {notes}"
+            );
+            assert!(
+                notes.contains("worker-1 answered \"a\" before its request worker-1#"),
+                "{id} seed {seed}: {notes}"
+            );
+            let record = runner::run(&builtin(id), seed, &reference());
+            assert_eq!(record.result.verdict, Verdict::Pass, "{id} seed {seed}: {:?}", record.result);
+        }
+    }
+}
