@@ -119,16 +119,13 @@ impl BlackBoxSpec {
     /// The command line's arguments that name this executor, for reproduce commands:
     /// `--executor-cmd '...' --workers 2`.
     pub fn reproduce_arguments(&self) -> String {
-        let mut arguments = format!(
-            "--executor-cmd {} --workers {}",
-            crate::runner::shell_quote(&self.command),
-            self.workers
-        );
+        let mut arguments =
+            format!("--executor-cmd {} --workers {}", crate::text::shell_quote(&self.command), self.workers);
         if self.transport != Transport::Stdio {
             arguments.push_str(&format!(" --transport {}", self.transport.as_str()));
         }
         if let KeyPlacement::Argument(name) = &self.key_placement {
-            arguments.push_str(&format!(" --key-argument {}", crate::runner::shell_quote(name)));
+            arguments.push_str(&format!(" --key-argument {}", crate::text::shell_quote(name)));
         }
         if self.start_patience != DEFAULT_START_PATIENCE {
             arguments.push_str(&format!(" --start-timeout {}ms", self.start_patience.as_millis()));

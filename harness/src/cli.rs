@@ -402,19 +402,19 @@ pub fn program_name(argv0: Option<PathBuf>, under_cargo: bool, package: Option<S
         let profile = match profile.as_deref() {
             Some("release") => " --release".to_owned(),
             Some("debug") | None => String::new(),
-            Some(other) => format!(" --profile {}", crate::runner::shell_quote(other)),
+            Some(other) => format!(" --profile {}", crate::text::shell_quote(other)),
         };
         return format!(
             "cargo run{profile} -p {} --bin {} --",
-            crate::runner::shell_quote(&package),
-            crate::runner::shell_quote(binary)
+            crate::text::shell_quote(&package),
+            crate::text::shell_quote(binary)
         );
     }
     let text = path.to_string_lossy();
     if text.is_empty() {
         return executors::DEFAULT_PROGRAM.into();
     }
-    crate::runner::shell_quote(&text)
+    crate::text::shell_quote(&text)
 }
 
 /// The executors a command can name: the built-in ones and a binary's own, each reproduced
@@ -942,7 +942,7 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
             if black_box.executor_cmd.is_none() {
                 let this = std::env::current_exe()
                     .map_err(|error| bad_input(anyhow::anyhow!("cannot name this program: {error}")))?;
-                let this = crate::runner::shell_quote(&this.display().to_string());
+                let this = crate::text::shell_quote(&this.display().to_string());
                 black_box.executor_cmd =
                     Some(format!("{this} executor serve --store sqlite:{{state}}/claims.db"));
             }

@@ -682,7 +682,7 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
                 "{} explore --start {} --seeds 1 --executor {}",
                 executor.program,
                 finding.seed,
-                crate::runner::shell_quote(&executor.name)
+                crate::text::shell_quote(&executor.name)
             ),
         });
         append_regression(
@@ -713,8 +713,8 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
         println!(
             "  reproduce: {} run --case {} --executor {}",
             executor.program,
-            crate::runner::shell_quote(&path.display().to_string()),
-            crate::runner::shell_quote(&executor.name)
+            crate::text::shell_quote(&path.display().to_string()),
+            crate::text::shell_quote(&executor.name)
         );
     }
     let record = ExploreRecord {

@@ -521,7 +521,7 @@ pub fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, String> {
         (Ok(value), None) => Ok(value),
         (Ok(_), Some(message)) => Err(format!("(caught inside) {message}")),
         (Err(_), Some(message)) => Err(message),
-        (Err(payload), None) => Err(crate::runner::panic_message(payload.as_ref())),
+        (Err(payload), None) => Err(crate::text::panic_message(payload.as_ref())),
     }
 }
 

@@ -42,8 +42,10 @@ pub mod prelude {
     };
 }
 
+// The judge, under the paths it had before it was a crate of its own.
+pub use judge::{attribution, history, operations, oracles, text, timeline, verdict};
+
 mod agent;
-pub mod attribution;
 pub mod bench;
 pub mod black_box;
 pub mod cli;
@@ -53,18 +55,12 @@ pub mod exit;
 pub mod explore;
 pub mod explore_cli;
 pub mod fuzz;
-pub mod history;
 pub mod log;
 pub mod matrix;
 pub mod merge;
 pub mod mutants;
-pub mod operations;
-pub mod oracles;
 pub mod real_env;
 pub mod runner;
 pub mod serve;
-pub mod text;
-pub mod timeline;
-pub mod verdict;
 mod worker;
 pub mod world;

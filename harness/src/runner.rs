@@ -16,7 +16,7 @@ use crate::attribution::tool_effect_kind;
 use crate::executors::ExecutorSpec;
 use crate::history::{self, Event, EventKind, RequestKind};
 use crate::oracles::{self, Violation, FINAL_POLL_PREFIX};
-use crate::text::{self, quoted, quoted_all};
+use crate::text::{self, panic_message, quoted, quoted_all, shell_quote};
 use crate::verdict::{RunResult, Verdict};
 use crate::world::{AgentCommand, AgentResult, PointReached, Shared, World};
 
@@ -1242,15 +1242,6 @@ fn not_run(
     }
 }
 
-/// The text of a panic's payload.
-pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "non-text panic".to_owned())
-}
-
 /// `POST /v1/charges, commit_then_drop`: a fault rule in a few words.
 fn describe_rule(rule: &FaultRule) -> String {
     let matches = &rule.matches;
@@ -1289,13 +1280,4 @@ pub fn reproduce_command(scenario: &Scenario, seed: u64, executor: &ExecutorSpec
         command.push_str(&format!(" --scenario-file {}", shell_quote(&scenario.source)));
     }
     command
-}
-
-/// `text` as one word of a POSIX shell command line.
-pub fn shell_quote(text: &str) -> String {
-    if text.chars().all(|c| c.is_ascii_alphanumeric() || "/._-:@+=,%".contains(c)) {
-        text.to_owned()
-    } else {
-        format!("'{}'", text.replace('\'', "'\\''"))
-    }
 }

@@ -111,7 +111,7 @@ pub async fn run(shared: Rc<Shared>, name: String) -> turmoil::Result {
             shared.history.push(EventKind::ExecutorPanicked {
                 worker: name.clone(),
                 during: "start".into(),
-                message: crate::runner::panic_message(payload.as_ref()),
+                message: crate::text::panic_message(payload.as_ref()),
             });
             shared.start_panicked.set(true);
             std::future::pending().await
@@ -311,7 +311,7 @@ impl<F: Future + Unpin> Future for CatchUnwind<F> {
         match std::panic::catch_unwind(AssertUnwindSafe(|| Pin::new(&mut inner.0).poll(cx))) {
             Ok(Poll::Pending) => Poll::Pending,
             Ok(Poll::Ready(value)) => Poll::Ready(Ok(value)),
-            Err(payload) => Poll::Ready(Err(crate::runner::panic_message(payload.as_ref()))),
+            Err(payload) => Poll::Ready(Err(crate::text::panic_message(payload.as_ref()))),
         }
     }
 }

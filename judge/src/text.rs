@@ -9,8 +9,8 @@ use protocol::ReasonCode;
 /// `text` in plain double quotes, nothing escaped: `"first"`, `"café"`.
 ///
 /// ```
-/// assert_eq!(harness::text::quoted("retry"), "\"retry\"");
-/// assert_eq!(harness::text::quoted("café"), "\"café\"");
+/// assert_eq!(judge::text::quoted("retry"), "\"retry\"");
+/// assert_eq!(judge::text::quoted("café"), "\"café\"");
 /// ```
 pub fn quoted(text: &str) -> String {
     format!("\"{text}\"")
@@ -38,6 +38,24 @@ pub fn duration(duration: Duration) -> String {
     } else {
         format!("{} ms", duration.as_millis())
     }
+}
+
+/// `text` as one word of a POSIX shell command line (for the commands that reproduce a run).
+pub fn shell_quote(text: &str) -> String {
+    if text.chars().all(|c| c.is_ascii_alphanumeric() || "/._-:@+=,%".contains(c)) {
+        text.to_owned()
+    } else {
+        format!("'{}'", text.replace('\'', "'\\''"))
+    }
+}
+
+/// The text of a panic's payload (an executor's panic, reported in a run's notes).
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-text panic".to_owned())
 }
 
 #[cfg(test)]

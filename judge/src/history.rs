@@ -10,7 +10,6 @@ use protocol::Outcome;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::clock::WorldClock;
 use crate::text::quoted;
 
 /// One entry of the history.
@@ -269,7 +268,7 @@ pub enum EventKind {
         by_ms: u64,
     },
     /// Nothing in the world was active, so the runner skipped this much simulated time
-    /// instead of stepping through it (see [`crate::clock`]).
+    /// instead of stepping through it (the simulated world's clock counts the skip).
     IdleSkipped {
         /// How much.
         by_ms: u64,
@@ -361,18 +360,30 @@ pub enum EventKind {
 }
 
 /// The shared, append-only history of one run. Clones share it.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct History {
     inner: Arc<HistoryInner>,
 }
 
-#[derive(Debug, Default)]
 struct HistoryInner {
     events: Mutex<Vec<Event>>,
     /// Ids of the requests that made an effect, as the downstream committed them.
     committed: Mutex<BTreeSet<String>>,
     /// What every event is timed by.
-    clock: WorldClock,
+    clock: Arc<dyn wire::Clock>,
+}
+
+impl std::fmt::Debug for HistoryInner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HistoryInner").field("events", &self.events).finish_non_exhaustive()
+    }
+}
+
+impl Default for History {
+    /// A history whose clock always reads 0 (for tests and records built by hand).
+    fn default() -> Self {
+        Self::new(|| 0)
+    }
 }
 
 impl History {
@@ -380,10 +391,14 @@ impl History {
         self.inner.events.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// A history timed by `clock`.
-    pub fn new(clock: WorldClock) -> Self {
+    /// A history timed by `clock` (the world's: simulated or real time).
+    pub fn new(clock: impl wire::Clock) -> Self {
         Self {
-            inner: Arc::new(HistoryInner { events: Mutex::default(), committed: Mutex::default(), clock }),
+            inner: Arc::new(HistoryInner {
+                events: Mutex::default(),
+                committed: Mutex::default(),
+                clock: Arc::new(clock),
+            }),
         }
     }
 
