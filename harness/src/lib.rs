@@ -17,16 +17,9 @@
 //! Build with `--cfg tokio_unstable` (in `.cargo/config.toml`: `[build] rustflags = ["--cfg",
 //! "tokio_unstable"]`, and the same as `rustdocflags` for doctests): turmoil seeds tokio's
 //! scheduler only then, and without it the same seed would not give the same history. The
-//! harness does not compile without it.
+//! simulated world (`world-sim`), and so the harness, does not compile without it.
 #![deny(missing_docs)]
 #![warn(clippy::unwrap_used)]
-
-#[cfg(not(tokio_unstable))]
-compile_error!(
-    "replaylab's harness must be built with `--cfg tokio_unstable`, or runs are not deterministic \
-     (turmoil seeds tokio's scheduler only then). Add to `.cargo/config.toml` beside your \
-     Cargo.toml (rustdocflags for doctests):\n\n[build]\nrustflags = [\"--cfg\", \"tokio_unstable\"]\nrustdocflags = [\"--cfg\", \"tokio_unstable\"]\n"
-);
 
 /// What a user testing their own executor needs, in one `use harness::prelude::*;`.
 pub mod prelude {
@@ -44,12 +37,20 @@ pub mod prelude {
 
 // The judge, under the paths it had before it was a crate of its own.
 pub use judge::{attribution, history, operations, oracles, text, timeline, verdict};
+// The worlds, under the paths they had before they were crates of their own.
+pub use world::clock;
+pub use world_process as black_box;
+/// The state every world keeps and the simulated world (`world` and `world-sim`).
+pub mod world {
+    pub use world::*;
+    pub use world_sim::{
+        build, builder, parameters, SimWorld, EPOCH_SECONDS, MAX_LATENCY, MAX_SIMULATED, MIN_LATENCY,
+        TCP_CAPACITY, TICK,
+    };
+}
 
-mod agent;
 pub mod bench;
-pub mod black_box;
 pub mod cli;
-pub mod clock;
 pub mod executors;
 pub mod exit;
 pub mod explore;
@@ -62,5 +63,3 @@ pub mod mutants;
 pub mod real_env;
 pub mod runner;
 pub mod serve;
-mod worker;
-pub mod world;

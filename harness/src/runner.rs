@@ -11,7 +11,6 @@ use protocol::{ContractSet, OperationRef, ToolCall};
 use scenarios::{CallStep, PausePoint, Scenario, StepKind, WorkerRef, TICKET_OF_PLACEHOLDER};
 use serde_json::value::RawValue;
 
-use crate::agent::AGENT_TIMEOUT;
 use crate::attribution::tool_effect_kind;
 use crate::executors::ExecutorSpec;
 use crate::history::{self, Event, EventKind, RequestKind};
@@ -19,6 +18,7 @@ use crate::oracles::{self, Violation, FINAL_POLL_PREFIX};
 use crate::text::{self, panic_message, quoted, quoted_all, shell_quote};
 use crate::verdict::{RunResult, Verdict};
 use crate::world::{AgentCommand, AgentResult, PointReached, Shared, World};
+use world::AGENT_TIMEOUT;
 
 /// How long a `wait_paused` step runs the world before it gives up (the point was never
 /// reached: the run cannot decide).

@@ -458,3 +458,11 @@ fn a_process_that_stopped_waiting_for_the_late_answer_makes_the_run_unknown() {
     let said = text(&output);
     assert_eq!(output.status.code(), Some(0), "{said}");
 }
+
+/// The process world gives processes the reference's default downstream timeout unless a
+/// scenario names one: the same 2 s the simulated reference waits (the process world does not
+/// depend on the executor crate, so this test keeps the two numbers together).
+#[test]
+fn processes_get_the_references_default_downstream_timeout() {
+    assert_eq!(world_process::PROCESS_DOWNSTREAM_TIMEOUT, executor::DEFAULT_DOWNSTREAM_TIMEOUT);
+}

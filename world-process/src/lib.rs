@@ -23,6 +23,8 @@
 //! What this world cannot do is said before a run: it sees no store calls (no `store:`
 //! pause points) and has no queue (no `queue:` pause point, no queued tool); such a scenario is
 //! `not applicable` here (see [`lacks`]).
+#![deny(missing_docs)]
+#![warn(clippy::unwrap_used)]
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
@@ -47,10 +49,11 @@ use rmcp::{RoleClient, ServiceExt};
 use scenarios::{Moment, PausePoint, Scenario, StepKind};
 use tower::ServiceExt as _;
 
-use crate::agent::AGENT_TIMEOUT;
-use crate::clock::WorldClock;
-use crate::history::{EventKind, RequestKind};
-use crate::world::{AgentCommand, AgentResult, PointReached, Shared, World};
+use judge::history::{EventKind, RequestKind};
+use judge::text::{duration, quoted, shell_quote};
+use world::boundary::{bounded_finding, references_in_answer, tenant_in, ORIGIN_HEADER, REQUEST_ID_HEADER};
+use world::clock::WorldClock;
+use world::{AgentCommand, AgentResult, PointReached, Shared, World, AGENT_TIMEOUT};
 
 /// How often the runner looks at the real world: the length of one step.
 const SLICE: Duration = Duration::from_millis(2);
@@ -62,10 +65,6 @@ pub const DEFAULT_START_PATIENCE: Duration = Duration::from_secs(120);
 const STDERR_TAIL_LINES: usize = 6;
 /// The operators' queue's path on every worker's port ([`env::OPERATORS_URL`]).
 const OPERATORS_PATH: &str = "/v1/reconciliations";
-/// The header that carries the harness's name for a downstream request.
-const REQUEST_ID_HEADER: &str = "x-replaylab-request-id";
-/// The header that carries the operation the sending process was serving.
-const ORIGIN_HEADER: &str = "x-replaylab-origin";
 
 /// How the harness talks to the processes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,12 +119,12 @@ impl BlackBoxSpec {
     /// `--executor-cmd '...' --workers 2`.
     pub fn reproduce_arguments(&self) -> String {
         let mut arguments =
-            format!("--executor-cmd {} --workers {}", crate::text::shell_quote(&self.command), self.workers);
+            format!("--executor-cmd {} --workers {}", shell_quote(&self.command), self.workers);
         if self.transport != Transport::Stdio {
             arguments.push_str(&format!(" --transport {}", self.transport.as_str()));
         }
         if let KeyPlacement::Argument(name) = &self.key_placement {
-            arguments.push_str(&format!(" --key-argument {}", crate::text::shell_quote(name)));
+            arguments.push_str(&format!(" --key-argument {}", shell_quote(name)));
         }
         if self.start_patience != DEFAULT_START_PATIENCE {
             arguments.push_str(&format!(" --start-timeout {}ms", self.start_patience.as_millis()));
@@ -374,7 +373,7 @@ impl Boundary {
             method: method.clone(),
             path: full_path,
             idempotency_key,
-            tenant: crate::worker::tenant_in(&parts.uri.to_string(), &body),
+            tenant: tenant_in(&parts.uri.to_string(), &body),
             content,
         });
         // The harness's own headers cannot be set by the process.
@@ -401,7 +400,7 @@ impl Boundary {
                 origin: serving.map(|(_, operation)| operation),
                 request: described,
                 status: parts.status.as_u16(),
-                references: crate::worker::references_in_answer(parts.status.as_u16(), &body),
+                references: references_in_answer(parts.status.as_u16(), &body),
             });
         } else {
             shared.history.push(EventKind::DownstreamFailed {
@@ -428,7 +427,7 @@ impl Boundary {
         else {
             return plain(400, "an entry is {\"tenant\", \"operation_key\", \"finding\"}, all strings");
         };
-        let finding = crate::worker::bounded_finding(finding);
+        let finding = bounded_finding(finding);
         self.shared.history.push(EventKind::ReconciliationFiled {
             worker: worker.to_owned(),
             tenant,
@@ -636,7 +635,7 @@ impl Run {
                 listening.abort();
                 return Err(format!(
                     "{worker} (incarnation {incarnation}) did not finish the MCP handshake within {} (--start-timeout){}",
-                    crate::text::duration(self.spec.start_patience),
+                    duration(self.spec.start_patience),
                     self.stderr_tail(worker, incarnation)
                 ));
             }
@@ -793,7 +792,7 @@ impl Run {
 fn outcome_of(answer: &CallToolResult) -> (AgentResult, bool) {
     if answer.is_error == Some(true) {
         let text = text_of(answer);
-        return (AgentResult::NoAnswer(format!("tool error: {}", crate::text::quoted(&text))), false);
+        return (AgentResult::NoAnswer(format!("tool error: {}", quoted(&text))), false);
     }
     if let Some(structured) = &answer.structured_content {
         let result = match serde_json::from_value::<Outcome>(structured.clone()) {
@@ -884,13 +883,14 @@ fn is_dead(pid: u32) -> bool {
 }
 
 /// The downstream timeout the processes are given unless a scenario names its own: the
-/// simulation's. It must not be longer than the scenarios' default lease (2 s): an owner still
+/// reference executor's default (`executor::DEFAULT_DOWNSTREAM_TIMEOUT`; a test in the command's
+/// crate checks they agree). It must not be longer than the scenarios' default lease (2 s): an owner still
 /// waiting on the downstream when its lease runs out is taken over by another worker, which is
 /// not what those scenarios are about (3 s made S12's first call `replayed` by a take-over).
 /// S19 and S27, whose 1.5 s late answer must still reach the waiting process, ask for 4 s
 /// (`[timing] downstream_timeout`): at 2 s, the 0.5 s of margin was eaten once by a very busy
 /// machine (a load of 9 to 13 on 2 cores), and their `told` premise catches what is left.
-const PROCESS_DOWNSTREAM_TIMEOUT: Duration = executor::DEFAULT_DOWNSTREAM_TIMEOUT;
+pub const PROCESS_DOWNSTREAM_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How long a killed process may take to die before the crash counts as not having happened.
 const KILL_PATIENCE: Duration = Duration::from_secs(5);
@@ -1031,7 +1031,7 @@ impl RealWorld {
                     return Err(format!(
                         "process {} still runs {} after SIGKILL",
                         process.pid,
-                        crate::text::duration(KILL_PATIENCE)
+                        duration(KILL_PATIENCE)
                     ));
                 }
                 std::thread::sleep(Duration::from_millis(1));

@@ -1,65 +1,51 @@
-//! The simulated world of one run: a turmoil `Sim` with the `downstream` host, the worker
-//! hosts and the `agent` client, and the state they share (history, queue; permissions are the
-//! fake downstream's authorizer's).
+//! What every world gives the runner, simulated or real: the state one run keeps ([`Shared`]:
+//! the world clock, the history, the fake downstream, the contracts, the queue, the agent's
+//! mailbox), the pause points a worker reaches, and the [`World`] trait the runner drives.
+//!
+//! Two worlds implement it: `world-sim` (a turmoil simulation; executors in process) and
+//! `world-process` (real processes over MCP, real time, SIGKILL). One runner drives both, and
+//! one judge (`judge`) reads what they recorded.
+//!
+//! Invariants: nothing here starts a host or a process; every world records into the same
+//! history with the same events, at the same boundaries ([`boundary`]). It may import the
+//! judge (the history it fills), `fake-downstream`, `protocol`, `scenarios`, `wire`; never a
+//! world, the runner or the command.
 //!
 //! Everything here runs on one thread. State that must survive a worker crash (the executor
-//! factory, the queue, the history) lives in [`Shared`], outside the host closures.
+//! factory, the queue, the history) lives in [`Shared`], outside the workers.
+#![deny(missing_docs)]
+#![warn(clippy::unwrap_used)]
+
+pub mod boundary;
+pub mod clock;
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use fake_downstream::{Downstream, DownstreamConfig, Service, ServiceConfig, WebhookConfig};
 use protocol::{ContractSet, Envelope, ExecutorFactory, OperationRef, Outcome, ToolCall};
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 use scenarios::{Moment, PausePoint, Scenario};
-use turmoil::Sim;
 
-use crate::attribution::{tool_effect_kind, RequestClass};
+use judge::attribution::{tool_effect_kind, RequestClass};
+use judge::history::{EventKind, History, RequestKind};
+
 use crate::clock::WorldClock;
-use crate::history::{EventKind, History, RequestKind};
-use crate::{agent, worker};
 
-/// The port every simulated server listens on.
+/// How long the agent waits for a worker's answer, in either world.
+pub const AGENT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The port every simulated server listens on (and that webhook URLs name).
 pub const PORT: u16 = 80;
-/// Simulated time per step. Each step costs the same wall time whatever happens in it, so
-/// coarser ticks make runs cheaper; latencies span several ticks so that the seed still
-/// decides the order in which messages and store calls land.
-pub const TICK: Duration = Duration::from_millis(10);
-/// The longest a run may last in simulated time before it is stopped as a liveness failure.
-pub const MAX_SIMULATED: Duration = Duration::from_secs(600);
-
-/// Connections a simulated host may have waiting to be accepted (and segments in flight on one
-/// connection): room for every operation of a large scenario polled at once (the final polls
-/// of 1,000 operations reach one worker together). turmoil's channels grow as they fill, so
-/// room that is not used costs nothing.
-pub const TCP_CAPACITY: usize = 16_384;
-/// The fixed epoch of every simulation (the default would leak wall-clock time).
-pub const EPOCH_SECONDS: u64 = 1_767_225_600;
-/// Message latency on the simulated network: one to four ticks.
-pub const MIN_LATENCY: Duration = Duration::from_millis(1);
-/// See [`MIN_LATENCY`].
-pub const MAX_LATENCY: Duration = Duration::from_millis(40);
 /// Store-call latency through the store gate: one to three ticks.
 const MAX_STORE_LATENCY_MS: u64 = 25;
 /// The lease every contract gets in the simulation unless the scenario sets one: short, so
 /// that recovery happens within a short settle (real contracts say seconds to minutes).
 pub const SIMULATED_LEASE: Duration = Duration::from_secs(2);
-
-/// The fixed parameters of every simulated world, for the reports.
-pub fn parameters() -> reports::WorldParameters {
-    reports::WorldParameters {
-        tick_ms: TICK.as_millis() as u64,
-        min_latency_ms: MIN_LATENCY.as_millis() as u64,
-        max_latency_ms: MAX_LATENCY.as_millis() as u64,
-        agent_timeout_ms: crate::agent::AGENT_TIMEOUT.as_millis() as u64,
-        run_limit_ms: MAX_SIMULATED.as_millis() as u64,
-        epoch_seconds: EPOCH_SECONDS,
-    }
-}
 
 /// Where a worker reached a pause point: the value turmoil barriers match on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -455,26 +441,6 @@ pub fn downstream_config(scenario: &Scenario) -> DownstreamConfig {
     config
 }
 
-/// The turmoil builder every simulated world (and the benchmark's yardstick) starts from:
-/// fixed epoch, the seed, the tick, the latencies, the run limit, seeded host order.
-pub fn builder(seed: u64) -> turmoil::Builder {
-    let mut builder = turmoil::Builder::new();
-    builder
-        .rng_seed(seed)
-        .epoch(UNIX_EPOCH + Duration::from_secs(EPOCH_SECONDS))
-        .tick_duration(TICK)
-        .min_message_latency(MIN_LATENCY)
-        .max_message_latency(MAX_LATENCY)
-        .simulation_duration(MAX_SIMULATED)
-        // turmoil panics when a listener's backlog is full (64 by default): a scenario's final
-        // polls all reach one worker at once, one connection each.
-        .tcp_capacity(TCP_CAPACITY)
-        // Hosts run in a seeded random order each tick, so the seed also decides which of two
-        // workers acts first within a tick.
-        .enable_random_order();
-    builder
-}
-
 impl Shared {
     /// The state of one run in either world: the clock, the history, the fake downstream (its
     /// observer the history), the contracts, the queue, the agent's mailbox; `factory` starts
@@ -516,8 +482,8 @@ impl Shared {
 }
 
 /// What the runner needs of a world beyond [`Shared`]: moving it on, pausing a worker at a
-/// point, crashing and restarting workers. The simulated world ([`SimWorld`]) does it with
-/// turmoil; the black-box world ([`crate::black_box::RealWorld`]) with real processes, real
+/// point, crashing and restarting workers. The simulated world (`world-sim`'s `SimWorld`) does it with
+/// turmoil; the process world (`world-process`'s `RealWorld`) with real processes, real
 /// time and requests held at the downstream. One runner drives both.
 pub trait World {
     /// Moves the world on by one step: a turmoil tick, or a short slice of real time.
@@ -557,127 +523,6 @@ pub trait World {
     fn failure_notes(&mut self) -> Vec<String> {
         Vec::new()
     }
-}
-
-/// The simulated world: a turmoil `Sim` and the barriers of its pause points.
-pub struct SimWorld {
-    sim: Sim<'static>,
-    armed: BTreeMap<String, turmoil::barriers::Barrier<PointReached>>,
-    held: BTreeMap<String, turmoil::barriers::Triggered<PointReached>>,
-}
-
-impl std::fmt::Debug for SimWorld {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SimWorld")
-            .field("armed", &self.armed.keys())
-            .field("held", &self.held.keys())
-            .finish()
-    }
-}
-
-impl SimWorld {
-    /// Builds the simulation for `scenario` and `seed`: hosts started, nothing sent yet.
-    pub fn build(scenario: &Scenario, seed: u64, factory: Rc<dyn ExecutorFactory>) -> (SimWorld, Rc<Shared>) {
-        let (sim, shared) = build(scenario, seed, factory);
-        (SimWorld { sim, armed: BTreeMap::new(), held: BTreeMap::new() }, shared)
-    }
-}
-
-impl World for SimWorld {
-    fn step(&mut self) -> Result<(), String> {
-        self.sim.step().map(|_| ()).map_err(|error| error.to_string())
-    }
-
-    fn stepped(&self) -> Duration {
-        self.sim.elapsed()
-    }
-
-    fn skips_idle_time(&self) -> bool {
-        true
-    }
-
-    fn in_flight(&mut self) -> usize {
-        let mut in_flight = 0;
-        self.sim.links(|links| {
-            for link in links {
-                in_flight += link.count();
-            }
-        });
-        in_flight
-    }
-
-    fn arm(&mut self, name: &str, worker: Option<String>, point: PausePoint, operation: Option<String>) {
-        use turmoil::barriers::{Barrier, Reaction};
-        let barrier = Barrier::build(Reaction::Suspend, move |reached: &PointReached| {
-            reached.stops(worker.as_deref(), &point, operation.as_deref())
-        });
-        self.armed.insert(name.to_owned(), barrier);
-    }
-
-    fn reached(&mut self, name: &str) -> Option<PointReached> {
-        if let Some(triggered) = self.held.get(name) {
-            return Some((**triggered).clone());
-        }
-        let barrier = self.armed.get_mut(name)?;
-        let triggered = poll_barrier(barrier)?;
-        // A pause stops one worker once: its barrier goes as soon as it is reached.
-        self.armed.remove(name);
-        let reached = (*triggered).clone();
-        self.held.insert(name.to_owned(), triggered);
-        Some(reached)
-    }
-
-    fn release(&mut self, name: &str) {
-        self.held.remove(name);
-        self.armed.remove(name);
-    }
-
-    fn crash(&mut self, worker: &str) -> Result<(), String> {
-        self.sim.crash(worker);
-        Ok(())
-    }
-
-    fn restart(&mut self, worker: &str) {
-        self.sim.bounce(worker);
-    }
-}
-
-/// Polls a barrier once without blocking.
-fn poll_barrier(
-    barrier: &mut turmoil::barriers::Barrier<PointReached>,
-) -> Option<turmoil::barriers::Triggered<PointReached>> {
-    use std::future::Future;
-    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
-    let mut wait = Box::pin(barrier.wait());
-    match wait.as_mut().poll(&mut context) {
-        std::task::Poll::Ready(triggered) => triggered,
-        std::task::Poll::Pending => None,
-    }
-}
-
-/// Builds the simulation for `scenario` and `seed`: hosts started, nothing sent yet.
-pub fn build(scenario: &Scenario, seed: u64, factory: Rc<dyn ExecutorFactory>) -> (Sim<'static>, Rc<Shared>) {
-    let sim = builder(seed).build();
-    let shared = Shared::new(scenario, seed, factory, WorldClock::default(), Arc::new(wire::SimConnector));
-    let mut sim = sim;
-    let served = shared.downstream.clone();
-    sim.host("downstream", move || {
-        // Workers reach the business API only: `/__admin` is the harness's, in process.
-        let router = served.business_router();
-        async move {
-            let listener = turmoil::net::TcpListener::bind(("0.0.0.0", PORT)).await?;
-            wire::serve(wire::SimAcceptor(listener), router).await?;
-            Ok(())
-        }
-    });
-    for name in scenario.worker_names() {
-        let shared = shared.clone();
-        let host = name.clone();
-        sim.host(host.as_str(), move || worker::run(shared.clone(), name.clone()));
-    }
-    let agent_shared = shared.clone();
-    sim.client("agent", agent::run(agent_shared));
-    (sim, shared)
 }
 
 impl Shared {

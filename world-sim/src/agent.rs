@@ -4,18 +4,13 @@
 
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Duration;
 
 use protocol::Outcome;
 use wire::{HttpClient, HttpRequest, SimConnector, TransportError};
 
-use crate::history::{EventKind, RequestKind};
-use crate::world::{AgentCommand, AgentResult, Shared, PORT};
-
-/// How long the agent waits for a worker's answer.
-pub const AGENT_TIMEOUT: Duration = Duration::from_secs(10);
-/// The header that tells a worker which labelled request it is serving (harness only).
-pub const REQUEST_LABEL_HEADER: &str = "x-replaylab-request";
+use judge::history::{EventKind, RequestKind};
+use world::boundary::REQUEST_LABEL_HEADER;
+use world::{AgentCommand, AgentResult, Shared, AGENT_TIMEOUT, PORT};
 
 /// The agent's main loop: runs until the simulation is dropped.
 pub async fn run(shared: Rc<Shared>) -> turmoil::Result {

@@ -28,15 +28,17 @@ use rand_core::{RngCore, SeedableRng};
 use tracing::Instrument;
 use wire::{HttpClient, HttpRequest, HttpResponse, Problem, SimConnector, TransportError, MAX_BODY_BYTES};
 
-use crate::agent::REQUEST_LABEL_HEADER;
-use crate::history::EventKind;
-use crate::world::{PointReached, Reached, Shared, PORT};
+use judge::history::EventKind;
 use scenarios::Moment;
+use world::boundary::{
+    bounded_finding, references_in_answer, tenant_in, ORIGIN_HEADER, REQUEST_ID_HEADER, REQUEST_LABEL_HEADER,
+};
+use world::{PointReached, Reached, Shared, PORT};
 
-/// The header on downstream requests that names the operation a worker is serving.
-pub const ORIGIN_HEADER: &str = "x-replaylab-origin";
-/// The header on downstream requests that names the request itself (`worker-1#7`).
-pub const REQUEST_ID_HEADER: &str = "x-replaylab-request-id";
+/// The target of the spans every executor call runs in (they name the worker, incarnation and
+/// operation): `harness`, as before the simulated world was a crate of its own, so that a
+/// `--log` filter such as `my_executor=debug,harness=info` keeps them.
+pub const SPAN_TARGET: &str = "harness";
 /// How often an idle queue consumer looks for work.
 const QUEUE_POLL: Duration = Duration::from_millis(50);
 
@@ -103,20 +105,21 @@ pub async fn run(shared: Rc<Shared>, name: String) -> turmoil::Result {
     };
     // A panic in `start` is the executor's: the worker records it and stays down, and the
     // runner stops the run as `crashed`, instead of the panic taking the simulation with it.
-    let executor: Rc<dyn Executor> = match tracing::info_span!("start", worker = %name, incarnation)
-        .in_scope(|| std::panic::catch_unwind(AssertUnwindSafe(|| shared.factory.start(env))))
-    {
-        Ok(executor) => Rc::from(executor),
-        Err(payload) => {
-            shared.history.push(EventKind::ExecutorPanicked {
-                worker: name.clone(),
-                during: "start".into(),
-                message: crate::text::panic_message(payload.as_ref()),
-            });
-            shared.start_panicked.set(true);
-            std::future::pending().await
-        }
-    };
+    let executor: Rc<dyn Executor> =
+        match tracing::info_span!(target: SPAN_TARGET, "start", worker = %name, incarnation)
+            .in_scope(|| std::panic::catch_unwind(AssertUnwindSafe(|| shared.factory.start(env))))
+        {
+            Ok(executor) => Rc::from(executor),
+            Err(payload) => {
+                shared.history.push(EventKind::ExecutorPanicked {
+                    worker: name.clone(),
+                    during: "start".into(),
+                    message: judge::text::panic_message(payload.as_ref()),
+                });
+                shared.start_panicked.set(true);
+                std::future::pending().await
+            }
+        };
     let worker = Rc::new(Worker { name, incarnation, executor, shared });
     tokio::task::spawn_local(consume_queue(worker.clone()));
     let listener = turmoil::net::TcpListener::bind(("0.0.0.0", PORT)).await?;
@@ -254,18 +257,20 @@ impl Worker {
         let label = serving.label.as_deref().unwrap_or("-");
         match during {
             "call" => {
-                tracing::info_span!("call", worker = %worker, incarnation, operation = %operation, label = %label)
+                tracing::info_span!(target: SPAN_TARGET, "call", worker = %worker, incarnation, operation = %operation, label = %label)
             }
             "poll" => {
-                tracing::info_span!("poll", worker = %worker, incarnation, operation = %operation, label = %label)
+                tracing::info_span!(target: SPAN_TARGET, "poll", worker = %worker, incarnation, operation = %operation, label = %label)
             }
             "reconcile" => {
-                tracing::info_span!("reconcile", worker = %worker, incarnation, operation = %operation, label = %label)
+                tracing::info_span!(target: SPAN_TARGET, "reconcile", worker = %worker, incarnation, operation = %operation, label = %label)
             }
             "consume" => {
-                tracing::info_span!("consume", worker = %worker, incarnation, operation = %operation)
+                tracing::info_span!(target: SPAN_TARGET, "consume", worker = %worker, incarnation, operation = %operation)
             }
-            _ => tracing::info_span!("webhook", worker = %worker, incarnation, operation = %operation),
+            _ => {
+                tracing::info_span!(target: SPAN_TARGET, "webhook", worker = %worker, incarnation, operation = %operation)
+            }
         }
     }
 
@@ -287,7 +292,7 @@ impl Worker {
     /// The operation that submitted job `job_id`: the one its request is attributed to.
     fn origin_of_job(&self, job_id: &str) -> Option<String> {
         let history = self.shared.history.events();
-        let attribution = crate::attribution::Attribution::build(&history);
+        let attribution = judge::attribution::Attribution::build(&history);
         history.iter().find_map(|event| match &event.kind {
             EventKind::Effect { effect }
                 if effect.effect_reference == job_id
@@ -311,7 +316,7 @@ impl<F: Future + Unpin> Future for CatchUnwind<F> {
         match std::panic::catch_unwind(AssertUnwindSafe(|| Pin::new(&mut inner.0).poll(cx))) {
             Ok(Poll::Pending) => Poll::Pending,
             Ok(Poll::Ready(value)) => Poll::Ready(Ok(value)),
-            Err(payload) => Poll::Ready(Err(crate::text::panic_message(payload.as_ref()))),
+            Err(payload) => Poll::Ready(Err(judge::text::panic_message(payload.as_ref()))),
         }
     }
 }
@@ -383,32 +388,9 @@ fn tenant_of(request: &HttpRequest) -> Option<String> {
     tenant_in(&request.path, &request.body)
 }
 
-/// The tenant a downstream request names: its body's `tenant`, or its `tenant` query.
-pub(crate) fn tenant_in(path: &str, body: &[u8]) -> Option<String> {
-    let from_body = serde_json::from_slice::<serde_json::Value>(body)
-        .ok()
-        .and_then(|body| body.get("tenant").and_then(|tenant| tenant.as_str()).map(str::to_owned));
-    from_body.or_else(|| {
-        let query = path.split_once('?')?.1;
-        query.split('&').find_map(|pair| pair.strip_prefix("tenant=")).map(str::to_owned)
-    })
-}
-
 /// Effect references a downstream answer carries (receipts the executor has seen).
 fn references_in(response: &HttpResponse) -> Vec<String> {
     references_in_answer(response.status, &response.body)
-}
-
-/// Effect references an answer with `status` and `body` carries (a 2xx only).
-pub(crate) fn references_in_answer(status: u16, body: &[u8]) -> Vec<String> {
-    if !(200..300).contains(&status) {
-        return Vec::new();
-    }
-    let Ok(body) = serde_json::from_slice::<serde_json::Value>(body) else { return Vec::new() };
-    ["ticket_id", "charge_id", "message_id", "job_id", "effect_reference"]
-        .iter()
-        .filter_map(|field| body.get(*field).and_then(|value| value.as_str()).map(str::to_owned))
-        .collect()
 }
 
 impl DownstreamClient for SimDownstream {
@@ -525,18 +507,6 @@ impl Outbox for SimOutbox {
 struct SimReconciliations {
     worker: String,
     shared: Rc<Shared>,
-}
-
-/// How much of a finding the history keeps: enough to read, bounded whatever an executor writes.
-const MAX_FINDING_CHARS: usize = 300;
-
-/// A finding as the history keeps it: at most [`MAX_FINDING_CHARS`] characters.
-pub(crate) fn bounded_finding(mut finding: String) -> String {
-    if let Some((cut, _)) = finding.char_indices().nth(MAX_FINDING_CHARS) {
-        finding.truncate(cut);
-        finding.push_str("...");
-    }
-    finding
 }
 
 impl Reconciliations for SimReconciliations {
