@@ -40,6 +40,8 @@ pub use judge::{attribution, history, operations, oracles, text, timeline, verdi
 // The worlds, under the paths they had before they were crates of their own.
 pub use world::clock;
 pub use world_process as black_box;
+// The reference as an MCP server, an executor (`executor-mcp`), under its old paths.
+pub use executor_mcp::{real_env, serve};
 /// The state every world keeps and the simulated world (`world` and `world-sim`).
 pub mod world {
     pub use world::*;
@@ -60,6 +62,4 @@ pub mod log;
 pub mod matrix;
 pub mod merge;
 pub mod mutants;
-pub mod real_env;
 pub mod runner;
-pub mod serve;
