@@ -40,6 +40,9 @@ pub use judge::{attribution, history, operations, oracles, text, timeline, verdi
 // The worlds, under the paths they had before they were crates of their own.
 pub use world::clock;
 pub use world_process as black_box;
+// The runner and what it drives, under the paths they had before they were a crate of their own.
+pub use ::runner;
+pub use runner::{executors, log, matrix};
 // The reference as an MCP server, an executor (`executor-mcp`), under its old paths.
 pub use executor_mcp::{real_env, serve};
 /// The state every world keeps and the simulated world (`world` and `world-sim`).
@@ -53,13 +56,9 @@ pub mod world {
 
 pub mod bench;
 pub mod cli;
-pub mod executors;
 pub mod exit;
 pub mod explore;
 pub mod explore_cli;
 pub mod fuzz;
-pub mod log;
-pub mod matrix;
 pub mod merge;
 pub mod mutants;
-pub mod runner;

@@ -8,8 +8,10 @@ use std::sync::Mutex;
 use scenarios::{Row, Scenario};
 
 use crate::executors::ExecutorSpec;
-use crate::verdict::{MatrixResult, RowSummary, RunResult, ScenarioSummary, Verdict};
-use crate::{runner, timeline, world};
+use judge::timeline;
+use judge::verdict::{MatrixResult, RowSummary, RunResult, ScenarioSummary, Verdict};
+
+use crate::run as runner;
 use reports::{Shard, Timeline};
 
 /// What to run.
@@ -44,10 +46,10 @@ impl Default for MatrixConfig {
     /// thread per core, no commit. Change what you need:
     ///
     /// ```no_run
-    /// use harness::prelude::*;
+    /// use runner::matrix::MatrixConfig;
     ///
     /// let config = MatrixConfig { seeds: 5, ..MatrixConfig::default() };
-    /// let (result, written) = harness::matrix::run_and_write(&config, "replaylab-report".as_ref())?;
+    /// let (result, written) = runner::matrix::run_and_write(&config, "replaylab-report".as_ref())?;
     /// assert_eq!(written.len(), 4, "matrix.json, matrix.md, junit.xml, matrix.html");
     /// println!("{}", result.verdict);
     /// # Ok::<(), reports::ReportError>(())
@@ -260,7 +262,7 @@ pub fn assemble(header: Header, summaries: Vec<ScenarioSummary>) -> MatrixResult
         schema_version: reports::SCHEMA_VERSION,
         harness_version: env!("CARGO_PKG_VERSION").to_owned(),
         commit: header.commit,
-        parameters: world::parameters(),
+        parameters: world_sim::parameters(),
         executor: header.executor,
         executor_version: header.executor_version,
         seeds: header.seeds,

@@ -11,14 +11,14 @@ use protocol::{ContractSet, OperationRef, ToolCall};
 use scenarios::{CallStep, PausePoint, Scenario, StepKind, WorkerRef, TICKET_OF_PLACEHOLDER};
 use serde_json::value::RawValue;
 
-use crate::attribution::tool_effect_kind;
 use crate::executors::ExecutorSpec;
-use crate::history::{self, Event, EventKind, RequestKind};
-use crate::oracles::{self, Violation, FINAL_POLL_PREFIX};
-use crate::text::{self, panic_message, quoted, quoted_all, shell_quote};
-use crate::verdict::{RunResult, Verdict};
-use crate::world::{AgentCommand, AgentResult, PointReached, Shared, World};
+use judge::attribution::tool_effect_kind;
+use judge::history::{self, Event, EventKind, RequestKind};
+use judge::oracles::{self, Violation, FINAL_POLL_PREFIX};
+use judge::text::{self, panic_message, quoted, quoted_all, shell_quote};
+use judge::verdict::{RunResult, Verdict};
 use world::AGENT_TIMEOUT;
+use world::{AgentCommand, AgentResult, PointReached, Shared, World};
 
 /// How long a `wait_paused` step runs the world before it gives up (the point was never
 /// reached: the run cannot decide).
@@ -50,7 +50,7 @@ pub struct RunRecord {
     /// The downstream's ledger.
     pub ledger: Vec<Effect>,
     /// Simulated time turmoil stepped through; the rest of the run's span was idle time
-    /// skipped (see [`crate::clock`]). What a run costs grows with this.
+    /// skipped (see [`world::clock`]). What a run costs grows with this.
     pub stepped: Duration,
     /// What the run's premises and oracles covered (exploration sums it up).
     pub coverage: RunCoverage,
@@ -195,7 +195,7 @@ pub fn run_logged(
     }
     let (world, shared): (Box<dyn World>, Rc<Shared>) = match &executor.black_box {
         Some(spec) => {
-            let lacks = crate::black_box::lacks(scenario);
+            let lacks = world_process::lacks(scenario);
             if !lacks.is_empty() {
                 let note = format!(
                     "not applicable: the scenario needs {}, which the black-box world cannot give",
@@ -203,7 +203,7 @@ pub fn run_logged(
                 );
                 return not_run(scenario, seed, executor, Verdict::NotApplicable, note);
             }
-            match crate::black_box::RealWorld::build(scenario, seed, spec.clone()) {
+            match world_process::RealWorld::build(scenario, seed, spec.clone()) {
                 Ok((world, shared)) => (Box::new(world), shared),
                 Err(error) => {
                     let note = format!("the worker processes did not start: {error}");
@@ -222,7 +222,7 @@ pub fn run_logged(
                     return not_started(scenario, seed, executor, panic_message(payload.as_ref()))
                 }
             };
-            let (world, shared) = crate::world::SimWorld::build(scenario, seed, factory);
+            let (world, shared) = world_sim::SimWorld::build(scenario, seed, factory);
             (Box::new(world), shared)
         }
     };
@@ -428,7 +428,7 @@ impl Runner {
     /// The ticket operation `name` created, from the ledger.
     fn ticket_of(&self, name: &str) -> Option<String> {
         let origin = self.operation(name, None).path();
-        let attribution = crate::attribution::Attribution::build(&self.shared.history.events());
+        let attribution = judge::attribution::Attribution::build(&self.shared.history.events());
         self.shared
             .downstream
             .ledger()
@@ -690,7 +690,7 @@ impl Runner {
                     self.undecided.push(format!(
                         "line {line}: {} sent no request downstream within {}, so the time the scenario lets pass from it never began",
                         quoted(call),
-                        crate::text::duration(PAUSE_PATIENCE)
+                        judge::text::duration(PAUSE_PATIENCE)
                     ));
                     return Ok(());
                 };
@@ -924,7 +924,7 @@ impl Runner {
         let origin = operation.map(|name| self.operation(name, None).path());
         // Whose effect is the oracles' attribution (what the harness controls), never a header
         // that had to survive the trip.
-        let attribution = crate::attribution::Attribution::build(&self.shared.history.events());
+        let attribution = judge::attribution::Attribution::build(&self.shared.history.events());
         let found = self
             .shared
             .downstream
@@ -1182,7 +1182,7 @@ impl Runner {
         });
         let business: Vec<&Effect> =
             ledger.iter().filter(|e| e.kind != fake_downstream::EffectKind::TicketEditedByHuman).collect();
-        let operations = crate::operations::records(&history, &violations);
+        let operations = judge::operations::records(&history, &violations);
         let result = RunResult {
             scenario: scenario.id.clone(),
             scenario_name: scenario.name.clone(),

@@ -21,8 +21,8 @@ use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 use tracing_subscriber::registry::LookupSpan;
 
-use crate::clock::WorldClock;
-use crate::history::History;
+use judge::history::History;
+use world::clock::WorldClock;
 
 /// The environment variable read for a log filter when no `--log` is given.
 pub const LOG_VARIABLE: &str = "RUST_LOG";
@@ -41,7 +41,7 @@ impl LogFilter {
         let targets: Targets = text.parse().map_err(|error| {
             format!(
                 "log filter {}: {error} (try `debug` or `executor=debug,warn`)",
-                crate::text::quoted(text)
+                judge::text::quoted(text)
             )
         })?;
         Ok(Self { targets, text: text.to_owned() })
@@ -314,7 +314,7 @@ mod tests {
         assert_eq!(lines[0].after_seq, 0);
         assert_eq!(
             lines[0].to_line(),
-            "      1500ms  DEBUG harness::log::tests: claimed key=acme:k  in call{worker=worker-1 incarnation=0}"
+            "      1500ms  DEBUG runner::log::tests: claimed key=acme:k  in call{worker=worker-1 incarnation=0}"
         );
     }
 }

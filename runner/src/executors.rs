@@ -1,6 +1,6 @@
 //! The executors the command line can name: `reference`, and the mutant zoo of MATRIX.md as
 //! `mutant:<name>` (`executor::mutants`), plus any a user's binary adds
-//! ([`crate::cli::main_with`]). Each is plugged in through the public
+//! (the command's `main_with`). Each is plugged in through the public
 //! [`protocol::ExecutorFactory`] interface only.
 
 use std::rc::Rc;
@@ -9,7 +9,7 @@ use std::sync::Arc;
 use protocol::{ExecutorCapabilities, ExecutorFactory};
 
 /// The program named in reproduce commands unless a binary says otherwise
-/// ([`crate::cli::main_with`] names the binary actually run).
+/// (the command's `main_with` names the binary actually run).
 pub const DEFAULT_PROGRAM: &str = "replaylab";
 
 /// Makes the factory for one run; the argument names the run (unique per scenario and seed),
@@ -21,7 +21,8 @@ pub type MakeFactory = Arc<dyn Fn(&str) -> Result<Rc<dyn ExecutorFactory>, Strin
 ///
 /// ```
 /// use std::rc::Rc;
-/// use harness::prelude::*;
+/// use protocol::{ExecutorCapabilities, ExecutorFactory};
+/// use runner::executors::ExecutorSpec;
 ///
 /// # #[derive(Debug, Default)] struct MyFactory;
 /// # impl protocol::ExecutorFactory for MyFactory {
@@ -49,15 +50,15 @@ pub struct ExecutorSpec {
     /// --release -p my-crate --bin my-replaylab --`).
     pub program: String,
     /// For a black-box executor (`--executor-cmd`): the command its worker processes run, and
-    /// how; its runs happen in the black-box world ([`crate::black_box`]), and `factory` is
+    /// how; its runs happen in the black-box world ([`world_process`]), and `factory` is
     /// never called.
-    pub black_box: Option<Arc<crate::black_box::BlackBoxSpec>>,
+    pub black_box: Option<Arc<world_process::BlackBoxSpec>>,
 }
 
 impl ExecutorSpec {
     /// An executor called `name`, made by `factory` for each run; version `0.0.0`, no
     /// description, every capability, reproduced with `replaylab` (the builder methods and
-    /// [`crate::cli::main_with`] change these).
+    /// the command's `main_with` change these).
     pub fn new<F>(name: impl Into<String>, factory: F) -> Self
     where
         F: Fn(&str) -> Result<Rc<dyn ExecutorFactory>, String> + Send + Sync + 'static,
@@ -76,7 +77,7 @@ impl ExecutorSpec {
     /// A black-box executor: `spec`'s command, run as worker processes and driven over MCP,
     /// with what `probe` learnt of it (its capabilities from its manifest or its tool list;
     /// its name and version from its MCP handshake).
-    pub fn black_box(mut spec: crate::black_box::BlackBoxSpec, probe: &crate::black_box::Probe) -> Self {
+    pub fn black_box(mut spec: world_process::BlackBoxSpec, probe: &world_process::Probe) -> Self {
         spec.server = probe.server.clone();
         spec.capabilities_from = if probe.manifest.is_some() { "manifest" } else { "tools/list" }.to_owned();
         spec.polls = probe.tools.contains(protocol::mcp::POLL_TOOL);
