@@ -22,9 +22,11 @@ use std::time::Duration;
 
 use protocol::StoreGate;
 
+#[cfg(feature = "postgres")]
 mod postgres;
+mod postgres_names;
 
-pub use postgres::{fresh_schema, test_postgres, valid_schema_name, TEST_POSTGRES_ENV};
+pub use postgres_names::{fresh_schema, test_postgres, valid_schema_name, TEST_POSTGRES_ENV};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Row, Transaction, TransactionBehavior};
 
 /// How long a connection to a file store waits for another connection's write lock before
@@ -140,7 +142,7 @@ impl std::fmt::Display for StoreLocation {
             StoreLocation::SharedMemory(name) => write!(f, "shared memory database \"{name}\""),
             StoreLocation::PrivateMemory => write!(f, "private memory database"),
             StoreLocation::Postgres { url, schema } => {
-                write!(f, "postgres database {}", postgres::without_password(url))?;
+                write!(f, "postgres database {}", postgres_names::without_password(url))?;
                 match schema {
                     Some(schema) => write!(f, ", schema {schema}"),
                     None => Ok(()),
@@ -176,7 +178,11 @@ pub enum StoreError {
         /// Why.
         source: rusqlite::Error,
     },
+    /// A Postgres location, in a build without the `postgres` feature.
+    #[error("failed to open the claim store (postgres database {0}): this build has no Postgres support (the executor crate's `postgres` feature)")]
+    NoPostgres(String),
     /// The Postgres database could not be reached, or its migrations not applied.
+    #[cfg(feature = "postgres")]
     #[error("failed to open the claim store ({location}): {}", with_causes(source))]
     OpenPostgres {
         /// Where (without the password).
@@ -200,6 +206,7 @@ pub enum StoreError {
     )]
     InvalidSchema(String),
     /// A Postgres statement failed.
+    #[cfg(feature = "postgres")]
     #[error("failed to {operation} in the claim store: {}", with_causes(source))]
     PostgresQuery {
         /// What was being done (`claim`, `complete`, ...).
@@ -223,6 +230,21 @@ pub enum StoreError {
     },
 }
 
+impl StoreError {
+    /// Whether the location was the problem (a Postgres database that cannot be reached, an
+    /// invalid schema, or Postgres in a build without it): the caller's input, not a store
+    /// failing while it ran.
+    pub fn is_bad_location(&self) -> bool {
+        match self {
+            StoreError::InvalidSchema(_) | StoreError::NoPostgres(_) => true,
+            #[cfg(feature = "postgres")]
+            StoreError::OpenPostgres { .. } => true,
+            _ => false,
+        }
+    }
+}
+
+#[cfg(feature = "postgres")]
 /// `error` and the errors beneath it, `: `-separated (the Postgres client's own text is often
 /// only "error connecting to server"; the cause says why).
 fn with_causes(error: &dyn std::error::Error) -> String {
@@ -456,6 +478,7 @@ pub struct ClaimStore {
 #[derive(Debug)]
 enum Backend {
     Sqlite(SqliteStore),
+    #[cfg(feature = "postgres")]
     Postgres(Box<postgres::PostgresStore>),
 }
 
@@ -476,13 +499,16 @@ impl ClaimStore {
     pub(crate) fn sqlite(&self) -> Option<&SqliteStore> {
         match &self.backend {
             Backend::Sqlite(store) => Some(store),
+            #[cfg(feature = "postgres")]
             Backend::Postgres(_) => None,
         }
     }
 
     /// The Postgres connection, for the benchmark's hand-written statements; `None` on SQLite.
+    #[cfg(feature = "postgres")]
     pub(crate) fn postgres(&self) -> Option<&postgres::PostgresStore> {
         match &self.backend {
+            #[cfg(feature = "postgres")]
             Backend::Postgres(store) => Some(store),
             Backend::Sqlite(_) => None,
         }
@@ -565,8 +591,13 @@ impl ClaimStore {
     /// Opens (and if needed creates) the store at `location`.
     pub fn open(location: &StoreLocation) -> Result<Self, StoreError> {
         match location {
+            #[cfg(feature = "postgres")]
             StoreLocation::Postgres { url, schema } => postgres::PostgresStore::open(url, schema.as_deref())
                 .map(|store| Self { backend: Backend::Postgres(Box::new(store)) }),
+            #[cfg(not(feature = "postgres"))]
+            StoreLocation::Postgres { url, .. } => {
+                Err(StoreError::NoPostgres(postgres_names::without_password(url)))
+            }
             _ => SqliteStore::open(location).map(|store| Self { backend: Backend::Sqlite(store) }),
         }
     }
@@ -576,6 +607,7 @@ impl ClaimStore {
     pub async fn claim(&self, claim: &NewClaim) -> Result<Claimed, StoreError> {
         match &self.backend {
             Backend::Sqlite(store) => store.claim(claim),
+            #[cfg(feature = "postgres")]
             Backend::Postgres(store) => store.claim(claim).await,
         }
     }
@@ -588,6 +620,7 @@ impl ClaimStore {
     ) -> Result<Option<OperationRecord>, StoreError> {
         match &self.backend {
             Backend::Sqlite(store) => store.load(tenant, operation_key),
+            #[cfg(feature = "postgres")]
             Backend::Postgres(store) => store.load(tenant, operation_key).await,
         }
     }
@@ -600,6 +633,7 @@ impl ClaimStore {
     ) -> Result<Option<OperationRecord>, StoreError> {
         match &self.backend {
             Backend::Sqlite(store) => store.load_by_downstream_key(tenant, downstream_key),
+            #[cfg(feature = "postgres")]
             Backend::Postgres(store) => store.load_by_downstream_key(tenant, downstream_key).await,
         }
     }
@@ -613,6 +647,7 @@ impl ClaimStore {
     ) -> Result<Option<OperationRecord>, StoreError> {
         match &self.backend {
             Backend::Sqlite(store) => store.load_by_job(tenant, job_id),
+            #[cfg(feature = "postgres")]
             Backend::Postgres(store) => store.load_by_job(tenant, job_id).await,
         }
     }
@@ -621,6 +656,7 @@ impl ClaimStore {
     pub async fn records(&self) -> Result<Vec<OperationRecord>, StoreError> {
         match &self.backend {
             Backend::Sqlite(store) => store.records(),
+            #[cfg(feature = "postgres")]
             Backend::Postgres(store) => store.records().await,
         }
     }
@@ -631,6 +667,7 @@ impl ClaimStore {
     pub async fn unsettled(&self) -> Result<Vec<OperationRecord>, StoreError> {
         match &self.backend {
             Backend::Sqlite(store) => store.unsettled(),
+            #[cfg(feature = "postgres")]
             Backend::Postgres(store) => store.unsettled().await,
         }
     }
@@ -649,6 +686,7 @@ impl ClaimStore {
     ) -> Result<bool, StoreError> {
         match &self.backend {
             Backend::Sqlite(store) => store.give_up_job(tenant, operation_key, job_id, reason, now_ms),
+            #[cfg(feature = "postgres")]
             Backend::Postgres(store) => {
                 store.give_up_job(tenant, operation_key, job_id, reason, now_ms).await
             }
@@ -667,6 +705,7 @@ impl ClaimStore {
     ) -> Result<bool, StoreError> {
         match &self.backend {
             Backend::Sqlite(store) => store.complete(owned, effect_reference, response_json, now_ms),
+            #[cfg(feature = "postgres")]
             Backend::Postgres(store) => store.complete(owned, effect_reference, response_json, now_ms).await,
         }
     }
@@ -681,6 +720,7 @@ impl ClaimStore {
     ) -> Result<bool, StoreError> {
         match &self.backend {
             Backend::Sqlite(store) => store.fail_permanent(owned, reason, now_ms),
+            #[cfg(feature = "postgres")]
             Backend::Postgres(store) => store.fail_permanent(owned, reason, now_ms).await,
         }
     }
@@ -696,6 +736,7 @@ impl ClaimStore {
     ) -> Result<bool, StoreError> {
         match &self.backend {
             Backend::Sqlite(store) => store.mark_unknown(owned, finding, now_ms),
+            #[cfg(feature = "postgres")]
             Backend::Postgres(store) => store.mark_unknown(owned, finding, now_ms).await,
         }
     }
@@ -705,6 +746,7 @@ impl ClaimStore {
     pub async fn release(&self, owned: &OwnedClaim, now_ms: u64) -> Result<bool, StoreError> {
         match &self.backend {
             Backend::Sqlite(store) => store.release(owned, now_ms),
+            #[cfg(feature = "postgres")]
             Backend::Postgres(store) => store.release(owned, now_ms).await,
         }
     }
@@ -714,6 +756,7 @@ impl ClaimStore {
     pub async fn set_job(&self, owned: &OwnedClaim, job_id: &str, now_ms: u64) -> Result<bool, StoreError> {
         match &self.backend {
             Backend::Sqlite(store) => store.set_job(owned, job_id, now_ms),
+            #[cfg(feature = "postgres")]
             Backend::Postgres(store) => store.set_job(owned, job_id, now_ms).await,
         }
     }
@@ -724,6 +767,7 @@ impl ClaimStore {
     pub async fn take_over(&self, take_over: &TakeOver) -> Result<bool, StoreError> {
         match &self.backend {
             Backend::Sqlite(store) => store.take_over(take_over),
+            #[cfg(feature = "postgres")]
             Backend::Postgres(store) => store.take_over(take_over).await,
         }
     }
@@ -745,6 +789,7 @@ impl ClaimStore {
             Backend::Sqlite(store) => {
                 store.settle_job(tenant, operation_key, job_id, response_json, now_ms, notice_due)
             }
+            #[cfg(feature = "postgres")]
             Backend::Postgres(store) => {
                 store.settle_job(tenant, operation_key, job_id, response_json, now_ms, notice_due).await
             }
@@ -762,6 +807,7 @@ impl ClaimStore {
     ) -> Result<Option<(String, u64)>, StoreError> {
         match &self.backend {
             Backend::Sqlite(store) => store.due_notice(tenant, operation_key),
+            #[cfg(feature = "postgres")]
             Backend::Postgres(store) => store.due_notice(tenant, operation_key).await,
         }
     }
@@ -779,6 +825,7 @@ impl ClaimStore {
             Backend::Sqlite(store) => {
                 store.claim_notice(tenant, operation_key, observed_claimed_at_ms, now_ms)
             }
+            #[cfg(feature = "postgres")]
             Backend::Postgres(store) => {
                 store.claim_notice(tenant, operation_key, observed_claimed_at_ms, now_ms).await
             }
@@ -790,6 +837,7 @@ impl ClaimStore {
     pub async fn notice_done(&self, tenant: &str, operation_key: &str) -> Result<bool, StoreError> {
         match &self.backend {
             Backend::Sqlite(store) => store.notice_done(tenant, operation_key),
+            #[cfg(feature = "postgres")]
             Backend::Postgres(store) => store.notice_done(tenant, operation_key).await,
         }
     }
@@ -811,6 +859,7 @@ impl ClaimStore {
             Backend::Sqlite(store) => {
                 store.write_job_result(tenant, operation_key, job_id, response_json, now_ms)
             }
+            #[cfg(feature = "postgres")]
             Backend::Postgres(store) => {
                 store.write_job_result(tenant, operation_key, job_id, response_json, now_ms).await
             }
@@ -827,6 +876,7 @@ impl ClaimStore {
     ) -> Result<bool, StoreError> {
         match &self.backend {
             Backend::Sqlite(store) => store.tombstone(tenant, operation_key, now_ms),
+            #[cfg(feature = "postgres")]
             Backend::Postgres(store) => store.tombstone(tenant, operation_key, now_ms).await,
         }
     }
@@ -836,6 +886,7 @@ impl ClaimStore {
     pub async fn forget(&self, tenant: &str, operation_key: &str) -> Result<bool, StoreError> {
         match &self.backend {
             Backend::Sqlite(store) => store.forget(tenant, operation_key),
+            #[cfg(feature = "postgres")]
             Backend::Postgres(store) => store.forget(tenant, operation_key).await,
         }
     }
@@ -850,6 +901,7 @@ impl ClaimStore {
     ) -> Result<bool, StoreError> {
         match &self.backend {
             Backend::Sqlite(store) => store.record_event(event_id, tenant, operation_key, now_ms),
+            #[cfg(feature = "postgres")]
             Backend::Postgres(store) => store.record_event(event_id, tenant, operation_key, now_ms).await,
         }
     }
@@ -864,6 +916,7 @@ impl ClaimStore {
     ) -> Result<(), StoreError> {
         match &self.backend {
             Backend::Sqlite(store) => store.record_reconciliation(tenant, operation_key, at_ms, finding),
+            #[cfg(feature = "postgres")]
             Backend::Postgres(store) => {
                 store.record_reconciliation(tenant, operation_key, at_ms, finding).await
             }
@@ -874,6 +927,7 @@ impl ClaimStore {
     pub async fn all_reconciliations(&self) -> Result<Vec<Reconciliation>, StoreError> {
         match &self.backend {
             Backend::Sqlite(store) => store.all_reconciliations(),
+            #[cfg(feature = "postgres")]
             Backend::Postgres(store) => store.all_reconciliations().await,
         }
     }
@@ -886,6 +940,7 @@ impl ClaimStore {
     ) -> Result<Vec<Reconciliation>, StoreError> {
         match &self.backend {
             Backend::Sqlite(store) => store.reconciliations(tenant, operation_key),
+            #[cfg(feature = "postgres")]
             Backend::Postgres(store) => store.reconciliations(tenant, operation_key).await,
         }
     }

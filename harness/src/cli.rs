@@ -458,8 +458,8 @@ impl Registry {
             )));
         }
         let transport = match black_box.transport.as_str() {
-            "stdio" => crate::black_box::Transport::Stdio,
-            "http" => crate::black_box::Transport::Http,
+            "stdio" => world::process::Transport::Stdio,
+            "http" => world::process::Transport::Http,
             other => {
                 return Err(bad_input(anyhow::anyhow!(
                     "--transport {}: must be stdio or http",
@@ -486,7 +486,7 @@ impl Registry {
             }
         };
         let start_patience = match &black_box.start_timeout {
-            None => crate::black_box::DEFAULT_START_PATIENCE,
+            None => world::process::DEFAULT_START_PATIENCE,
             Some(text) => match humantime::parse_duration(text) {
                 Ok(duration) if !duration.is_zero() && duration <= MAX_START_TIMEOUT => duration,
                 _ => {
@@ -497,7 +497,7 @@ impl Registry {
                 }
             },
         };
-        let spec = crate::black_box::BlackBoxSpec {
+        let spec = world::process::BlackBoxSpec {
             command: command.clone(),
             workers: black_box.workers,
             transport,
@@ -508,7 +508,7 @@ impl Registry {
             start_patience,
             measured_start: std::time::Duration::ZERO,
         };
-        let probe = crate::black_box::probe(&spec).map_err(|error| {
+        let probe = probe(&spec).map_err(|error| {
             bad_input(anyhow::anyhow!(
                 "--executor-cmd {}: not an MCP server replaylab can drive: {error}",
                 quoted(command)
@@ -525,6 +525,43 @@ impl Registry {
             bad_input(anyhow::anyhow!("unknown executor {}; known: {}", quoted(name), known.join(", ")))
         })
     }
+}
+
+/// Starts `spec`'s command once to read what it supports (`world_process::probe`).
+#[cfg(feature = "process")]
+fn probe(spec: &world::process::BlackBoxSpec) -> Result<world::process::Probe, String> {
+    world_process::probe(spec)
+}
+
+/// Without the `process` feature there is no process world to probe a command in.
+#[cfg(not(feature = "process"))]
+fn probe(_spec: &world::process::BlackBoxSpec) -> Result<world::process::Probe, String> {
+    Err(NO_PROCESS_WORLD.to_owned())
+}
+
+/// What a command that needs the process world says in a build without it.
+#[cfg(not(feature = "process"))]
+const NO_PROCESS_WORLD: &str =
+    "this replaylab was built without the process world (the harness's `process` feature)";
+
+/// `replaylab executor serve`: the reference as an MCP server (`executor_mcp::serve`).
+#[cfg(feature = "process")]
+fn serve_reference(transport: &str, store: &str, schema: Option<&str>) -> Result<u8, Failure> {
+    let config = executor_mcp::serve::ServeConfig::from_flags_and_env(transport, store, schema, |name| {
+        std::env::var(name).ok()
+    })
+    .map_err(|message| bad_input(anyhow::anyhow!("executor serve: {message}")))?;
+    match executor_mcp::serve::run(config) {
+        Ok(()) => Ok(exit::SUCCESS),
+        Err(error @ executor_mcp::serve::ServeError::Store { .. }) => Err(bad_input(error.into())),
+        Err(error) => Err(Failure { code: exit::CHECK_FAILED, error: error.into() }),
+    }
+}
+
+/// Without the `process` feature the reference is not served over MCP.
+#[cfg(not(feature = "process"))]
+fn serve_reference(_transport: &str, _store: &str, _schema: Option<&str>) -> Result<u8, Failure> {
+    Err(bad_input(anyhow::anyhow!("executor serve: {NO_PROCESS_WORLD}")))
 }
 
 /// An error with the exit code it ends the process with.
@@ -552,18 +589,7 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
     match cli.command {
         Command::Downstream { listen, config } => serve_downstream(&listen, config.as_deref()),
         Command::Executor { what: ExecutorCommand::Serve { transport, store, schema } } => {
-            let config = crate::serve::ServeConfig::from_flags_and_env(
-                &transport,
-                &store,
-                schema.as_deref(),
-                |name| std::env::var(name).ok(),
-            )
-            .map_err(|message| bad_input(anyhow::anyhow!("executor serve: {message}")))?;
-            match crate::serve::run(config) {
-                Ok(()) => Ok(exit::SUCCESS),
-                Err(error @ crate::serve::ServeError::Store { .. }) => Err(bad_input(error.into())),
-                Err(error) => Err(Failure { code: exit::CHECK_FAILED, error: error.into() }),
-            }
+            serve_reference(&transport, &store, schema.as_deref())
         }
         Command::Matrix {
             executor,
@@ -1010,12 +1036,7 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
             // A database that cannot be reached or opened is the caller's input (exit 2); a
             // store that fails while measured is a failed check (exit 1).
             let result = executor::bench::store_bench(operations, &on).map_err(|error| {
-                let code = match error {
-                    executor::StoreError::OpenPostgres { .. } | executor::StoreError::InvalidSchema(_) => {
-                        exit::BAD_INPUT
-                    }
-                    _ => exit::CHECK_FAILED,
-                };
+                let code = if error.is_bad_location() { exit::BAD_INPUT } else { exit::CHECK_FAILED };
                 Failure { code, error: error.into() }
             })?;
             say_build();
@@ -1086,7 +1107,7 @@ fn say_build() {
 fn black_box_jobs(
     requested: Option<usize>,
     work: u64,
-    spec: &crate::black_box::BlackBoxSpec,
+    spec: &world::process::BlackBoxSpec,
 ) -> Result<usize, Failure> {
     if requested == Some(0) {
         return Err(bad_input(anyhow::anyhow!("--jobs must be at least 1")));

@@ -39,11 +39,18 @@ pub mod prelude {
 pub use judge::{attribution, history, operations, oracles, text, timeline, verdict};
 // The worlds, under the paths they had before they were crates of their own.
 pub use world::clock;
+#[cfg(feature = "process")]
 pub use world_process as black_box;
 // The runner and what it drives, under the paths they had before they were a crate of their own.
 pub use ::runner;
-pub use runner::{executors, log, matrix};
+pub use runner::{executors, exit, log, matrix};
+// Exploration, the same way.
+pub use ::explore;
+pub use explore::session as explore_cli;
+// The fuzzer, the same way.
+pub use ::fuzz;
 // The reference as an MCP server, an executor (`executor-mcp`), under its old paths.
+#[cfg(feature = "process")]
 pub use executor_mcp::{real_env, serve};
 /// The state every world keeps and the simulated world (`world` and `world-sim`).
 pub mod world {
@@ -56,9 +63,5 @@ pub mod world {
 
 pub mod bench;
 pub mod cli;
-pub mod exit;
-pub mod explore;
-pub mod explore_cli;
-pub mod fuzz;
 pub mod merge;
 pub mod mutants;

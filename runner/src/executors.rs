@@ -50,9 +50,9 @@ pub struct ExecutorSpec {
     /// --release -p my-crate --bin my-replaylab --`).
     pub program: String,
     /// For a black-box executor (`--executor-cmd`): the command its worker processes run, and
-    /// how; its runs happen in the black-box world ([`world_process`]), and `factory` is
+    /// how; its runs happen in the process world (`world-process`), and `factory` is
     /// never called.
-    pub black_box: Option<Arc<world_process::BlackBoxSpec>>,
+    pub black_box: Option<Arc<world::process::BlackBoxSpec>>,
 }
 
 impl ExecutorSpec {
@@ -77,7 +77,7 @@ impl ExecutorSpec {
     /// A black-box executor: `spec`'s command, run as worker processes and driven over MCP,
     /// with what `probe` learnt of it (its capabilities from its manifest or its tool list;
     /// its name and version from its MCP handshake).
-    pub fn black_box(mut spec: world_process::BlackBoxSpec, probe: &world_process::Probe) -> Self {
+    pub fn black_box(mut spec: world::process::BlackBoxSpec, probe: &world::process::Probe) -> Self {
         spec.server = probe.server.clone();
         spec.capabilities_from = if probe.manifest.is_some() { "manifest" } else { "tools/list" }.to_owned();
         spec.polls = probe.tools.contains(protocol::mcp::POLL_TOOL);

@@ -8,6 +8,7 @@
 //! - [`executors`]: the executors a command can name (the reference, the mutant zoo, a user's).
 //! - [`matrix`]: scenarios × seeds on threads, summarised per scenario and rolled up to rows.
 //! - [`log`]: an executor's `tracing` events captured on the world's clock.
+//! - [`exit`]: the exit codes every command returns (0, 1, 2).
 //!
 //! Invariants: a verdict comes from the judge over the history and the ledger, never from
 //! what the executor says of itself; a run whose premise did not hold is `unknown`. It may
@@ -16,6 +17,7 @@
 #![warn(clippy::unwrap_used)]
 
 pub mod executors;
+pub mod exit;
 pub mod log;
 pub mod matrix;
 mod run;

@@ -195,7 +195,7 @@ pub fn run_logged(
     }
     let (world, shared): (Box<dyn World>, Rc<Shared>) = match &executor.black_box {
         Some(spec) => {
-            let lacks = world_process::lacks(scenario);
+            let lacks = world::process::lacks(scenario);
             if !lacks.is_empty() {
                 let note = format!(
                     "not applicable: the scenario needs {}, which the black-box world cannot give",
@@ -203,8 +203,8 @@ pub fn run_logged(
                 );
                 return not_run(scenario, seed, executor, Verdict::NotApplicable, note);
             }
-            match world_process::RealWorld::build(scenario, seed, spec.clone()) {
-                Ok((world, shared)) => (Box::new(world), shared),
+            match build_process_world(scenario, seed, spec.clone()) {
+                Ok((world, shared)) => (world, shared),
                 Err(error) => {
                     let note = format!("the worker processes did not start: {error}");
                     return not_run(scenario, seed, executor, Verdict::Crashed, note);
@@ -1240,6 +1240,27 @@ fn not_run(
         coverage: RunCoverage::default(),
         log: Vec::new(),
     }
+}
+
+/// The process world of one run: real worker processes for `spec`'s command.
+#[cfg(feature = "process")]
+fn build_process_world(
+    scenario: &Scenario,
+    seed: u64,
+    spec: std::sync::Arc<world::process::BlackBoxSpec>,
+) -> Result<(Box<dyn World>, Rc<Shared>), String> {
+    let (world, shared) = world_process::RealWorld::build(scenario, seed, spec)?;
+    Ok((Box::new(world), shared))
+}
+
+/// Without the `process` feature there is no process world: a black-box executor cannot run.
+#[cfg(not(feature = "process"))]
+fn build_process_world(
+    _scenario: &Scenario,
+    _seed: u64,
+    _spec: std::sync::Arc<world::process::BlackBoxSpec>,
+) -> Result<(Box<dyn World>, Rc<Shared>), String> {
+    Err("this build has no process world (the runner's `process` feature is off)".to_owned())
 }
 
 /// `POST /v1/charges, commit_then_drop`: a fault rule in a few words.

@@ -18,6 +18,7 @@
 
 pub mod boundary;
 pub mod clock;
+pub mod process;
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};

@@ -1,4 +1,4 @@
-//! The command's exit codes.
+//! The exit codes of every `replaylab` command (and of exploration, which returns one).
 
 /// Everything asked for ran and passed.
 pub const SUCCESS: u8 = 0;

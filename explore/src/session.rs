@@ -9,12 +9,13 @@ use std::sync::Mutex;
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
-use crate::executors::ExecutorSpec;
-use crate::exit;
-use crate::explore::{self, Case, Finding};
-use crate::oracles::ORACLES;
-use crate::runner::RunCoverage;
-use crate::verdict::Verdict;
+use judge::oracles::ORACLES;
+use judge::verdict::Verdict;
+use runner::executors::ExecutorSpec;
+use runner::exit;
+use runner::RunCoverage;
+
+use crate::{self as explore, Case, Finding};
 
 /// The most cases that may end `unknown` (a premise that did not happen) before exploration
 /// fails: more would mean the generator asks for things that do not happen.
@@ -41,7 +42,7 @@ pub struct Coverage {
     /// See `crashes`.
     pub crashes_after_commit: u64,
     /// Cases in which a stale owner wrote inside a new owner's window (see
-    /// [`crate::runner::stale_writes`]).
+    /// [`runner::stale_writes`]).
     pub stale_writes: u64,
     /// Cases in which each oracle had something to judge.
     pub exercised: std::collections::BTreeMap<String, u64>,
@@ -428,11 +429,11 @@ impl ExploreConfig {
     /// regressions file `replaylab-regressions.jsonl`, shrunk cases into `replaylab-explore/`.
     ///
     /// ```no_run
-    /// use harness::prelude::*;
+    /// use explore::session::ExploreConfig;
     ///
-    /// let config = ExploreConfig { seeds: 500, ..ExploreConfig::new(harness::executors::reference()) };
-    /// let code = harness::explore_cli::run(&config)?; // prints like `replaylab explore`
-    /// assert_eq!(code, harness::exit::SUCCESS);
+    /// let config = ExploreConfig { seeds: 500, ..ExploreConfig::new(runner::executors::reference()) };
+    /// let code = explore::session::run(&config)?; // prints like `replaylab explore`
+    /// assert_eq!(code, runner::exit::SUCCESS);
     /// # Ok::<(), anyhow::Error>(())
     /// ```
     pub fn new(executor: ExecutorSpec) -> Self {
@@ -682,7 +683,7 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
                 "{} explore --start {} --seeds 1 --executor {}",
                 executor.program,
                 finding.seed,
-                crate::text::shell_quote(&executor.name)
+                judge::text::shell_quote(&executor.name)
             ),
         });
         append_regression(
@@ -713,8 +714,8 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
         println!(
             "  reproduce: {} run --case {} --executor {}",
             executor.program,
-            crate::text::shell_quote(&path.display().to_string()),
-            crate::text::shell_quote(&executor.name)
+            judge::text::shell_quote(&path.display().to_string()),
+            judge::text::shell_quote(&executor.name)
         );
     }
     let record = ExploreRecord {

@@ -14,6 +14,17 @@
 //! drawn per case (swarm testing), so one case hammers crashes while another hammers changed
 //! requests. Shrinking is proptest's: a failing case is simplified while the same oracle
 //! still fails.
+//!
+//! [`session`] runs many seeds side by side against one executor (the `explore` command):
+//! saved regressions first, then fresh cases, findings shrunk and saved, coverage summed.
+//!
+//! Invariants: a case is judged by the runner and the judge like any scenario (exploration
+//! adds no verdicts of its own); it may import the runner and what is below it, never the
+//! command.
+#![deny(missing_docs)]
+#![warn(clippy::unwrap_used)]
+
+pub mod session;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -30,9 +41,9 @@ use scenarios::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::executors::ExecutorSpec;
-use crate::runner::{self, RunCoverage};
-use crate::verdict::Verdict;
+use judge::verdict::Verdict;
+use runner::executors::ExecutorSpec;
+use runner::RunCoverage;
 
 /// The most operations a case has.
 pub const MAX_OPERATIONS: usize = 4;

@@ -1,0 +1,171 @@
+//! What the process world is asked to run, as data: a process executor's spec (the command,
+//! the workers, the transport, where the key goes, how long a start may take), what probing it
+//! found, and what that world cannot run. The process world itself (`world-process`: real
+//! processes, the MCP client) is built on it; the runner and the command name it without
+//! compiling that world.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use judge::text::shell_quote;
+use protocol::mcp::{KeyPlacement, Manifest};
+use protocol::ExecutorCapabilities;
+use scenarios::{PausePoint, Scenario, StepKind};
+
+/// How long a process may take from its start to the end of the MCP handshake, unless
+/// `--start-timeout` says: long enough for a server that imports heavy libraries on a machine
+/// busy with other runs.
+pub const DEFAULT_START_PATIENCE: Duration = Duration::from_secs(120);
+/// How the harness talks to the processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// MCP over the process's stdin and stdout.
+    Stdio,
+    /// MCP over streamable HTTP: the process serves it at `http://127.0.0.1:{port}/mcp`
+    /// ([`env::MCP_LISTEN`]).
+    Http,
+}
+
+impl Transport {
+    /// `stdio`, `http`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Stdio => "stdio",
+            Transport::Http => "http",
+        }
+    }
+}
+
+/// A black-box executor: the command that starts one worker process, and how to drive it.
+#[derive(Debug, Clone)]
+pub struct BlackBoxSpec {
+    /// The command, run by `sh -c`, with `{worker}`, `{state}`, `{run}` and `{port}` replaced.
+    pub command: String,
+    /// Worker processes per run, at least: a scenario that names more workers gets one process
+    /// for each.
+    pub workers: usize,
+    /// The transport.
+    pub transport: Transport,
+    /// Where the agent puts the operation's key besides `_meta`.
+    pub key_placement: KeyPlacement,
+    /// What the MCP handshake named (set from the [`Probe`]).
+    pub server: String,
+    /// Where the capabilities came from: `manifest` or `tools/list` (set from the [`Probe`]).
+    pub capabilities_from: String,
+    /// Whether it serves [`protocol::mcp::POLL_TOOL`] (set from the [`Probe`]): without it, the harness
+    /// cannot ask at the end how each operation stands, and the oracles that read that final
+    /// poll cannot judge.
+    pub polls: bool,
+    /// How long a process may take from its start to the end of the MCP handshake.
+    pub start_patience: Duration,
+    /// How long the probe's one process took to start and shake hands (set from the
+    /// [`Probe`]): what the default number of runs side by side is sized by.
+    pub measured_start: Duration,
+}
+
+impl BlackBoxSpec {
+    /// The command line's arguments that name this executor, for reproduce commands:
+    /// `--executor-cmd '...' --workers 2`.
+    pub fn reproduce_arguments(&self) -> String {
+        let mut arguments =
+            format!("--executor-cmd {} --workers {}", shell_quote(&self.command), self.workers);
+        if self.transport != Transport::Stdio {
+            arguments.push_str(&format!(" --transport {}", self.transport.as_str()));
+        }
+        if let KeyPlacement::Argument(name) = &self.key_placement {
+            arguments.push_str(&format!(" --key-argument {}", shell_quote(name)));
+        }
+        if self.start_patience != DEFAULT_START_PATIENCE {
+            arguments.push_str(&format!(" --start-timeout {}ms", self.start_patience.as_millis()));
+        }
+        arguments
+    }
+}
+
+/// What the black-box world cannot do: the reasons a scenario is `not applicable` here,
+/// whatever the executor declares.
+pub fn lacks(scenario: &Scenario) -> Vec<String> {
+    let mut lacks = BTreeSet::new();
+    for step in &scenario.steps {
+        if let StepKind::Pause { point, .. } = &step.kind {
+            match point {
+                PausePoint::BeforeStore(_) | PausePoint::AfterStore(_) => {
+                    lacks.insert(
+                        "store pause points (the harness cannot see inside a process's store)".to_owned(),
+                    );
+                }
+                PausePoint::BeforeQueueAck => {
+                    lacks.insert("queue pause points (the black-box world has no queue)".to_owned());
+                }
+                PausePoint::Downstream { .. } => {}
+            }
+        }
+    }
+    let needs = scenario.needs(&protocol::ContractSet::builtin());
+    if needs.webhooks {
+        lacks.insert("completion webhooks (not delivered to processes yet)".to_owned());
+    }
+    if needs.queue_consumer {
+        lacks.insert("a queue between outboxes and consumers (the black-box world has none)".to_owned());
+    }
+    lacks.into_iter().collect()
+}
+
+/// What starting the command once (the process world's `probe`) says of the executor: its manifest (or none), the tools
+/// `tools/list` names, and the capabilities that follow.
+#[derive(Debug, Clone)]
+pub struct Probe {
+    /// The manifest, when the server has one.
+    pub manifest: Option<Manifest>,
+    /// The tools it lists.
+    pub tools: BTreeSet<String>,
+    /// What it supports.
+    pub capabilities: ExecutorCapabilities,
+    /// The server's name and version, from its MCP handshake.
+    pub server: String,
+    /// How long its one process took from its start to the end of the MCP handshake.
+    pub start: Duration,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn builtin(id: &str) -> Scenario {
+        scenarios::builtin().into_iter().find(|s| s.id == id).expect("a built-in scenario")
+    }
+
+    #[test]
+    fn what_the_black_box_world_cannot_do_makes_a_scenario_not_applicable() {
+        assert_eq!(lacks(&builtin("S02")), Vec::<String>::new(), "a lost answer needs nothing more");
+        assert_eq!(lacks(&builtin("S03")), Vec::<String>::new(), "a held answer and a kill");
+        let queue = lacks(&builtin("S16"));
+        assert!(queue.iter().any(|l| l.contains("queue")), "{queue:?}");
+        // S26 pauses at a store call and needs webhooks.
+        let store = lacks(&builtin("S26"));
+        assert!(store.iter().any(|l| l.contains("store pause points")), "{store:?}");
+        assert!(store.iter().any(|l| l.contains("webhooks")), "{store:?}");
+    }
+
+    #[test]
+    fn reproduce_arguments_name_what_the_run_needs() {
+        let mut spec = BlackBoxSpec {
+            command: "python3 server.py".into(),
+            workers: 2,
+            transport: Transport::Stdio,
+            key_placement: KeyPlacement::Meta,
+            server: String::new(),
+            capabilities_from: String::new(),
+            polls: true,
+            start_patience: DEFAULT_START_PATIENCE,
+            measured_start: Duration::ZERO,
+        };
+        assert_eq!(spec.reproduce_arguments(), "--executor-cmd 'python3 server.py' --workers 2");
+        spec.transport = Transport::Http;
+        spec.key_placement = KeyPlacement::Argument("idempotencyKey".into());
+        assert_eq!(
+            spec.reproduce_arguments(),
+            "--executor-cmd 'python3 server.py' --workers 2 --transport http --key-argument idempotencyKey"
+        );
+    }
+}
