@@ -41,6 +41,11 @@ pub fn builtin() -> Vec<Scenario> {
         .collect()
 }
 
+/// The built-in scenario with this id (`S02`), if there is one.
+pub fn builtin_by_id(id: &str) -> Option<Scenario> {
+    builtin().into_iter().find(|scenario| scenario.id == id)
+}
+
 macro_rules! builtin_files {
     ($($name:literal),* $(,)?) => {
         const BUILTIN: &[(&str, &str)] = &[$(($name, include_str!(concat!("../matrix/", $name)))),*];

@@ -132,7 +132,7 @@ mod tests {
     use super::*;
 
     fn builtin(id: &str) -> Scenario {
-        scenarios::builtin().into_iter().find(|s| s.id == id).expect("a built-in scenario")
+        scenarios::builtin_by_id(id).expect("a built-in scenario")
     }
 
     #[test]

@@ -14,7 +14,7 @@ use protocol::{LocalBoxFuture, Outcome, OutcomeStatus, ToolCall, WorkerEnv};
 use wire::HttpRequest;
 
 fn builtin(id: &str) -> scenarios::Scenario {
-    scenarios::builtin().into_iter().find(|s| s.id == id).expect("a built-in scenario")
+    scenarios::builtin_by_id(id).expect("a built-in scenario")
 }
 
 /// A scenario with one `tickets.create` call labelled `only` on `worker-1`, after `before`

@@ -16,7 +16,7 @@ use wire::HttpRequest;
 const REPLAYLAB: &str = env!("CARGO_BIN_EXE_replaylab");
 
 fn scenario(id: &str) -> scenarios::Scenario {
-    scenarios::builtin().into_iter().find(|s| s.id == id).expect("a built-in scenario")
+    scenarios::builtin_by_id(id).expect("a built-in scenario")
 }
 
 fn reference() -> ExecutorSpec {
@@ -316,10 +316,6 @@ fn late_reference(late: &'static [&'static str]) -> ExecutorSpec {
     })
 }
 
-fn builtin(id: &str) -> scenarios::Scenario {
-    scenarios::builtin().into_iter().find(|s| s.id == id).expect("a built-in scenario")
-}
-
 /// S19 and S27 let the first owner's 1 s lease run out before the retry. Timed from the call,
 /// a first owner that claimed 800 ms late still held a live lease at the retry: `in_flight` was
 /// the right answer, and the run was `fail`. Timed from its downstream request (by then it had
@@ -329,7 +325,7 @@ fn a_lease_the_scenario_lets_run_out_runs_out_however_late_the_call_was_taken_up
     let late = late_reference(&["worker-1"]);
     for id in ["S19", "S27"] {
         for seed in 0..5 {
-            let record = runner::run(&builtin(id), seed, &late);
+            let record = runner::run(&scenario(id), seed, &late);
             let result = &record.result;
             assert_eq!(
                 result.verdict,
@@ -351,7 +347,7 @@ fn a_timing_premise_that_did_not_hold_is_unknown_not_fail() {
     let late = late_reference(&["worker-1", "worker-2"]);
     for (id, premise) in [("S19", "hold) never fired"), ("S27", "was answered after \"a\" was")] {
         for seed in 0..5 {
-            let record = runner::run(&builtin(id), seed, &late);
+            let record = runner::run(&scenario(id), seed, &late);
             let notes = record.result.notes.join("\n");
             assert_ne!(
                 record.result.verdict,
@@ -427,7 +423,7 @@ fn a_late_answer_the_worker_stopped_waiting_for_makes_the_run_unknown_not_fail()
     });
     for id in ["S19", "S27"] {
         for seed in 0..3 {
-            let record = runner::run(&builtin(id), seed, &impatient);
+            let record = runner::run(&scenario(id), seed, &impatient);
             let notes = record.result.notes.join("\n");
             assert_eq!(
                 record.result.verdict,
@@ -443,7 +439,7 @@ fn a_late_answer_the_worker_stopped_waiting_for_makes_the_run_unknown_not_fail()
                 notes.contains("worker-1 answered \"a\" before its request worker-1#"),
                 "{id} seed {seed}: {notes}"
             );
-            let record = runner::run(&builtin(id), seed, &reference());
+            let record = runner::run(&scenario(id), seed, &reference());
             assert_eq!(record.result.verdict, Verdict::Pass, "{id} seed {seed}: {:?}", record.result);
         }
     }

@@ -12,7 +12,7 @@ use harness::runner;
 const REPLAYLAB: &str = env!("CARGO_BIN_EXE_replaylab");
 
 fn scenario(id: &str) -> scenarios::Scenario {
-    scenarios::builtin().into_iter().find(|s| s.id == id).expect("a built-in scenario")
+    scenarios::builtin_by_id(id).expect("a built-in scenario")
 }
 
 fn reference() -> executors::ExecutorSpec {

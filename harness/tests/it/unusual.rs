@@ -400,8 +400,7 @@ by = "1h"
 /// versions (a server may serve one).
 #[test]
 fn scenarios_needing_poll_or_a_second_version_are_not_applicable_without_them() {
-    let builtin =
-        |id: &str| scenarios::builtin().into_iter().find(|s| s.id == id).expect("a built-in scenario");
+    let builtin = |id: &str| scenarios::builtin_by_id(id).expect("a built-in scenario");
     let narrowed = |capabilities: protocol::ExecutorCapabilities| reference().capabilities(capabilities);
     let no_poll = narrowed(protocol::ExecutorCapabilities::all().with_poll(false));
     let record = runner::run(&builtin("S28"), 0, &no_poll);

@@ -4,7 +4,7 @@
 use harness::prelude::*;
 
 fn scenario(id: &str) -> scenarios::Scenario {
-    scenarios::builtin().into_iter().find(|s| s.id == id).expect("a built-in scenario")
+    scenarios::builtin_by_id(id).expect("a built-in scenario")
 }
 
 /// The verdicts of seeds 0..5 of scenario `id` against `executor`.
