@@ -1,7 +1,17 @@
 //! Target `case`: mutated exploration cases, parsed as `replaylab run --case` does, some run.
 
-#[allow(clippy::wildcard_imports)]
-use super::*;
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use fake_downstream::WebhookConfig;
+
+use judge::verdict::Verdict;
+
+use crate::downstream::webhook_fanout;
+use crate::gen::*;
+use crate::guard::*;
+use crate::model::*;
+use crate::scenario::step_text;
 
 pub(crate) struct CaseFuzz {
     subject: CaseSubject,

@@ -1,7 +1,10 @@
 //! Valid examples to start from: fault rules, scenario texts, tool arguments.
 
-#[allow(clippy::wildcard_imports)]
-use super::*;
+use std::fmt::Write as _;
+
+use scenarios::StepKind;
+
+use crate::gen::*;
 
 /// The fault rules the documentation and the tests of `fake-downstream` show.
 #[rustfmt::skip]
@@ -291,3 +294,13 @@ pub(crate) fn mutate_gently(gen: &mut Gen, base: &[u8]) -> Vec<u8> {
     replace_token(gen, &mut data);
     data
 }
+
+pub(crate) const TOOLS: &[(&str, &str)] = &[
+    ("tickets.create", "2026-08-18"),
+    ("tickets.create", "2026-09-01"),
+    ("tickets.set_status", "2026-08-18"),
+    ("payments.charge", "2026-08-18"),
+    ("payments.charge", "2026-10-01"),
+    ("messages.send", "2026-08-18"),
+    ("jobs.submit", "2026-08-18"),
+];

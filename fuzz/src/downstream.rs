@@ -1,7 +1,18 @@
 //! Target `downstream`: HTTP requests to the fake downstream's whole router, in process.
 
-#[allow(clippy::wildcard_imports)]
-use super::*;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use fake_downstream::{Downstream, DownstreamConfig, WebhookConfig};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
+
+use crate::corpus::*;
+use crate::gen::*;
+use crate::guard::*;
+use crate::model::*;
 
 /// One generated HTTP request.
 #[derive(Debug, Clone)]

@@ -1,7 +1,11 @@
 //! Target `fault_rule`: bytes into `FaultRule::from_json`; what is accepted round-trips.
 
-#[allow(clippy::wildcard_imports)]
-use super::*;
+use serde_json::Value;
+
+use crate::corpus::*;
+use crate::gen::*;
+use crate::guard::*;
+use crate::model::*;
 
 pub(crate) struct FaultRuleFuzz {
     subject: FaultRuleSubject,

@@ -1,7 +1,12 @@
 //! Randomness: one ChaCha8 stream per (seed, target, input), interesting tokens, JSON/TOML values, byte-level mutation.
 
-#[allow(clippy::wildcard_imports)]
-use super::*;
+use std::fmt::Write as _;
+
+use rand_chacha::ChaCha8Rng;
+use rand_core::{RngCore, SeedableRng};
+use serde_json::Value;
+
+use crate::model::*;
 
 /// The random stream of one input: ChaCha8 seeded from the run's seed, the target and the
 /// input's number, so that any input can be drawn again on its own.
@@ -379,4 +384,164 @@ pub(crate) fn replace_token(gen: &mut Gen, data: &mut Vec<u8>) {
         any_string(gen).replace('\\', "\\\\").replace('"', "\\\"")
     };
     data.splice(start..end, replacement.into_bytes());
+}
+
+pub(crate) fn shuffle<T>(gen: &mut Gen, items: &mut [T]) {
+    for i in (1..items.len()).rev() {
+        let j = gen.below(i + 1);
+        items.swap(i, j);
+    }
+}
+
+/// A JSON object with nested objects, arrays, floats, unicode keys.
+pub(crate) fn nested_value(gen: &mut Gen, depth: u32) -> V {
+    let mut fields = Vec::new();
+    for _ in 0..gen.below(5) {
+        let key = if gen.chance(70) {
+            (*gen.pick(&["month", "a", "b", "é", "𝄞", "", "A", "aa", "\u{0}", "10", "9", "_"])).to_owned()
+        } else {
+            any_string(gen)
+        };
+        let value = match gen.below(7) {
+            0 if depth > 0 => nested_value(gen, depth - 1),
+            1 => V::Arr((0..gen.below(3)).map(|_| odd_value(gen)).collect()),
+            2 => V::n(gen.pick(&[
+                "1",
+                "1.0",
+                "1e2",
+                "100",
+                "-0",
+                "0.1",
+                "1e-7",
+                "5e-324",
+                "1.7976931348623157e308",
+                "123456789012345678",
+            ])),
+            _ => odd_value(gen),
+        };
+        fields.push((key, value));
+    }
+    V::Obj(fields)
+}
+
+/// `value` as JSON text with its object keys in a random order, random whitespace between
+/// tokens, and some characters of its strings written as `\u` escapes: the same JSON value.
+pub(crate) fn rewrite(gen: &mut Gen, value: &Value) -> String {
+    let mut out = String::new();
+    write_scrambled(gen, value, &mut out);
+    out
+}
+
+pub(crate) fn space(gen: &mut Gen, out: &mut String) {
+    if gen.chance(40) {
+        for _ in 0..gen.count(3) {
+            out.push(*gen.pick(&[' ', '\t', '\n', '\r']));
+        }
+    }
+}
+
+pub(crate) fn write_scrambled(gen: &mut Gen, value: &Value, out: &mut String) {
+    space(gen, out);
+    match value {
+        Value::Object(fields) => {
+            let mut entries: Vec<(&String, &Value)> = fields.iter().collect();
+            shuffle(gen, &mut entries);
+            out.push('{');
+            for (i, (key, value)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                space(gen, out);
+                write_escaped(gen, key, out);
+                space(gen, out);
+                out.push(':');
+                write_scrambled(gen, value, out);
+            }
+            space(gen, out);
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_scrambled(gen, item, out);
+            }
+            space(gen, out);
+            out.push(']');
+        }
+        Value::String(text) => write_escaped(gen, text, out),
+        other => out.push_str(&other.to_string()),
+    }
+    space(gen, out);
+}
+
+pub(crate) fn write_escaped(gen: &mut Gen, text: &str, out: &mut String) {
+    out.push('"');
+    for c in text.chars() {
+        let must = matches!(c, '"' | '\\') || u32::from(c) < 0x20;
+        if must || gen.chance(10) {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                let _ = write!(out, "\\u{unit:04x}");
+            }
+        } else if c == '/' && gen.chance(50) {
+            out.push_str("\\/");
+        } else {
+            out.push(c);
+        }
+    }
+    out.push('"');
+}
+
+/// Arguments for `tool`, mostly valid.
+pub(crate) fn argument_value(gen: &mut Gen, tool: &str) -> V {
+    let names: &[&str] = match tool {
+        "tickets.create" => &["queue", "subject", "body", "trace_id"],
+        "tickets.set_status" => &["ticket_id", "status", "expected_version", "trace_id"],
+        "payments.charge" => &["customer", "amount_minor", "currency", "trace_id"],
+        "messages.send" => &["to", "body", "trace_id"],
+        _ => &["job_type", "input", "trace_id"],
+    };
+    let mut fields = Vec::new();
+    for &name in names {
+        if gen.chance(if name == "trace_id" { 30 } else { 90 }) {
+            fields.push((name.to_owned(), argument_of(gen, name)));
+        }
+    }
+    if gen.chance(5) {
+        fields.push((any_string(gen), odd_value(gen)));
+    }
+    shuffle(gen, &mut fields);
+    let mut value = V::Obj(fields);
+    if gen.chance(20) {
+        value.perturb(gen);
+    }
+    value
+}
+
+pub(crate) fn argument_of(gen: &mut Gen, name: &str) -> V {
+    match name {
+        "amount_minor" | "expected_version" => {
+            if gen.chance(70) {
+                V::n(gen.below(100_000))
+            } else {
+                V::n(gen.pick(NUMBERS))
+            }
+        }
+        "input" => nested_value(gen, 3),
+        "currency" => V::s(gen.word(&["EUR", "USD", "eur", "EURO", "€"])),
+        "status" => V::s(gen.word(&["open", "pending", "closed", "reopened"])),
+        "ticket_id" => V::s(gen.word(&["ticket_1", "${ticket_of:a}", "ticket_2"])),
+        _ => {
+            if gen.chance(60) {
+                let words =
+                    ["cus_42", "support", "Refund request", "Welcome aboard.", "invoice_report", "t-1"];
+                V::s(gen.word(&words))
+            } else {
+                V::Str(any_string(gen))
+            }
+        }
+    }
 }

@@ -1,7 +1,13 @@
 //! The guarded runner: each input under `catch_unwind` with the panic hook silenced, a finding per panic or broken property, findings printed and saved.
 
-#[allow(clippy::wildcard_imports)]
-use super::*;
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use crate::gen::*;
+use crate::model::*;
 
 thread_local! {
     /// Whether this thread is fuzzing (its panics are recorded, not printed).
@@ -206,43 +212,4 @@ pub(crate) fn panic_location(message: &str) -> String {
         .strip_prefix("panicked at ")
         .and_then(|rest| rest.split_once('\n').map(|(location, _)| location.trim_end_matches(':')))
         .map_or_else(|| one_line(message, 120), str::to_owned)
-}
-
-pub(crate) fn one_line(text: &str, max_chars: usize) -> String {
-    let flat = text.replace('\n', " | ");
-    if flat.chars().count() <= max_chars {
-        flat
-    } else {
-        flat.chars().take(max_chars).collect::<String>() + "..."
-    }
-}
-
-/// The bytes as a quoted Rust-like string literal: printable ASCII as is, everything else
-/// escaped; at most `max_chars` characters of input, then the length.
-pub fn escape(bytes: &[u8], max_chars: usize) -> String {
-    let text = String::from_utf8_lossy(bytes);
-    let valid = std::str::from_utf8(bytes).is_ok();
-    let mut out = String::from("\"");
-    for (shown, c) in text.chars().enumerate() {
-        if shown == max_chars {
-            let _ = write!(out, "\"... ({} bytes)", bytes.len());
-            return out;
-        }
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            ' '..='~' => out.push(c),
-            _ => {
-                let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
-            }
-        }
-    }
-    out.push('"');
-    if !valid {
-        out.push_str(" (not UTF-8; invalid bytes shown as \\u{fffd})");
-    }
-    out
 }

@@ -1,7 +1,13 @@
 //! Target `scenario`: text into `Scenario::from_toml`; what is accepted round-trips through `to_toml`.
 
-#[allow(clippy::wildcard_imports)]
-use super::*;
+use std::fmt::Write as _;
+
+use scenarios::Scenario;
+
+use crate::corpus::*;
+use crate::gen::*;
+use crate::guard::*;
+use crate::model::*;
 
 pub(crate) struct ScenarioFuzz {
     subject: ScenarioSubject,
@@ -103,16 +109,6 @@ impl Fuzz for ScenarioFuzz {
         format!("{} parsed", self.parsed)
     }
 }
-
-pub(crate) const TOOLS: &[(&str, &str)] = &[
-    ("tickets.create", "2026-08-18"),
-    ("tickets.create", "2026-09-01"),
-    ("tickets.set_status", "2026-08-18"),
-    ("payments.charge", "2026-08-18"),
-    ("payments.charge", "2026-10-01"),
-    ("messages.send", "2026-08-18"),
-    ("jobs.submit", "2026-08-18"),
-];
 
 /// A whole scenario file, built from odd and ordinary pieces.
 pub(crate) fn scenario_text(gen: &mut Gen) -> String {
