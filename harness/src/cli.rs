@@ -498,15 +498,10 @@ impl Registry {
             },
         };
         let spec = world::process::BlackBoxSpec {
-            command: command.clone(),
-            workers: black_box.workers,
             transport,
             key_placement,
-            server: String::new(),
-            capabilities_from: String::new(),
-            polls: false,
             start_patience,
-            measured_start: std::time::Duration::ZERO,
+            ..world::process::BlackBoxSpec::new(command.clone(), black_box.workers)
         };
         let probe = probe(&spec).map_err(|error| {
             bad_input(anyhow::anyhow!(

@@ -84,17 +84,7 @@ mod tests {
 
     #[test]
     fn a_run_has_the_scenarios_workers_and_more_up_to_the_flag() {
-        let spec = |workers| BlackBoxSpec {
-            command: "true".into(),
-            workers,
-            transport: Transport::Stdio,
-            key_placement: KeyPlacement::Meta,
-            server: String::new(),
-            capabilities_from: String::new(),
-            polls: true,
-            start_patience: DEFAULT_START_PATIENCE,
-            measured_start: Duration::ZERO,
-        };
+        let spec = |workers| BlackBoxSpec::new("true", workers);
         assert_eq!(worker_names(&builtin("S02"), &spec(1)), ["worker-1"]);
         assert_eq!(worker_names(&builtin("S02"), &spec(3)), ["worker-1", "worker-2", "worker-3"]);
         let s28 = builtin("S28");

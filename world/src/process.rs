@@ -64,6 +64,23 @@ pub struct BlackBoxSpec {
 }
 
 impl BlackBoxSpec {
+    /// `command` run as `workers` worker processes, over stdio, the key in `_meta`, the default
+    /// start patience; what probing learns (server, capabilities, poll, start time) is empty
+    /// until [`Probe`] fills it.
+    pub fn new(command: impl Into<String>, workers: usize) -> Self {
+        Self {
+            command: command.into(),
+            workers,
+            transport: Transport::Stdio,
+            key_placement: KeyPlacement::Meta,
+            server: String::new(),
+            capabilities_from: String::new(),
+            polls: false,
+            start_patience: DEFAULT_START_PATIENCE,
+            measured_start: Duration::ZERO,
+        }
+    }
+
     /// The command line's arguments that name this executor, for reproduce commands:
     /// `--executor-cmd '...' --workers 2`.
     pub fn reproduce_arguments(&self) -> String {
@@ -149,17 +166,7 @@ mod tests {
 
     #[test]
     fn reproduce_arguments_name_what_the_run_needs() {
-        let mut spec = BlackBoxSpec {
-            command: "python3 server.py".into(),
-            workers: 2,
-            transport: Transport::Stdio,
-            key_placement: KeyPlacement::Meta,
-            server: String::new(),
-            capabilities_from: String::new(),
-            polls: true,
-            start_patience: DEFAULT_START_PATIENCE,
-            measured_start: Duration::ZERO,
-        };
+        let mut spec = BlackBoxSpec::new("python3 server.py", 2);
         assert_eq!(spec.reproduce_arguments(), "--executor-cmd 'python3 server.py' --workers 2");
         spec.transport = Transport::Http;
         spec.key_placement = KeyPlacement::Argument("idempotencyKey".into());
