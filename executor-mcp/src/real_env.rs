@@ -7,7 +7,8 @@
 //! - downstream: [`wire::HttpClient`] over TCP to the downstream's business API;
 //! - clock: the system's;
 //! - authorizer: `GET /v1/authz?actor=..&tool=..` on the downstream ([`HttpAuthorizer`]);
-//! - outbox: none (a queued tool is not served for real yet: [`NoOutbox`] refuses);
+//! - outbox: the harness's queue over HTTP ([`HttpOutbox`], [`protocol::mcp::env::QUEUE_URL`]),
+//!   or none ([`NoOutbox`] refuses) when the world has no queue;
 //! - reconciliations: JSON lines appended to `reconciliations.jsonl` in the state directory;
 //! - store gate: nothing (there is no simulated time to spend, and real crashes are real);
 //! - entropy: the operating system's;
@@ -42,6 +43,8 @@ pub struct RealWorld {
     pub state_dir: PathBuf,
     /// The operators' queue ([`protocol::mcp::env::OPERATORS_URL`]), if any.
     pub operators: Option<HttpTarget>,
+    /// The queue's outbox ([`protocol::mcp::env::QUEUE_URL`]), if any.
+    pub queue: Option<HttpTarget>,
 }
 
 /// `http://HOST:PORT/PATH`, split.
@@ -80,7 +83,13 @@ impl RealWorld {
             downstream: Rc::new(client.clone()),
             clock: Arc::new(SystemClock),
             authorizer: Rc::new(HttpAuthorizer { client }),
-            outbox: Rc::new(NoOutbox),
+            outbox: match &self.queue {
+                Some(target) => Rc::new(HttpOutbox {
+                    client: HttpClient::new(Arc::new(TcpConnector), &target.host, target.port),
+                    path: target.path.clone(),
+                }),
+                None => Rc::new(NoOutbox),
+            },
             reconciliations: match &self.operators {
                 Some(target) => Rc::new(HttpReconciliations {
                     client: HttpClient::new(Arc::new(TcpConnector), &target.host, target.port),
@@ -135,6 +144,27 @@ pub struct NoOutbox;
 impl Outbox for NoOutbox {
     fn enqueue(&self, _: Envelope) -> LocalBoxFuture<'_, Result<(), OutboxError>> {
         Box::pin(async { Err(OutboxError("no queue in this world".into())) })
+    }
+}
+
+/// The queue's outbox over HTTP: each envelope `POST`ed as JSON; anything but a `2xx` is an
+/// error (the executor then does not answer as if it were queued).
+#[derive(Debug)]
+pub struct HttpOutbox {
+    client: HttpClient,
+    path: String,
+}
+
+impl Outbox for HttpOutbox {
+    fn enqueue(&self, envelope: Envelope) -> LocalBoxFuture<'_, Result<(), OutboxError>> {
+        Box::pin(async move {
+            let request = HttpRequest::json(http::Method::POST, self.path.clone(), &envelope);
+            match self.client.send(request).await {
+                Ok(response) if (200..300).contains(&response.status) => Ok(()),
+                Ok(response) => Err(OutboxError(format!("the queue answered {}", response.status))),
+                Err(error) => Err(OutboxError(format!("the queue could not be reached: {error}"))),
+            }
+        })
     }
 }
 

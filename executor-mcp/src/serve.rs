@@ -2,10 +2,12 @@
 //! replaylab's conventions (`docs/mcp.md`, `protocol::mcp`) in the real world's environment
 //! ([`crate::real_env`]).
 //!
-//! - `tools/list`: the contract tools the reference serves for real (every built-in contract
-//!   but `messages.send`, which needs a queue this world has no consumer for), each with a
+//! - `tools/list`: the contract tools the reference serves for real (every built-in contract;
+//!   `messages.send` only where the world has a queue, [`env::QUEUE_URL`]), each with a
 //!   permissive object schema (the reference validates the arguments itself), and
-//!   [`POLL_TOOL`] and [`RECONCILE_TOOL`].
+//!   [`POLL_TOOL`], [`RECONCILE_TOOL`] and, with a queue, [`CONSUME_TOOL`].
+//! - Webhooks: with [`env::WEBHOOK_LISTEN`], plain HTTP there, at [`WEBHOOK_PATH`], each
+//!   completion event handed to the executor and answered `{"ack": ...}`.
 //! - `tools/call`: the operation from `_meta["dev.replaylab/call"]` ([`CallMeta`]), the
 //!   arguments as the call's raw JSON arguments, answered with the [`Outcome`] as
 //!   `structuredContent` and `isError: false`; a request the server cannot read (no or an
@@ -23,12 +25,16 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::response::IntoResponse;
 use executor::{ReferenceConfig, ReferenceFactory, StoreLocation, DEFAULT_DOWNSTREAM_TIMEOUT};
 use protocol::mcp::{
-    env, CallMeta, Manifest, ManifestCapabilities, Timing, CALL_META, CONVENTIONS_VERSION, MANIFEST_URI,
-    POLL_TOOL, RECONCILE_TOOL,
+    env, CallMeta, ConsumeAnswer, ConsumeArguments, Manifest, ManifestCapabilities, Timing, WebhookAnswer,
+    CALL_META, CONSUME_TOOL, CONVENTIONS_VERSION, MANIFEST_URI, POLL_TOOL, RECONCILE_TOOL,
 };
-use protocol::{ContractSet, Executor, ExecutorFactory, OperationRef, Outcome, ToolCall};
+use protocol::{
+    Consumed, ContractSet, Executor, ExecutorFactory, OperationRef, Outcome, ToolCall, WebhookAck,
+    WebhookEvent,
+};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ListResourcesResult,
     ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
@@ -40,9 +46,10 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::real_env::RealWorld;
 
-/// The contract tools this server leaves out: `messages.send` is queued, and this world has
-/// no queue consumer.
-const UNSERVED_TOOLS: [&str; 1] = ["messages.send"];
+/// The contract tools that need a queue: served only where the world has one.
+const QUEUED_TOOLS: [&str; 1] = ["messages.send"];
+/// Where the server receives webhooks on [`env::WEBHOOK_LISTEN`] (its manifest says so).
+pub const WEBHOOK_PATH: &str = "/v1/webhooks";
 
 /// How the server speaks MCP.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,6 +78,8 @@ pub struct ServeConfig {
     pub retention: Option<Duration>,
     /// What each downstream service does, when the environment says ([`env::SERVICES`]).
     pub services: Option<protocol::mcp::Services>,
+    /// Where to receive webhooks ([`env::WEBHOOK_LISTEN`]), if anywhere.
+    pub webhook_listen: Option<std::net::SocketAddr>,
 }
 
 /// `--store` and `--schema`, checked.
@@ -188,10 +197,24 @@ impl ServeConfig {
                     format!("{}={url:?}: expected http://HOST:PORT/PATH", env::OPERATORS_URL)
                 })?),
             };
+        let queue = match variable(env::QUEUE_URL).filter(|value| !value.trim().is_empty()) {
+            None => None,
+            Some(url) => Some(
+                crate::real_env::HttpTarget::parse(&url)
+                    .ok_or_else(|| format!("{}={url:?}: expected http://HOST:PORT/PATH", env::QUEUE_URL))?,
+            ),
+        };
+        let webhook_listen = match variable(env::WEBHOOK_LISTEN).filter(|value| !value.trim().is_empty()) {
+            None => None,
+            Some(listen) => Some(listen.parse().map_err(|_| {
+                format!("{}={listen:?}: expected HOST:PORT (an IP address and a port)", env::WEBHOOK_LISTEN)
+            })?),
+        };
         Ok(Self {
             transport,
             store,
-            world: RealWorld { worker, incarnation, downstream, state_dir, operators },
+            webhook_listen,
+            world: RealWorld { worker, incarnation, downstream, state_dir, operators, queue },
             downstream_timeout,
             lease,
             retention,
@@ -226,7 +249,7 @@ impl ServeConfig {
         self.contracts()
             .iter()
             .map(|contract| contract.name.clone())
-            .filter(|name| !UNSERVED_TOOLS.contains(&name.as_str()))
+            .filter(|name| self.world.queue.is_some() || !QUEUED_TOOLS.contains(&name.as_str()))
             .collect()
     }
 
@@ -245,8 +268,9 @@ impl ServeConfig {
             capabilities: ManifestCapabilities {
                 delayed_jobs: tools.contains("jobs.submit"),
                 tools: Some(tools),
-                queue_consumer: false,
-                webhooks: false,
+                queue_consumer: self.world.queue.is_some(),
+                webhooks: self.webhook_listen.is_some(),
+                webhook_path: self.webhook_listen.is_some().then(|| WEBHOOK_PATH.to_owned()),
                 reconcile: true,
                 versions: BTreeMap::new(),
             },
@@ -302,6 +326,8 @@ enum Job {
     Call(ToolCall, oneshot::Sender<Outcome>),
     Poll(OperationRef, oneshot::Sender<Outcome>),
     Reconcile(OperationRef, oneshot::Sender<Outcome>),
+    Consume(protocol::Envelope, oneshot::Sender<Consumed>),
+    Webhook(Vec<u8>, oneshot::Sender<WebhookAck>),
 }
 
 /// Serves until the client closes the connection.
@@ -322,8 +348,14 @@ pub fn run(config: ServeConfig) -> Result<(), ServeError> {
         .enable_all()
         .build()
         .map_err(|error| ServeError::Serving(format!("failed to start the async runtime: {error}")))?;
-    let server = ReferenceServer::new(&config, jobs);
+    let server = ReferenceServer::new(&config, jobs.clone());
     let served = runtime.block_on(async move {
+        if let Some(address) = config.webhook_listen {
+            let listener = tokio::net::TcpListener::bind(address).await.map_err(|error| {
+                ServeError::Serving(format!("failed to listen for webhooks on {address}: {error}"))
+            })?;
+            tokio::spawn(serve_webhooks(listener, jobs));
+        }
         match config.transport {
             Transport::Stdio => {
                 let running = server.serve(rmcp::transport::stdio()).await.map_err(|error| {
@@ -364,6 +396,29 @@ async fn serve_http(server: ReferenceServer, address: std::net::SocketAddr) -> R
         .map_err(|error| ServeError::Serving(format!("serving MCP over HTTP failed: {error}")))
 }
 
+/// Receives the downstream's completion webhooks at [`WEBHOOK_PATH`] and hands each to the
+/// executor: answered `200 {"ack": ...}`, or `503` when the executor has stopped.
+async fn serve_webhooks(listener: tokio::net::TcpListener, jobs: mpsc::UnboundedSender<Job>) {
+    let receive = move |body: axum::body::Bytes| {
+        let jobs = jobs.clone();
+        async move {
+            let (answer, ack) = oneshot::channel();
+            let ack = match jobs.send(Job::Webhook(body.to_vec(), answer)) {
+                Ok(()) => ack.await.ok(),
+                Err(_) => None,
+            };
+            match ack {
+                Some(ack) => (http::StatusCode::OK, axum::Json(WebhookAnswer { ack })).into_response(),
+                None => (http::StatusCode::SERVICE_UNAVAILABLE, "the executor stopped").into_response(),
+            }
+        }
+    };
+    let router = axum::Router::new().route(WEBHOOK_PATH, axum::routing::post(receive));
+    if let Err(error) = axum::serve(listener, router).await {
+        tracing::error!(%error, "serving webhooks failed");
+    }
+}
+
 /// The executor's thread: opens the store, says so on `started`, then answers jobs until the
 /// server drops its sender, each job as a task of its own (calls run concurrently).
 fn run_executor(
@@ -402,11 +457,23 @@ fn run_executor(
             let executor = Rc::clone(&executor);
             tokio::task::spawn_local(async move {
                 // A closed answer channel means the client went away: nothing to tell.
-                let _ = match job {
-                    Job::Call(call, answer) => answer.send(executor.call(call).await),
-                    Job::Poll(operation, answer) => answer.send(executor.poll(operation).await),
-                    Job::Reconcile(operation, answer) => answer.send(executor.reconcile(operation).await),
-                };
+                match job {
+                    Job::Call(call, answer) => {
+                        let _ = answer.send(executor.call(call).await);
+                    }
+                    Job::Poll(operation, answer) => {
+                        let _ = answer.send(executor.poll(operation).await);
+                    }
+                    Job::Reconcile(operation, answer) => {
+                        let _ = answer.send(executor.reconcile(operation).await);
+                    }
+                    Job::Consume(envelope, answer) => {
+                        let _ = answer.send(executor.consume(envelope).await);
+                    }
+                    Job::Webhook(body, answer) => {
+                        let _ = answer.send(executor.webhook(WebhookEvent { body }).await);
+                    }
+                }
             });
         }
         drop(executor);
@@ -421,6 +488,8 @@ struct ReferenceServer {
     tools: Arc<Vec<Tool>>,
     contract_tools: Arc<BTreeSet<String>>,
     manifest: Arc<String>,
+    /// It serves [`CONSUME_TOOL`] (the world has a queue).
+    consumes: bool,
 }
 
 impl ReferenceServer {
@@ -450,6 +519,13 @@ impl ReferenceServer {
             format!("The outcome of the operation named in _meta[\"{CALL_META}\"] (empty arguments)"),
             permissive_schema(),
         ));
+        if config.world.queue.is_some() {
+            tools.push(Tool::new(
+                CONSUME_TOOL,
+                "One delivery of a queued envelope (arguments: envelope, attempt): carried out once, answered ack or retry",
+                permissive_schema(),
+            ));
+        }
         tools.push(Tool::new(
             RECONCILE_TOOL,
             format!(
@@ -463,7 +539,33 @@ impl ReferenceServer {
             tools: Arc::new(tools),
             contract_tools: Arc::new(contract_tools),
             manifest: Arc::new(manifest),
+            consumes: config.world.queue.is_some(),
         }
+    }
+
+    /// [`CONSUME_TOOL`]: one delivery handed to the executor's consumer, answered
+    /// `{"consumed": "ack" | "retry"}`; arguments it cannot read are a tool error.
+    async fn consume(&self, request: CallToolRequestParams) -> Result<CallToolResult, McpError> {
+        let arguments = serde_json::Value::Object(request.arguments.unwrap_or_default());
+        let arguments: ConsumeArguments = match serde_json::from_value(arguments) {
+            Ok(arguments) => arguments,
+            Err(error) => {
+                let message = format!("{CONSUME_TOOL} takes {{\"envelope\", \"attempt\"}}: {error}");
+                return Ok(CallToolResult::error(vec![ContentBlock::text(message)]));
+            }
+        };
+        let (answer, consumed) = oneshot::channel();
+        let internal = || McpError::internal_error("the executor stopped", None);
+        self.jobs.send(Job::Consume(arguments.envelope, answer)).map_err(|_| internal())?;
+        let consumed = consumed.await.map_err(|_| internal())?;
+        let text = serde_json::to_value(consumed)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+        result.structured_content =
+            Some(serde_json::to_value(ConsumeAnswer { consumed }).expect("an answer serialises"));
+        Ok(result)
     }
 
     /// `meta` is the request's `_meta`: rmcp moves it out of the params into the request's
@@ -474,6 +576,9 @@ impl ReferenceServer {
         meta: &serde_json::Map<String, serde_json::Value>,
     ) -> Result<CallToolResult, McpError> {
         let name = request.name.as_ref();
+        if name == CONSUME_TOOL && self.consumes {
+            return self.consume(request).await;
+        }
         let is_contract_tool = self.contract_tools.contains(name);
         if !is_contract_tool && name != POLL_TOOL && name != RECONCILE_TOOL {
             return Err(McpError::invalid_params(format!("unknown tool {name:?}"), None));

@@ -275,7 +275,8 @@ impl Outcome {
 
 /// A unit of asynchronous work, written to the outbox by an executor that accepted a queued
 /// tool call, and delivered (at least once) to a consumer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct Envelope {
     /// Unique per envelope written (not per delivery).
     pub envelope_id: String,
@@ -290,7 +291,7 @@ pub struct Envelope {
 }
 
 /// What a consumer says about one delivery.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Consumed {
     /// Done (or already done): remove the envelope from the queue.
@@ -307,7 +308,7 @@ pub struct WebhookEvent {
 }
 
 /// What a webhook receiver did with one delivery.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum WebhookAck {
     /// A new event: the operation moved on.

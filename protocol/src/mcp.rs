@@ -38,6 +38,43 @@ pub const MANIFEST_URI: &str = "replaylab://executor";
 pub const POLL_TOOL: &str = "replaylab.poll";
 /// The tool that answers a reconciliation of an operation (optional).
 pub const RECONCILE_TOOL: &str = "replaylab.reconcile";
+/// The tool a queue consumer serves: the harness hands it one delivery of a queued envelope
+/// ([`ConsumeArguments`]) and it answers [`ConsumeAnswer`] (declared by
+/// `capabilities.queue_consumer`).
+pub const CONSUME_TOOL: &str = "replaylab.consume";
+/// Where on [`env::WEBHOOK_LISTEN`] a server receives webhooks unless its manifest names
+/// another path (`capabilities.webhook_path`).
+pub const DEFAULT_WEBHOOK_PATH: &str = "/webhooks";
+
+/// The arguments of [`CONSUME_TOOL`]: one delivery of a queued envelope.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConsumeArguments {
+    /// The envelope, as a server's outbox wrote it ([`env::QUEUE_URL`]).
+    pub envelope: crate::Envelope,
+    /// Which delivery of it this is, from 1: the queue delivers at least once.
+    #[schemars(range(min = 1))]
+    pub attempt: u32,
+}
+
+/// The `structuredContent` of a [`CONSUME_TOOL`] answer. `ack` removes the envelope from the
+/// queue; `retry` (and any other answer, an error, no answer) leaves it there, delivered again
+/// later.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConsumeAnswer {
+    /// What the consumer did with the delivery.
+    pub consumed: crate::Consumed,
+}
+
+/// The JSON body a webhook receiver answers with (any `2xx`): what it did with the event. Any
+/// other answer (another status, no answer) makes the downstream deliver the event again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookAnswer {
+    /// What the receiver did.
+    pub ack: crate::WebhookAck,
+}
 
 /// What the agent says about the operation a `tools/call` (or a poll, or a reconcile)
 /// belongs to, in `_meta` under [`CALL_META`].
@@ -116,9 +153,15 @@ pub struct ManifestCapabilities {
     /// It settles delayed jobs.
     #[serde(default)]
     pub delayed_jobs: bool,
-    /// It receives completion webhooks (at [`env::WEBHOOK_LISTEN`]).
+    /// It receives completion webhooks: `POST`s to `http://{WEBHOOK_LISTEN}{webhook_path}`
+    /// ([`env::WEBHOOK_LISTEN`]).
     #[serde(default)]
     pub webhooks: bool,
+    /// Where it receives webhooks on [`env::WEBHOOK_LISTEN`]: a path from `/`; absent:
+    /// [`DEFAULT_WEBHOOK_PATH`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^/[!-~]*$"))]
+    pub webhook_path: Option<String>,
     /// It serves [`RECONCILE_TOOL`].
     #[serde(default)]
     pub reconcile: bool,
@@ -182,8 +225,13 @@ pub mod env {
     /// For the streamable HTTP transport: the address to serve MCP on, `127.0.0.1:PORT` (the
     /// port is `{port}` in the command); MCP is served at [`super::HTTP_PATH`] there.
     pub const MCP_LISTEN: &str = "REPLAYLAB_MCP_LISTEN";
-    /// For an executor that receives webhooks: the address to receive them on.
+    /// For an executor that receives webhooks: the address to receive them on,
+    /// `127.0.0.1:PORT` (`{webhook_port}` in the command is the same port).
     pub const WEBHOOK_LISTEN: &str = "REPLAYLAB_WEBHOOK_LISTEN";
+    /// The queue between outboxes and consumers: `POST` a [`crate::Envelope`] as JSON to
+    /// enqueue it (answered `202`); the harness delivers it at least once to a worker's
+    /// [`super::CONSUME_TOOL`].
+    pub const QUEUE_URL: &str = "REPLAYLAB_QUEUE_URL";
     /// What the downstream's services do in this run, as JSON ([`super::Services`]): whether
     /// each honours idempotency keys and keeps receipts. A real tool's author knows this of
     /// their API; the fake downstream changes it from scenario to scenario.
@@ -193,7 +241,7 @@ pub mod env {
     pub const OPERATORS_URL: &str = "REPLAYLAB_OPERATORS_URL";
 
     /// Every variable, in the order `docs/mcp.md` lists them.
-    pub const ALL: [&str; 12] = [
+    pub const ALL: [&str; 13] = [
         WORKER,
         INCARNATION,
         STATE_DIR,
@@ -206,6 +254,7 @@ pub mod env {
         WEBHOOK_LISTEN,
         SERVICES,
         OPERATORS_URL,
+        QUEUE_URL,
     ];
 }
 
@@ -234,6 +283,9 @@ pub fn conventions_schema() -> String {
     let outcome = generator.subschema_for::<Outcome>();
     let manifest = generator.subschema_for::<Manifest>();
     let services = generator.subschema_for::<Services>();
+    let consume_arguments = generator.subschema_for::<ConsumeArguments>();
+    let consume_answer = generator.subschema_for::<ConsumeAnswer>();
+    let webhook_answer = generator.subschema_for::<WebhookAnswer>();
     let mut defs = serde_json::Map::new();
     for (name, schema) in generator.take_definitions(true) {
         defs.insert(name, schema);
@@ -243,7 +295,9 @@ pub fn conventions_schema() -> String {
         "title": "replaylab MCP conventions",
         "description": format!(
             "Version {CONVENTIONS_VERSION}. `call_meta`: a tools/call request's `_meta[\"{CALL_META}\"]`; \
-             `outcome`: an answer's `structuredContent`; `manifest`: the text of the resource {MANIFEST_URI};              `services`: the value of {}.",
+             `outcome`: an answer's `structuredContent`; `manifest`: the text of the resource {MANIFEST_URI}; \
+             `services`: the value of {}; `consume_arguments` and `consume_answer`: a {CONSUME_TOOL} call's \
+             arguments and its answer's `structuredContent`; `webhook_answer`: a webhook receiver's answer body.",
             env::SERVICES
         ),
         "properties": {
@@ -251,6 +305,9 @@ pub fn conventions_schema() -> String {
             "outcome": outcome,
             "manifest": manifest,
             "services": services,
+            "consume_arguments": consume_arguments,
+            "consume_answer": consume_answer,
+            "webhook_answer": webhook_answer,
         },
         "additionalProperties": false,
         "$defs": defs,

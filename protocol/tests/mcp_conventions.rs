@@ -4,7 +4,10 @@
 
 use std::path::PathBuf;
 
-use protocol::mcp::{conventions_schema, CallMeta, Manifest, CALL_META, MANIFEST_URI};
+use protocol::mcp::{
+    conventions_schema, CallMeta, ConsumeAnswer, ConsumeArguments, Manifest, WebhookAnswer, CALL_META,
+    CONSUME_TOOL, MANIFEST_URI,
+};
 use serde_json::{json, Value};
 
 fn root() -> PathBuf {
@@ -28,8 +31,15 @@ fn documents(message: &Value) -> Value {
     if let Some(meta) = message.pointer("/params/_meta").and_then(|meta| meta.get(CALL_META)) {
         documents.insert("call_meta".into(), meta.clone());
     }
-    if let Some(outcome) = message.pointer("/result/structuredContent") {
-        documents.insert("outcome".into(), outcome.clone());
+    if message.pointer("/params/name").and_then(Value::as_str) == Some(CONSUME_TOOL) {
+        if let Some(arguments) = message.pointer("/params/arguments") {
+            documents.insert("consume_arguments".into(), arguments.clone());
+        }
+    }
+    if let Some(structured) = message.pointer("/result/structuredContent") {
+        // A consume tool's answer says `consumed`; every other answer is an outcome.
+        let name = if structured.get("consumed").is_some() { "consume_answer" } else { "outcome" };
+        documents.insert(name.into(), structured.clone());
     }
     if let Some(contents) = message.pointer("/result/contents").and_then(Value::as_array) {
         for content in contents.iter().filter(|content| content["uri"] == MANIFEST_URI) {
@@ -63,12 +73,28 @@ fn the_documented_examples_follow_the_conventions() {
         ("answer-replayed.json", "outcome"),
         ("answer-unknown.json", "outcome"),
         ("manifest.json", "manifest"),
+        ("consume.json", "consume_arguments"),
+        ("consume-answer.json", "consume_answer"),
     ] {
         let documents = documents(&example(name));
         assert!(documents.get(expected).is_some(), "{name} carries a {expected}");
         let errors: Vec<String> = validator.iter_errors(&documents).map(|error| error.to_string()).collect();
         assert!(errors.is_empty(), "{name}: {errors:#?}");
     }
+    // A webhook receiver's answer is a plain HTTP body, not an MCP message.
+    let webhook = json!({"webhook_answer": example("webhook-answer.json")});
+    let errors: Vec<String> = validator.iter_errors(&webhook).map(|error| error.to_string()).collect();
+    assert!(errors.is_empty(), "webhook-answer.json: {errors:#?}");
+    let _: WebhookAnswer =
+        serde_json::from_value(webhook["webhook_answer"].clone()).expect("a WebhookAnswer");
+    let consume = documents(&example("consume.json"));
+    let consume: ConsumeArguments =
+        serde_json::from_value(consume["consume_arguments"].clone()).expect("ConsumeArguments");
+    assert_eq!((consume.envelope.tool.as_str(), consume.attempt), ("messages.send", 2));
+    let answer = documents(&example("consume-answer.json"));
+    let answer: ConsumeAnswer =
+        serde_json::from_value(answer["consume_answer"].clone()).expect("a ConsumeAnswer");
+    assert_eq!(answer.consumed, protocol::Consumed::Ack);
     // And the types read them.
     let call = documents(&example("call.json"));
     let meta: CallMeta = serde_json::from_value(call["call_meta"].clone()).expect("a CallMeta");
@@ -110,6 +136,25 @@ fn documents_that_break_the_conventions_are_refused() {
     refused(&manifest, &|v| v["manifest"]["capabilities"]["teleport"] = true.into(), "an unknown capability");
     refused(&manifest, &|v| v["manifest"]["timing"]["lease_ms"] = 0.into(), "a lease of 0 ms");
     refused(&json!({}), &|v| v["surprise"] = json!({}), "an unknown document");
+    let consume = documents(&example("consume.json"));
+    refused(&consume, &|v| v["consume_arguments"]["attempt"] = 0.into(), "delivery attempt 0");
+    refused(
+        &consume,
+        &|v| {
+            v["consume_arguments"]["envelope"]
+                .as_object_mut()
+                .map(|m| m.remove("operation_key"))
+                .map_or((), drop)
+        },
+        "an envelope without its operation key",
+    );
+    refused(&json!({"consume_answer": {"consumed": "done"}}), &|_| {}, "consumed done");
+    refused(&json!({"webhook_answer": {"ack": "ok"}}), &|_| {}, "an unknown webhook ack");
+    refused(
+        &manifest,
+        &|v| v["manifest"]["capabilities"]["webhook_path"] = "hooks".into(),
+        "a webhook path not starting with /",
+    );
 }
 
 /// Every JSON example in `docs/mcp.md` follows the conventions too (a request, an answer's
@@ -128,6 +173,13 @@ fn the_examples_in_the_prose_follow_the_conventions() {
             documents(&value)
         } else if let Some(outcome) = value.get("structuredContent") {
             json!({ "outcome": outcome })
+        } else if value.get("envelope_id").is_some() {
+            json!({ "consume_arguments": { "envelope": value, "attempt": 1 } })
+        } else if value.get("event_id").is_some() {
+            // A completion event is the downstream's document (docs/downstream.md), not one of
+            // the conventions'; the downstream's tests hold it.
+            assert_eq!(value["type"], "job.succeeded", "{block}");
+            continue;
         } else {
             json!({ "manifest": value })
         };

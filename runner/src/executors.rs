@@ -81,6 +81,12 @@ impl ExecutorSpec {
         spec.server = probe.server.clone();
         spec.capabilities_from = if probe.manifest.is_some() { "manifest" } else { "tools/list" }.to_owned();
         spec.polls = probe.tools.contains(protocol::mcp::POLL_TOOL);
+        spec.consumes = probe.capabilities.queue_consumer;
+        spec.webhook_path = probe
+            .manifest
+            .as_ref()
+            .and_then(|manifest| manifest.capabilities.webhook_path.clone())
+            .unwrap_or_else(|| protocol::mcp::DEFAULT_WEBHOOK_PATH.to_owned());
         spec.measured_start = probe.start;
         let (name, version) = probe.server.split_once(' ').unwrap_or((probe.server.as_str(), ""));
         let name = if name.is_empty() { spec.command.clone() } else { format!("{name} ({})", spec.command) };

@@ -20,9 +20,14 @@
 //!   timeout) go to the process in its environment, and the runner waits them out. Nothing is
 //!   deterministic: runs repeat rather than seed, and the reports say so.
 //!
+//! - **The queue and webhooks are the harness's.** A process's outbox posts envelopes to its
+//!   port; the run's at-least-once queue ([`world::Queue`]) hands each delivery to an idle live
+//!   worker's `replaylab.consume`, and holds the ack at `queue:before_ack`. The downstream's
+//!   completion webhooks go through a relay that records them and passes them on to
+//!   `worker-1`'s webhook port.
+//!
 //! What this world cannot do is said before a run: it sees no store calls (no `store:`
-//! pause points) and has no queue (no `queue:` pause point, no queued tool); such a scenario is
-//! `not applicable` here (see [`lacks`]).
+//! pause points); such a scenario is `not applicable` here (see [`lacks`]).
 #![deny(missing_docs)]
 #![warn(clippy::unwrap_used)]
 
@@ -39,9 +44,10 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use protocol::mcp::{
-    env, CallMeta, KeyPlacement, Manifest, CALL_META, MANIFEST_URI, POLL_TOOL, RECONCILE_TOOL,
+    env, CallMeta, ConsumeAnswer, ConsumeArguments, KeyPlacement, Manifest, WebhookAnswer, CALL_META,
+    CONSUME_TOOL, MANIFEST_URI, POLL_TOOL, RECONCILE_TOOL,
 };
-use protocol::{ExecutorCapabilities, Outcome, OutcomeStatus};
+use protocol::{Consumed, Envelope, ExecutorCapabilities, Outcome, OutcomeStatus};
 use rmcp::model::{CallToolRequestParams, CallToolResult, ReadResourceRequestParams, ResourceContents};
 use rmcp::service::{Peer, RunningService};
 use rmcp::transport::TokioChildProcess;
@@ -54,7 +60,7 @@ use judge::text::{duration, quoted};
 use world::boundary::{bounded_finding, references_in_answer, tenant_in, ORIGIN_HEADER, REQUEST_ID_HEADER};
 use world::clock::WorldClock;
 pub use world::process::{lacks, BlackBoxSpec, Probe, Transport, DEFAULT_START_PATIENCE};
-use world::{AgentCommand, AgentResult, PointReached, Shared, World, AGENT_TIMEOUT};
+use world::{AgentCommand, AgentResult, Delivery, PointReached, Reached, Shared, World, AGENT_TIMEOUT};
 
 /// How often the runner looks at the real world: the length of one step.
 const SLICE: Duration = Duration::from_millis(2);
@@ -62,6 +68,13 @@ const SLICE: Duration = Duration::from_millis(2);
 const STDERR_TAIL_LINES: usize = 6;
 /// The operators' queue's path on every worker's port ([`env::OPERATORS_URL`]).
 const OPERATORS_PATH: &str = "/v1/reconciliations";
+/// The outbox's path on every worker's port ([`env::QUEUE_URL`]).
+const QUEUE_PATH: &str = "/v1/queue";
+/// The worker the downstream's completion webhooks go to (as in the simulated world).
+const WEBHOOK_WORKER: &str = "worker-1";
+/// How long the relay waits for a process to answer a webhook: less than the downstream's own
+/// patience, so that the relay's answer (a failure) reaches it first.
+const WEBHOOK_RELAY_TIMEOUT: Duration = Duration::from_millis(1_500);
 
 #[cfg(test)]
 mod tests {
@@ -123,11 +136,24 @@ struct Boundary {
     held: RefCell<BTreeMap<String, (PointReached, tokio::sync::oneshot::Sender<()>)>>,
     /// The incarnation of each worker that runs now (none while it is crashed).
     alive: RefCell<BTreeMap<String, u32>>,
-    /// The agent requests each worker is serving now: label and operation.
-    serving: RefCell<BTreeMap<String, BTreeMap<String, String>>>,
+    /// What each worker is serving now (agent requests and queue deliveries), by a key of
+    /// the harness's.
+    serving: RefCell<BTreeMap<String, BTreeMap<String, ServingNow>>>,
+    /// Each worker's webhook port: the incarnation it was given to, and the port.
+    webhook_ports: RefCell<BTreeMap<String, (u32, u16)>>,
+    /// Where a process receives webhooks on its port.
+    webhook_path: String,
     /// Downstream requests the processes sent that are still open (read, not yet answered, and
     /// not given up by their sender).
     open: Rc<Cell<usize>>,
+}
+
+/// One thing a worker is serving: an agent request (its label) or a queue delivery (no label),
+/// for an operation when the harness knows it.
+#[derive(Debug, Clone)]
+struct ServingNow {
+    label: Option<String>,
+    operation: Option<String>,
 }
 
 /// Counts one open downstream request for as long as it lives (its handler may be dropped
@@ -169,12 +195,29 @@ impl Boundary {
         let _ = released.await;
     }
 
-    /// The one agent request `worker` is serving now, when it serves exactly one: the origin
-    /// its requests are tagged with (it breaks ties between identical calls only).
-    fn serving_one(&self, worker: &str) -> Option<(String, String)> {
+    /// What `worker` serves now, when it serves exactly one thing for a known operation: the
+    /// agent request's label (none for a queue delivery) and the operation, the origin its
+    /// requests are tagged with (it breaks ties between identical calls only).
+    fn serving_one(&self, worker: &str) -> Option<(Option<String>, String)> {
         let serving = self.serving.borrow();
         let requests = serving.get(worker)?;
-        (requests.len() == 1).then(|| requests.iter().next().map(|(l, o)| (l.clone(), o.clone())))?
+        if requests.len() != 1 {
+            return None;
+        }
+        let now = requests.values().next()?;
+        Some((now.label.clone(), now.operation.clone()?))
+    }
+
+    /// `worker` starts serving `now` under `key`.
+    fn start_serving(&self, worker: &str, key: &str, now: ServingNow) {
+        self.serving.borrow_mut().entry(worker.to_owned()).or_default().insert(key.to_owned(), now);
+    }
+
+    /// `worker` is done with `key`.
+    fn stop_serving(&self, worker: &str, key: &str) {
+        if let Some(serving) = self.serving.borrow_mut().get_mut(worker) {
+            serving.remove(key);
+        }
     }
 
     fn is_alive(&self, worker: &str, incarnation: u32) -> bool {
@@ -206,6 +249,9 @@ impl Boundary {
         if path == OPERATORS_PATH {
             return Ok(self.file_reconciliation(&worker, &method, &body));
         }
+        if path == QUEUE_PATH {
+            return Ok(self.enqueue(&worker, &method, &body));
+        }
         let shared = self.shared.clone();
         let content = fake_downstream::request_content(&method, &path, &body);
         let operations = shared.operations_sent(content.as_ref());
@@ -226,7 +272,7 @@ impl Boundary {
             worker: worker.clone(),
             request_id: request_id.clone(),
             origin: serving.as_ref().map(|(_, operation)| operation.clone()),
-            serving: serving.as_ref().map(|(label, _)| label.clone()),
+            serving: serving.as_ref().and_then(|(label, _)| label.clone()),
             method: method.clone(),
             path: full_path,
             idempotency_key,
@@ -292,6 +338,90 @@ impl Boundary {
             finding,
         });
         plain(202, "filed")
+    }
+
+    /// `POST /v1/queue`: the outbox. The envelope goes into the run's queue (twice when the
+    /// scenario duplicates deliveries, after its delivery delay), recorded in the history
+    /// under the operation the worker is serving, if one.
+    fn enqueue(&self, worker: &str, method: &str, body: &[u8]) -> http::Response<Full<Bytes>> {
+        if method != "POST" {
+            return plain(
+                405,
+                "POST an envelope: {\"envelope_id\", \"tenant\", \"operation_key\", \"tool\", \"payload\"}",
+            );
+        }
+        let Ok(envelope) = serde_json::from_slice::<Envelope>(body) else {
+            return plain(
+                400,
+                "an envelope is {\"envelope_id\", \"tenant\", \"operation_key\", \"tool\" (strings), \"payload\"}, nothing else",
+            );
+        };
+        let shared = &self.shared;
+        let origin = self.serving_one(worker).map(|(_, operation)| operation);
+        shared.history.push(EventKind::Enqueued {
+            envelope_id: envelope.envelope_id.clone(),
+            operation_key: envelope.operation_key.clone(),
+            origin: origin.clone(),
+            deliveries: shared.queue_copies,
+        });
+        let visible_at = shared.now_ms().saturating_add(shared.queue_delay_ms);
+        shared.queue.borrow_mut().push(envelope, origin, shared.queue_copies, visible_at);
+        plain(202, "enqueued")
+    }
+
+    /// A completion webhook from the downstream, passed on to [`WEBHOOK_WORKER`]'s webhook
+    /// port as it came. Recorded once the process answered (it read the event): received, and
+    /// what it said it did. A worker that is down or does not answer gets nothing recorded,
+    /// and the downstream hears a failure (it tries again).
+    async fn relay_webhook(&self, body: Bytes) -> http::Response<Full<Bytes>> {
+        let target = self.webhook_ports.borrow().get(WEBHOOK_WORKER).copied();
+        let Some((incarnation, port)) =
+            target.filter(|(incarnation, _)| self.is_alive(WEBHOOK_WORKER, *incarnation))
+        else {
+            return plain(503, "the webhook's worker is down");
+        };
+        let event: Option<serde_json::Value> = serde_json::from_slice(&body).ok();
+        let text = |field: &str| event.as_ref().and_then(|e| e[field].as_str()).map(str::to_owned);
+        let (event_id, job) = (text("event_id"), text("job_id"));
+        let origin = job.as_deref().and_then(|job| self.shared.origin_of_job(job));
+        let client = wire::HttpClient::new(Arc::new(wire::TcpConnector), "127.0.0.1", port);
+        let mut request = wire::HttpRequest::new(http::Method::POST, self.webhook_path.clone());
+        request.headers.push(("content-type".into(), "application/json".into()));
+        request.body = body.clone();
+        // While the process handles the event, its requests (a completion notice) are the
+        // job's operation's, as a simulated worker's webhook task is tagged.
+        let key = format!("webhook {}", event_id.as_deref().unwrap_or("?"));
+        self.start_serving(WEBHOOK_WORKER, &key, ServingNow { label: None, operation: origin.clone() });
+        let sent = tokio::time::timeout(WEBHOOK_RELAY_TIMEOUT, client.send(request)).await;
+        self.stop_serving(WEBHOOK_WORKER, &key);
+        let answer = match sent {
+            Ok(Ok(answer)) if self.is_alive(WEBHOOK_WORKER, incarnation) => answer,
+            Ok(Ok(_)) => return plain(503, "the webhook's worker was killed before it answered"),
+            Ok(Err(_)) => return plain(502, "the webhook's worker did not take the delivery"),
+            Err(_) => return plain(504, "the webhook's worker did not answer in time"),
+        };
+        self.shared.history.push(EventKind::WebhookReceived {
+            worker: WEBHOOK_WORKER.to_owned(),
+            origin,
+            event_id: event_id.clone(),
+            references: job.into_iter().collect(),
+        });
+        let ack = match serde_json::from_slice::<WebhookAnswer>(&answer.body) {
+            Ok(WebhookAnswer { ack }) if (200..300).contains(&answer.status) => {
+                serde_json::to_value(ack).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
+            }
+            _ if (200..300).contains(&answer.status) => "malformed_answer".to_owned(),
+            _ => format!("http_{}", answer.status),
+        };
+        self.shared.history.push(EventKind::WebhookHandled {
+            worker: WEBHOOK_WORKER.to_owned(),
+            event_id,
+            ack,
+        });
+        let mut response = http::Response::new(Full::new(answer.body));
+        *response.status_mut() =
+            http::StatusCode::from_u16(answer.status).unwrap_or(http::StatusCode::BAD_GATEWAY);
+        response
     }
 
     /// `GET /v1/authz`: the downstream's authorizer, its decision recorded as it is made.
@@ -374,6 +504,34 @@ async fn accept(boundary: Rc<Boundary>, listener: tokio::net::TcpListener, worke
     }
 }
 
+/// Accepts the downstream's webhook deliveries on the relay's port until the task is aborted.
+async fn relay(boundary: Rc<Boundary>, listener: tokio::net::TcpListener) {
+    while let Ok((stream, _peer)) = listener.accept().await {
+        let _ = stream.set_nodelay(true);
+        let boundary = boundary.clone();
+        tokio::task::spawn_local(async move {
+            let service = hyper::service::service_fn(move |request: http::Request<Incoming>| {
+                let boundary = boundary.clone();
+                async move {
+                    let body = match Limited::new(request.into_body(), wire::MAX_BODY_BYTES).collect().await {
+                        Ok(collected) => collected.to_bytes(),
+                        Err(_) => {
+                            return Ok::<_, std::convert::Infallible>(plain(
+                                413,
+                                "the body is too large or broken",
+                            ))
+                        }
+                    };
+                    Ok(boundary.relay_webhook(body).await)
+                }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
 /// `worker-1` of the request id `worker-1#7`.
 fn worker_of(request_id: &str) -> String {
     request_id.split('#').next().unwrap_or_default().to_owned()
@@ -403,6 +561,8 @@ struct Run {
     peers: RefCell<BTreeMap<String, Peer<RoleClient>>>,
     /// The tool and version each operation was last called with (a poll names them too).
     last_tool: RefCell<BTreeMap<String, String>>,
+    /// The workers handling a queue delivery now (one at a time each).
+    consuming: RefCell<BTreeSet<String>>,
     starting_ms: Cell<u64>,
 }
 
@@ -426,12 +586,15 @@ impl Run {
             tokio::task::spawn_local(accept(self.boundary.clone(), listener, worker.to_owned(), incarnation));
         let state = self.state_dir();
         let mcp_port = free_port();
+        let webhook_port = free_port();
+        self.boundary.webhook_ports.borrow_mut().insert(worker.to_owned(), (incarnation, webhook_port));
         let text = self
             .spec
             .command
             .replace("{worker}", worker)
             .replace("{state}", &state.display().to_string())
             .replace("{run}", &self.name)
+            .replace("{webhook_port}", &webhook_port.to_string())
             .replace("{port}", &mcp_port.to_string());
         let mut command = tokio::process::Command::new("sh");
         command.arg("-c").arg(&text).process_group(0).kill_on_drop(true);
@@ -445,7 +608,9 @@ impl Run {
             .env(env::STATE_DIR, &state)
             .env(env::DOWNSTREAM_URL, &base)
             .env(env::AUTHZ_URL, format!("{base}/v1/authz"))
-            .env(env::OPERATORS_URL, format!("{base}{OPERATORS_PATH}"));
+            .env(env::OPERATORS_URL, format!("{base}{OPERATORS_PATH}"))
+            .env(env::QUEUE_URL, format!("{base}{QUEUE_PATH}"))
+            .env(env::WEBHOOK_LISTEN, format!("127.0.0.1:{webhook_port}"));
         for (name, value) in &self.timing {
             command.env(name, value);
         }
@@ -534,16 +699,10 @@ impl Run {
                         .history
                         .push(EventKind::CallReceived { label: label.clone(), worker: worker.clone() });
                 }
-                self.boundary
-                    .serving
-                    .borrow_mut()
-                    .entry(worker.clone())
-                    .or_default()
-                    .insert(label.clone(), operation_path.clone());
+                let now = ServingNow { label: Some(label.clone()), operation: Some(operation_path.clone()) };
+                self.boundary.start_serving(&worker, &label, now);
                 let answer = tokio::time::timeout(AGENT_TIMEOUT, peer.call_tool(params)).await;
-                if let Some(serving) = self.boundary.serving.borrow_mut().get_mut(&worker) {
-                    serving.remove(&label);
-                }
+                self.boundary.stop_serving(&worker, &label);
                 let (result, bare) = match answer {
                     Err(_) => (AgentResult::NoAnswer("timeout".into()), false),
                     Ok(Err(rmcp::ServiceError::TransportClosed)) => {
@@ -581,6 +740,85 @@ impl Run {
         }
         shared.agent.outstanding.borrow_mut().remove(&label);
         shared.agent.results.borrow_mut().insert(label, result);
+    }
+
+    /// Hands one queue delivery to `worker`'s [`CONSUME_TOOL`], then settles it with the queue
+    /// once the `queue:before_ack` pause (if armed) lets it: acknowledged, or back for a later
+    /// delivery. A worker killed meanwhile settles nothing: the delivery stays taken until its
+    /// visibility timeout runs out, as a consumer's crash leaves it.
+    async fn consume(
+        self: Rc<Self>,
+        worker: String,
+        incarnation: u32,
+        peer: Peer<RoleClient>,
+        delivery: Delivery,
+    ) {
+        let shared = self.shared.clone();
+        let envelope_id = delivery.envelope.envelope_id.clone();
+        shared.history.push(EventKind::Delivered {
+            envelope_id: envelope_id.clone(),
+            attempt: delivery.attempt,
+            worker: worker.clone(),
+        });
+        let key = format!("queue delivery {} attempt {}", delivery.delivery, delivery.attempt);
+        let now = ServingNow { label: None, operation: delivery.origin.clone() };
+        self.boundary.start_serving(&worker, &key, now);
+        let arguments = ConsumeArguments { envelope: delivery.envelope.clone(), attempt: delivery.attempt };
+        let arguments = match serde_json::to_value(&arguments) {
+            Ok(serde_json::Value::Object(arguments)) => arguments,
+            _ => serde_json::Map::new(),
+        };
+        let params = CallToolRequestParams::new(CONSUME_TOOL).with_arguments(arguments);
+        let answer = tokio::time::timeout(AGENT_TIMEOUT, peer.call_tool(params)).await;
+        self.boundary.stop_serving(&worker, &key);
+        if self.boundary.is_alive(&worker, incarnation) {
+            let consumed = match &answer {
+                Ok(Ok(answer)) if answer.is_error != Some(true) => answer
+                    .structured_content
+                    .clone()
+                    .and_then(|content| serde_json::from_value::<ConsumeAnswer>(content).ok())
+                    .map(|answer| answer.consumed),
+                _ => None,
+            };
+            let result = match (&answer, consumed) {
+                (_, Some(Consumed::Ack)) => "ack",
+                (_, Some(Consumed::Retry)) => "retry",
+                (Err(_), None) => "no answer",
+                (Ok(Ok(answer)), None) if answer.is_error == Some(true) => "tool error",
+                (Ok(_), None) => "malformed answer",
+            };
+            shared.history.push(EventKind::Consumed {
+                envelope_id,
+                worker: worker.clone(),
+                result: result.to_owned(),
+            });
+            let reached = PointReached { worker: worker.clone(), point: Reached::BeforeQueueAck };
+            self.boundary.pause_at(reached).await;
+            if self.boundary.is_alive(&worker, incarnation) {
+                let ack = consumed == Some(Consumed::Ack);
+                shared.queue.borrow_mut().settle(delivery.delivery, ack, shared.now_ms());
+            }
+        }
+        self.consuming.borrow_mut().remove(&worker);
+    }
+
+    /// Hands the queue's deliverable envelopes to idle live workers, in name order (so that
+    /// `worker-1` takes the first, as a scenario that pauses it expects).
+    fn deliver_queue(self: &Rc<Self>) {
+        if !self.spec.consumes {
+            return;
+        }
+        let peers: Vec<(String, Peer<RoleClient>)> =
+            self.peers.borrow().iter().map(|(worker, peer)| (worker.clone(), peer.clone())).collect();
+        for (worker, peer) in peers {
+            if self.consuming.borrow().contains(&worker) {
+                continue;
+            }
+            let Some(incarnation) = self.boundary.alive.borrow().get(&worker).copied() else { continue };
+            let Some(delivery) = self.shared.queue.borrow_mut().take(self.shared.now_ms()) else { return };
+            self.consuming.borrow_mut().insert(worker.clone());
+            tokio::task::spawn_local(self.clone().consume(worker, incarnation, peer, delivery));
+        }
     }
 
     /// The `tools/call` an agent command is, and whether its answer is to be lost.
@@ -807,6 +1045,8 @@ impl RealWorld {
             held: RefCell::default(),
             alive: RefCell::default(),
             serving: RefCell::default(),
+            webhook_ports: RefCell::default(),
+            webhook_path: spec.webhook_path.clone(),
             open: Rc::default(),
         });
         let run = Rc::new(Run {
@@ -818,6 +1058,7 @@ impl RealWorld {
             timing,
             peers: RefCell::default(),
             last_tool: RefCell::default(),
+            consuming: RefCell::default(),
             starting_ms: Cell::new(0),
         });
         let mut world = RealWorld {
@@ -828,6 +1069,21 @@ impl RealWorld {
             began: Instant::now(),
             failure: None,
         };
+        // The downstream's completion webhooks go to the relay, which passes them on.
+        let mut config = shared.downstream.config();
+        if let Some(webhook) = &mut config.webhook {
+            let boundary = world.run.boundary.clone();
+            let port = world.block_on(async move {
+                let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+                    .await
+                    .map_err(|error| format!("no loopback port for the webhook relay: {error}"))?;
+                let port = listener.local_addr().map_err(|error| error.to_string())?.port();
+                tokio::task::spawn_local(relay(boundary, listener));
+                Ok::<u16, String>(port)
+            })?;
+            webhook.url = format!("http://127.0.0.1:{port}/v1/webhooks");
+            shared.downstream.set_config(config);
+        }
         let names = worker_names(scenario, &spec);
         let run = world.run.clone();
         // Every process starts at once; a run waits for the slowest handshake only.
@@ -930,7 +1186,11 @@ impl World for RealWorld {
         for command in commands {
             self.local.spawn_local(self.run.clone().execute(command));
         }
-        self.block_on(async { tokio::time::sleep(SLICE).await });
+        let run = self.run.clone();
+        self.block_on(async move {
+            run.deliver_queue();
+            tokio::time::sleep(SLICE).await;
+        });
         Ok(())
     }
 
@@ -1113,6 +1373,19 @@ pub fn probe(spec: &BlackBoxSpec) -> Result<Probe, String> {
         Ok(Err(_)) | Err(_) => None,
     };
     let polls = tools.contains(POLL_TOOL);
+    let webhook_path = manifest.as_ref().and_then(|manifest| manifest.capabilities.webhook_path.as_deref());
+    if let Some(path) =
+        webhook_path.filter(|path| !path.starts_with('/') || !path.chars().all(|c| c.is_ascii_graphic()))
+    {
+        return Err(format!("the manifest's webhook_path {}: a path from `/`, no spaces", quoted(path)));
+    }
+    if manifest.as_ref().is_some_and(|manifest| manifest.capabilities.queue_consumer)
+        && !tools.contains(CONSUME_TOOL)
+    {
+        return Err(format!(
+            "the manifest declares queue_consumer, but tools/list has no {CONSUME_TOOL}: the queue could deliver nothing"
+        ));
+    }
     let capabilities = match &manifest {
         Some(manifest) => manifest.capabilities.to_capabilities(&contract_tools, polls),
         None => ExecutorCapabilities::tools(contract_tools.clone()).with_poll(polls),

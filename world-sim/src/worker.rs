@@ -196,7 +196,7 @@ async fn handle(worker: Rc<Worker>, request: hyper::Request<Incoming>) -> Result
             let event: Option<serde_json::Value> = serde_json::from_slice(&body).ok();
             let event_id = event.as_ref().and_then(|e| e["event_id"].as_str()).map(str::to_owned);
             let job = event.as_ref().and_then(|e| e["job_id"].as_str()).map(str::to_owned);
-            let origin = job.as_deref().and_then(|job| worker.origin_of_job(job));
+            let origin = job.as_deref().and_then(|job| worker.shared.origin_of_job(job));
             worker.shared.history.push(EventKind::WebhookReceived {
                 worker: worker.name.clone(),
                 origin: origin.clone(),
@@ -287,21 +287,6 @@ impl Worker {
             }
             None => problem(500, "executor_panicked", "the executor panicked"),
         }
-    }
-
-    /// The operation that submitted job `job_id`: the one its request is attributed to.
-    fn origin_of_job(&self, job_id: &str) -> Option<String> {
-        let history = self.shared.history.events();
-        let attribution = judge::attribution::Attribution::build(&history);
-        history.iter().find_map(|event| match &event.kind {
-            EventKind::Effect { effect }
-                if effect.effect_reference == job_id
-                    && effect.kind == fake_downstream::EffectKind::JobAccepted =>
-            {
-                attribution.effect(effect.seq).map(str::to_owned)
-            }
-            _ => None,
-        })
     }
 }
 

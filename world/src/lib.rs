@@ -531,6 +531,22 @@ impl Shared {
     pub fn record(&self, kind: EventKind) {
         self.history.push(kind);
     }
+
+    /// The operation whose request made the job `job_id` (its `job_accepted` effect), as
+    /// attribution tells from the history so far: the origin of that job's completion webhooks.
+    pub fn origin_of_job(&self, job_id: &str) -> Option<String> {
+        let history = self.history.events();
+        let attribution = judge::attribution::Attribution::build(&history);
+        history.iter().find_map(|event| match &event.kind {
+            EventKind::Effect { effect }
+                if effect.effect_reference == job_id
+                    && effect.kind == fake_downstream::EffectKind::JobAccepted =>
+            {
+                attribution.effect(effect.seq).map(str::to_owned)
+            }
+            _ => None,
+        })
+    }
 }
 
 #[cfg(test)]

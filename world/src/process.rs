@@ -39,7 +39,8 @@ impl Transport {
 /// A black-box executor: the command that starts one worker process, and how to drive it.
 #[derive(Debug, Clone)]
 pub struct BlackBoxSpec {
-    /// The command, run by `sh -c`, with `{worker}`, `{state}`, `{run}` and `{port}` replaced.
+    /// The command, run by `sh -c`, with `{worker}`, `{state}`, `{run}`, `{port}` and
+    /// `{webhook_port}` replaced.
     pub command: String,
     /// Worker processes per run, at least: a scenario that names more workers gets one process
     /// for each.
@@ -56,6 +57,13 @@ pub struct BlackBoxSpec {
     /// cannot ask at the end how each operation stands, and the oracles that read that final
     /// poll cannot judge.
     pub polls: bool,
+    /// Whether it consumes queued envelopes (set from the [`Probe`]: its manifest declares
+    /// `queue_consumer` and it serves [`protocol::mcp::CONSUME_TOOL`]): the harness's queue
+    /// delivers to its workers.
+    pub consumes: bool,
+    /// Where on its webhook port it receives webhooks (set from the [`Probe`]: the manifest's
+    /// `webhook_path`, else [`protocol::mcp::DEFAULT_WEBHOOK_PATH`]).
+    pub webhook_path: String,
     /// How long a process may take from its start to the end of the MCP handshake.
     pub start_patience: Duration,
     /// How long the probe's one process took to start and shake hands (set from the
@@ -76,6 +84,8 @@ impl BlackBoxSpec {
             server: String::new(),
             capabilities_from: String::new(),
             polls: false,
+            consumes: false,
+            webhook_path: protocol::mcp::DEFAULT_WEBHOOK_PATH.to_owned(),
             start_patience: DEFAULT_START_PATIENCE,
             measured_start: Duration::ZERO,
         }
@@ -100,30 +110,16 @@ impl BlackBoxSpec {
 }
 
 /// What the black-box world cannot do: the reasons a scenario is `not applicable` here,
-/// whatever the executor declares.
+/// whatever the executor declares. It cannot see inside a process's store, so it has no store
+/// pause points; the queue and webhooks are the harness's, so it has those.
 pub fn lacks(scenario: &Scenario) -> Vec<String> {
     let mut lacks = BTreeSet::new();
     for step in &scenario.steps {
-        if let StepKind::Pause { point, .. } = &step.kind {
-            match point {
-                PausePoint::BeforeStore(_) | PausePoint::AfterStore(_) => {
-                    lacks.insert(
-                        "store pause points (the harness cannot see inside a process's store)".to_owned(),
-                    );
-                }
-                PausePoint::BeforeQueueAck => {
-                    lacks.insert("queue pause points (the black-box world has no queue)".to_owned());
-                }
-                PausePoint::Downstream { .. } => {}
-            }
+        if let StepKind::Pause { point: PausePoint::BeforeStore(_) | PausePoint::AfterStore(_), .. } =
+            &step.kind
+        {
+            lacks.insert("store pause points (the harness cannot see inside a process's store)".to_owned());
         }
-    }
-    let needs = scenario.needs(&protocol::ContractSet::builtin());
-    if needs.webhooks {
-        lacks.insert("completion webhooks (not delivered to processes yet)".to_owned());
-    }
-    if needs.queue_consumer {
-        lacks.insert("a queue between outboxes and consumers (the black-box world has none)".to_owned());
     }
     lacks.into_iter().collect()
 }
@@ -156,12 +152,15 @@ mod tests {
     fn what_the_black_box_world_cannot_do_makes_a_scenario_not_applicable() {
         assert_eq!(lacks(&builtin("S02")), Vec::<String>::new(), "a lost answer needs nothing more");
         assert_eq!(lacks(&builtin("S03")), Vec::<String>::new(), "a held answer and a kill");
-        let queue = lacks(&builtin("S16"));
-        assert!(queue.iter().any(|l| l.contains("queue")), "{queue:?}");
-        // S26 pauses at a store call and needs webhooks.
-        let store = lacks(&builtin("S26"));
-        assert!(store.iter().any(|l| l.contains("store pause points")), "{store:?}");
-        assert!(store.iter().any(|l| l.contains("webhooks")), "{store:?}");
+        // The queue (a pause before the ack included) and webhooks are the harness's.
+        for id in ["S16", "S17", "S31", "S10"] {
+            assert_eq!(lacks(&builtin(id)), Vec::<String>::new(), "{id}");
+        }
+        // S26 pauses at a store call.
+        assert_eq!(
+            lacks(&builtin("S26")),
+            ["store pause points (the harness cannot see inside a process's store)"]
+        );
     }
 
     #[test]

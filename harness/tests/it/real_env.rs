@@ -51,6 +51,7 @@ fn the_reference_survives_a_lost_answer_and_a_restart_for_real() {
             downstream: ("127.0.0.1".into(), port),
             state_dir: state.clone(),
             operators: None,
+            queue: None,
         };
         let factory = ReferenceFactory::new(
             StoreLocation::File(state.join("claims.db")),
