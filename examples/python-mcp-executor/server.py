@@ -1,15 +1,19 @@
 #!/usr/bin/env python3
 """A careful executor: an MCP server that turns duplicate delivery into one effect.
 
-It sits between an AI agent and replaylab's fake ticket and payment service and follows
-replaylab's MCP conventions (docs/mcp.md) to the letter:
+It sits between an AI agent and replaylab's fake service (tickets, charges, messages and
+delayed jobs) and follows replaylab's MCP conventions (docs/mcp.md) to the letter:
 
 - every ``tools/call`` names its operation in ``_meta["dev.replaylab/call"]``; the operation
   (tenant, environment, workflow_id, step_id) is the identity, never the model's call_id;
 - the answer is an ``Outcome`` in ``structuredContent`` (``applied``, ``replayed``,
   ``in_flight``, ``rejected``, ``unknown``, ``expired``) with ``isError: false``;
 - the manifest resource ``replaylab://executor`` says what it supports and its timing;
-- ``replaylab.poll`` and ``replaylab.reconcile`` answer for an operation named in ``_meta``.
+- ``replaylab.poll`` and ``replaylab.reconcile`` answer for an operation named in ``_meta``;
+- a delayed job (``jobs.submit``) is submitted once and settled by a poll or by the
+  provider's completion webhook, which this process receives on its own HTTP port;
+- a queued tool (``messages.send``) is written to the outbox and carried out once by the
+  consumer, ``replaylab.consume``, however often the queue delivers it.
 
 How it stays correct (the REPLAY state machine of the Rust reference, executor/src/machine.rs):
 
@@ -31,11 +35,18 @@ How it stays correct (the REPLAY state machine of the Rust reference, executor/s
 7. What nothing can settle (no receipts and no honoured key, or lookups that keep failing) is
    answered ``unknown`` and handed over to people: an entry on the operators' queue
    (REPLAYLAB_OPERATORS_URL). An ``unknown`` nobody is told about is never settled.
+8. What is carried out later is owned by what carries it out: a job by the downstream (the
+   record keeps the job id; polls read the job), a queued operation by the queue (the record
+   waits without an owner until a consumer claims it). Neither is ever abandoned, and neither
+   is done twice: a finished job is settled by one compare-and-set, whoever hears of it first
+   (a poll, or a webhook, whose event ids are kept), and only that settlement sends the job's
+   completion notice.
 
 Run it as replaylab does: ``python server.py`` with the environment of docs/mcp.md section 5
 serves MCP over stdio; ``python server.py --transport http`` serves it over streamable HTTP at
 ``http://$REPLAYLAB_MCP_LISTEN/mcp``. Either way one process is one worker: one executor, one
-claim store connection and one background reconciliation, whatever the number of sessions.
+claim store connection and one background reconciliation, whatever the number of sessions,
+and one webhook listener at ``http://$REPLAYLAB_WEBHOOK_LISTEN/webhooks``.
 """
 
 from __future__ import annotations
@@ -44,6 +55,7 @@ import argparse
 import contextlib
 import hashlib
 import http.client
+import http.server
 import json
 import logging
 import math
@@ -72,6 +84,10 @@ CALL_META = "dev.replaylab/call"
 MANIFEST_URI = "replaylab://executor"
 POLL_TOOL = "replaylab.poll"
 RECONCILE_TOOL = "replaylab.reconcile"
+CONSUME_TOOL = "replaylab.consume"
+# Where completion webhooks are received on REPLAYLAB_WEBHOOK_LISTEN: the conventions' default,
+# so the manifest need not name it (capabilities.webhook_path).
+WEBHOOK_PATH = "/webhooks"
 
 # The key may also arrive as an argument (docs/mcp.md, "KeyPlacement"). It is transport, not
 # business content: it never enters the fingerprint and is never sent downstream.
@@ -92,6 +108,14 @@ MAX_DOWNSTREAM_KEY_CHARS = 200
 # over to people.
 RECONCILE_AFTER_MS = 1_000
 RECONCILE_ATTEMPTS = 3
+
+# When to poll again: a running job (the fake's take a few seconds), and a queued operation (a
+# consumer usually picks an envelope up within a second of it being written).
+JOB_POLL_AFTER_SECONDS = 1
+QUEUE_POLL_AFTER_SECONDS = 1
+
+# The most of a webhook body read: a completion event is a few hundred bytes.
+MAX_WEBHOOK_BYTES = 65_536
 
 
 # --------------------------------------------------------------------------- the contracts
@@ -116,11 +140,18 @@ class Contract:
     late_arrival: str = "tombstone_expired"
     # A newer version of this tool may replay what this version made (same request only).
     replay_across_versions: bool = False
+    # direct: the call makes the effect; delayed_job: the call submits a job the downstream
+    # finishes later; queued: the call writes an envelope to the outbox, a consumer acts.
+    execution: str = "direct"
+    # A delayed job's completion notice: one message to this address once the job succeeded.
+    completion_notice_to: str | None = None
 
 
 TICKET = {"queue": "string", "subject": "string", "body": "string", "trace_id": "string"}
 CHARGE = {"customer": "string", "amount_minor": "integer", "currency": "string", "trace_id": "string"}
 STATUS = {"ticket_id": "string", "status": "string", "expected_version": "integer", "trace_id": "string"}
+JOB = {"job_type": "string", "input": "object", "trace_id": "string"}
+MESSAGE = {"to": "string", "body": "string", "trace_id": "string"}
 
 CONTRACTS: dict[tuple[str, str], Contract] = {
     (c.name, c.version): c
@@ -144,11 +175,17 @@ CONTRACTS: dict[tuple[str, str], Contract] = {
                  ("customer", "amount_minor", "currency"), "charges", "charge_id",
                  ("charge_id", "amount_minor", "currency", "status"), 5_000, 90_000,
                  defaults={"currency": "EUR"}, late_arrival="reconcile_first"),
+        # A job's status changes after it is accepted: the result names only its id.
+        Contract("jobs.submit", "2026-08-18", JOB, ("job_type", "input"), ("job_type", "input"), "jobs",
+                 "job_id", ("job_id",), 5_000, 60_000, defaults={"input": {}}, execution="delayed_job",
+                 completion_notice_to="ops@example.test"),
+        Contract("messages.send", "2026-08-18", MESSAGE, ("to", "body"), ("to", "body"), "messages",
+                 "message_id", ("message_id", "status"), 5_000, 60_000, execution="queued"),
     ]
 }
-# jobs.submit (a delayed job with a completion notice) and messages.send (a queued tool) are
-# not served: the manifest says so, and the scenarios that need them are "not applicable".
 TOOLS = sorted({name for name, _ in CONTRACTS})
+# A job's completion notice is a message: its answer is read as messages.send's.
+NOTICE = CONTRACTS[("messages.send", "2026-08-18")]
 
 # The downstream's services (fake-downstream/src/config.rs), as REPLAYLAB_SERVICES names them.
 SERVICES = ("tickets", "charges", "messages", "jobs")
@@ -193,9 +230,17 @@ class Config:
     # The operators' queue (host, port, path): where an operation nothing can settle is
     # handed over to people. None: only the log says so.
     operators: tuple[str, int, str] | None
+    # The outbox of queued tools (host, port, path). None: queued tools are refused.
+    queue: tuple[str, int, str] | None
+    # Where to receive completion webhooks (host, port). None: no listener; polls alone
+    # settle jobs.
+    webhook_listen: tuple[str, int] | None
 
     def traits(self, contract: Contract) -> ServiceTraits:
-        return self.services.get(contract.service, ServiceTraits())
+        return self.service(contract.service)
+
+    def service(self, name: str) -> ServiceTraits:
+        return self.services.get(name, ServiceTraits())
 
     def lease(self, contract: Contract) -> int:
         return self.lease_ms or contract.lease_ms
@@ -209,6 +254,16 @@ def parse_http_url(url: str) -> tuple[str, int] | None:
     if parsed.scheme != "http" or not parsed.hostname or parsed.port is None:
         return None
     return parsed.hostname, parsed.port
+
+
+def parse_listen(value: str) -> tuple[str, int] | None:
+    """``HOST:PORT`` (``127.0.0.1:8765``, ``[::1]:8765``), or None."""
+    host, _, port = value.strip().rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")  # an IPv6 address: [::1]:8765
+    if (not host or any(c.isspace() or c in "/[]@" for c in host)
+            or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536):
+        return None
+    return host, int(port)
 
 
 def parse_services(text: str) -> dict[str, ServiceTraits]:
@@ -269,13 +324,20 @@ def config_from_env(env: dict[str, str]) -> Config:
             services = parse_services(env["REPLAYLAB_SERVICES"])
         except ValueError as error:  # json.JSONDecodeError is a ValueError
             fail(f"REPLAYLAB_SERVICES: {error}")
-    operators = None
-    operators_url = env.get("REPLAYLAB_OPERATORS_URL", "").strip()
-    if operators_url:
-        where = parse_http_url(operators_url)
+    def endpoint(name: str) -> tuple[str, int, str] | None:
+        url = env.get(name, "").strip()
+        if not url:
+            return None
+        where = parse_http_url(url)
         if where is None:
-            fail(f"REPLAYLAB_OPERATORS_URL={operators_url!r}: expected http://HOST:PORT/PATH")
-        operators = (*where, urllib.parse.urlsplit(operators_url).path or "/")
+            fail(f"{name}={url!r}: expected http://HOST:PORT/PATH")
+        return (*where, urllib.parse.urlsplit(url).path or "/")  # type: ignore[misc]
+
+    webhook_listen = None
+    if env.get("REPLAYLAB_WEBHOOK_LISTEN", "").strip():
+        webhook_listen = parse_listen(env["REPLAYLAB_WEBHOOK_LISTEN"])
+        if webhook_listen is None:
+            fail(f"REPLAYLAB_WEBHOOK_LISTEN={env['REPLAYLAB_WEBHOOK_LISTEN']!r}: expected HOST:PORT")
     return Config(
         worker=worker,
         incarnation=int(incarnation),
@@ -289,7 +351,9 @@ def config_from_env(env: dict[str, str]) -> Config:
         # compare-and-set on the owner token keeps a late owner from overwriting a new one.
         timeout_ms=millis("REPLAYLAB_DOWNSTREAM_TIMEOUT_MS") or 2_000,
         services=services,
-        operators=operators,  # type: ignore[arg-type]
+        operators=endpoint("REPLAYLAB_OPERATORS_URL"),
+        queue=endpoint("REPLAYLAB_QUEUE_URL"),
+        webhook_listen=webhook_listen,
     )
 
 
@@ -398,7 +462,20 @@ def effect_request(contract: Contract, tenant: str, arguments: dict[str, Any]) -
     if contract.name == "payments.charge":
         body = {"tenant": tenant, **{k: arguments[k] for k in ("customer", "amount_minor", "currency")}}
         return "POST", "/v1/charges", body, {}
+    if contract.name == "jobs.submit":
+        body = {"tenant": tenant, "job_type": arguments["job_type"], "input": arguments["input"]}
+        return "POST", "/v1/jobs", body, {}
+    if contract.name == "messages.send":
+        return "POST", "/v1/messages", {"tenant": tenant, "to": arguments["to"], "body": arguments["body"]}, {}
     raise ValueError(f"no mapping for {contract.name}")
+
+
+def notice_request(contract: Contract, tenant: str, job_id: str, downstream_key: str) -> tuple[str, str, dict, dict]:
+    """A finished job's completion notice: one message to the contract's address, under a key
+    of its own (the operation's key plus ``:notice``), so that its receipt can be looked up
+    and, where the message service honours keys, a resend cannot send it twice."""
+    body = {"tenant": tenant, "to": contract.completion_notice_to, "body": f"job {job_id} finished"}
+    return "POST", "/v1/messages", body, {"Idempotency-Key": f"{downstream_key}:notice"}
 
 
 def safe_result(contract: Contract, answer: dict[str, Any]) -> dict[str, Any]:
@@ -451,11 +528,10 @@ class Lookup:
     why: str = ""
 
 
-def look_up_receipt(downstream: Downstream, contract: Contract, tenant: str, downstream_key: str) -> Lookup:
+def look_up_receipt(downstream: Downstream, service: str, tenant: str, downstream_key: str) -> Lookup:
     """``GET /v1/receipts/{key}?tenant=..&service=..``: the downstream's system of record.
     Receipts are found by the Idempotency-Key the effect request carried."""
-    path = (f"/v1/receipts/{quote(downstream_key)}?tenant={quote(tenant)}"
-            f"&service={quote(contract.service)}")
+    path = f"/v1/receipts/{quote(downstream_key)}?tenant={quote(tenant)}&service={quote(service)}"
     try:
         response = downstream.request("GET", path)
     except Ambiguous as error:
@@ -481,8 +557,36 @@ def receipt_result(contract: Contract, lookup: Lookup) -> dict[str, Any]:
     return result
 
 
+@dataclass
+class Job:
+    """What ``GET /v1/jobs/{id}`` says of a job: succeeded (with its result), running, or
+    unreadable (no answer, an error, a body we do not know: ask again later)."""
+
+    state: str
+    result: Any = None
+    why: str = ""
+
+
+def read_job(downstream: Downstream, tenant: str, job_id: str) -> Job:
+    try:
+        response = downstream.request("GET", f"/v1/jobs/{quote(job_id)}?tenant={quote(tenant)}")
+    except Ambiguous as error:
+        return Job("unreadable", why=str(error))
+    if response.status != 200 or not isinstance(response.body, dict):
+        return Job("unreadable", why=f"the job read answered {response.status}")
+    status = response.body.get("status")
+    if status == "succeeded":
+        return Job("succeeded", result=response.body.get("result"))
+    if status in ("pending", "running"):
+        return Job("running")
+    return Job("unreadable", why=f"the job's status {status!r} is not one this executor knows")
+
+
 # --------------------------------------------------------------------------- the claim store
 
+# A `pending` record is one of three things: claimed by an owner at work (owner_token and a
+# lease), a job the downstream is running (job_id, no owner), or an envelope waiting in the
+# queue for its consumer (neither). Only the first can be abandoned: its owner can die.
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS operations (
     tenant           TEXT    NOT NULL,
@@ -500,9 +604,29 @@ CREATE TABLE IF NOT EXISTS operations (
     reason           TEXT,
     request_json     TEXT,
     handed_over_ms   INTEGER,  -- when it was filed with the operators' queue (once is enough)
+    job_id           TEXT,     -- a delayed job's id, once the downstream accepted it
     created_at_ms    INTEGER NOT NULL,
     updated_at_ms    INTEGER NOT NULL,
     expires_at_ms    INTEGER NOT NULL,
+    PRIMARY KEY (tenant, operation_key)
+) WITHOUT ROWID;
+-- A completion webhook names the job's Idempotency-Key (or only the job): its operation.
+CREATE INDEX IF NOT EXISTS operations_by_downstream_key ON operations (tenant, downstream_key);
+CREATE INDEX IF NOT EXISTS operations_by_job ON operations (tenant, job_id);
+-- Every webhook event id that matched an operation, kept: a redelivery is seen as one.
+CREATE TABLE IF NOT EXISTS webhook_events (
+    event_id       TEXT    PRIMARY KEY,
+    tenant         TEXT    NOT NULL,
+    operation_key  TEXT    NOT NULL,
+    received_at_ms INTEGER NOT NULL
+);
+-- The completion notices owed: written with the job's settlement, in its transaction, and
+-- deleted once the notice was confirmed or handed over. A crash in between leaves it owed.
+CREATE TABLE IF NOT EXISTS notices (
+    tenant        TEXT    NOT NULL,
+    operation_key TEXT    NOT NULL,
+    job_id        TEXT    NOT NULL,
+    claimed_at_ms INTEGER NOT NULL,  -- when its sender took it on (a later one waits for it)
     PRIMARY KEY (tenant, operation_key)
 ) WITHOUT ROWID;
 """
@@ -517,7 +641,9 @@ class Store:
         self.path = path
         self.local = threading.local()
         with self.transaction() as db:
-            db.execute(SCHEMA)
+            for statement in SCHEMA.split(";"):
+                if statement.strip():
+                    db.execute(statement)
 
     def connection(self) -> sqlite3.Connection:
         db = getattr(self.local, "db", None)
@@ -585,9 +711,9 @@ class Store:
         """A write on behalf of an owner: compare-and-set on the owner token, so that an owner
         whose claim was taken over cannot overwrite the new owner's record."""
         changed = self.connection().execute(
-            f"UPDATE operations SET {assignments}, owner_token = NULL, lease_until_ms = 0, "
-            "updated_at_ms = ? WHERE tenant = ? AND operation_key = ? AND owner_token = ? "
-            "AND status = 'pending'",
+            f"UPDATE operations SET {assignments + ', ' if assignments else ''}owner_token = NULL, "
+            "lease_until_ms = 0, updated_at_ms = ? WHERE tenant = ? AND operation_key = ? "
+            "AND owner_token = ? AND status = 'pending'",
             [*values, now_ms(), tenant, key, owner],
         ).rowcount
         return changed == 1
@@ -607,14 +733,83 @@ class Store:
     def mark_unknown(self, tenant: str, key: str, owner: str, finding: str) -> bool:
         return self.owned_update(tenant, key, owner, "status = 'unknown', reason = ?", [finding])
 
+    def set_job(self, tenant: str, key: str, owner: str, job_id: str) -> bool:
+        """The downstream accepted the job: the record stays pending, owned by the job (no
+        owner, no lease) until a poll or a webhook hears that it finished."""
+        return self.owned_update(tenant, key, owner, "job_id = ?", [job_id])
+
+    def release(self, tenant: str, key: str, owner: str) -> bool:
+        """The envelope is in the queue: the record stays pending, without an owner, until a
+        consumer claims it."""
+        return self.owned_update(tenant, key, owner, "", [])
+
+    def settle_job(self, tenant: str, key: str, job_id: str, result: Any, notice_due: bool,
+                   event_id: str | None = None) -> str:
+        """Settles a finished job, once per operation, whoever heard of it (a poll, a webhook):
+        pending or unknown, with this job or none recorded yet, -> applied. Only the caller
+        that made that transition gets "processed" and owes the completion notice, written
+        in the same transaction (a crash before the notice went out leaves it owed, not
+        forgotten). With a webhook's ``event_id``: the event is kept in the same transaction,
+        and an event seen before is "duplicate_event", nothing else done."""
+        now = now_ms()
+        with self.transaction() as db:
+            if event_id is not None and not db.execute(
+                    "INSERT INTO webhook_events (event_id, tenant, operation_key, received_at_ms) "
+                    "VALUES (?, ?, ?, ?) ON CONFLICT (event_id) DO NOTHING",
+                    (event_id, tenant, key, now)).rowcount:
+                return "duplicate_event"
+            if not db.execute(
+                    "UPDATE operations SET status = 'applied', job_id = ?, effect_reference = ?, "
+                    "result_json = ?, owner_token = NULL, lease_until_ms = 0, reason = NULL, "
+                    "request_json = NULL, updated_at_ms = ? WHERE tenant = ? AND operation_key = ? "
+                    "AND status IN ('pending', 'unknown') AND (job_id IS NULL OR job_id = ?)",
+                    (job_id, job_id, json.dumps(result), now, tenant, key, job_id)).rowcount:
+                return "already_settled"
+            if notice_due:
+                db.execute("INSERT INTO notices (tenant, operation_key, job_id, claimed_at_ms) "
+                           "VALUES (?, ?, ?, ?) ON CONFLICT (tenant, operation_key) DO UPDATE "
+                           "SET job_id = excluded.job_id, claimed_at_ms = excluded.claimed_at_ms",
+                           (tenant, key, job_id, now))
+            return "processed"
+
+    def load_by_downstream_key(self, tenant: str, downstream_key: str) -> sqlite3.Row | None:
+        return self.connection().execute(
+            "SELECT * FROM operations WHERE tenant = ? AND downstream_key = ?", (tenant, downstream_key)
+        ).fetchone()
+
+    def load_by_job(self, tenant: str, job_id: str) -> sqlite3.Row | None:
+        return self.connection().execute(
+            "SELECT * FROM operations WHERE tenant = ? AND job_id = ?", (tenant, job_id)
+        ).fetchone()
+
+    def due_notice(self, tenant: str, key: str) -> sqlite3.Row | None:
+        """The completion notice the operation's settled job still owes, if any."""
+        return self.connection().execute(
+            "SELECT * FROM notices WHERE tenant = ? AND operation_key = ?", (tenant, key)
+        ).fetchone()
+
+    def claim_notice(self, notice: sqlite3.Row) -> bool:
+        """Takes an owed notice on, by compare-and-set on when it was last taken on (exactly
+        as read): of several pollers that read the same row, one sends it."""
+        return self.connection().execute(
+            "UPDATE notices SET claimed_at_ms = ? WHERE tenant = ? AND operation_key = ? AND claimed_at_ms = ?",
+            (now_ms(), notice["tenant"], notice["operation_key"], notice["claimed_at_ms"]),
+        ).rowcount == 1
+
+    def notice_done(self, tenant: str, key: str) -> None:
+        """The notice is owed no more: confirmed by the downstream, or handed over to people."""
+        self.connection().execute("DELETE FROM notices WHERE tenant = ? AND operation_key = ?", (tenant, key))
+
     def take_over(self, record: sqlite3.Row, new_owner: str, lease_until_ms: int) -> bool:
-        """Takes an abandoned (lease run out) or unknown claim over, exactly as observed: if
-        anyone changed it since we read it, nothing is written and someone else has it."""
+        """Takes an abandoned (lease run out), unknown or queued claim over, exactly as
+        observed: if anyone changed it since we read it, nothing is written and someone else
+        has it. A running job is never taken over: the downstream has it."""
         now = now_ms()
         changed = self.connection().execute(
             "UPDATE operations SET status = 'pending', owner_token = ?, lease_until_ms = ?, "
             "updated_at_ms = ? WHERE tenant = ? AND operation_key = ? AND owner_token IS ? "
-            "AND lease_until_ms = ? AND lease_until_ms <= ? AND status IN ('pending', 'unknown')",
+            "AND lease_until_ms = ? AND lease_until_ms <= ? AND status IN ('pending', 'unknown') "
+            "AND job_id IS NULL",
             (new_owner, lease_until_ms, now, record["tenant"], record["operation_key"],
              record["owner_token"], record["lease_until_ms"], now),
         ).rowcount
@@ -636,10 +831,13 @@ class Store:
         )
 
     def unsettled(self) -> list[sqlite3.Row]:
-        """Records without an outcome: unknown, or pending (an owner at work, or one whose
-        lease ran out: the sweep waits for the lease before it looks)."""
+        """Records without an outcome that an owner was at work on: unknown, or pending with an
+        owner (at work, or one whose lease ran out: the sweep waits for the lease before it
+        looks). A running job is the downstream's, a queued operation the queue's."""
         return self.connection().execute(
-            "SELECT * FROM operations WHERE status IN ('unknown', 'pending') ORDER BY tenant, operation_key"
+            "SELECT * FROM operations WHERE status = 'unknown' "
+            "OR (status = 'pending' AND owner_token IS NOT NULL AND job_id IS NULL) "
+            "ORDER BY tenant, operation_key"
         ).fetchall()
 
 
@@ -657,6 +855,9 @@ class Request:
     downstream_key: str
     fingerprint: str
     arguments: dict[str, Any]
+    # The call's _meta as the agent sent it: what a queued call's envelope carries. None for a
+    # request rebuilt from a record.
+    call: dict[str, Any] | None = None
 
 
 class CallError(Exception):
@@ -701,10 +902,15 @@ def read_call_meta(meta: Any) -> dict[str, Any]:
     return call
 
 
+def is_identifier(value: Any) -> bool:
+    """1 to 255 characters without control characters."""
+    return (isinstance(value, str) and 0 < len(value) <= MAX_ID_CHARS
+            and not any(ord(c) < 32 or 127 <= ord(c) < 160 for c in value))
+
+
 def check_identifiers(call: dict[str, Any]) -> str | None:
     for name in ("tenant", "environment", "workflow_id", "step_id", "actor", "call_id"):
-        value = call[name]
-        if not value or len(value) > MAX_ID_CHARS or any(ord(c) < 32 or 127 <= ord(c) < 160 for c in value):
+        if not is_identifier(call[name]):
             return f"`{name}` must be 1 to {MAX_ID_CHARS} characters without control characters"
     return None
 
@@ -800,20 +1006,29 @@ class Executor:
             log.info("%s was handed over to people already; still: %s", key, finding)
             return
         log.warning("handing %s over to people: %s", key, finding)
+        if self.file_with_operators(tenant, key, finding):
+            self.store.note_handed_over(tenant, key)
+
+    def file_with_operators(self, tenant: str, key: str, finding: str) -> bool:
+        """One entry on the operators' queue; True once the queue took it."""
         if self.config.operators is None:
-            log.error("no REPLAYLAB_OPERATORS_URL: %s stays unknown and only this log says so", key)
-            return
-        host, port, path = self.config.operators
+            log.error("no REPLAYLAB_OPERATORS_URL: %s (%s) is only in this log", key, finding)
+            return False
         entry = {"tenant": tenant, "operation_key": key, "finding": finding}
+        return self.post(self.config.operators, entry, "the operators' queue")
+
+    def post(self, where: tuple[str, int, str], body: dict[str, Any], what: str) -> bool:
+        """POSTs a JSON document to one of the harness's queues; True once it was taken (2xx)."""
+        host, port, path = where
         try:
-            response = self.downstream.request("POST", path, entry, host=(host, port))
+            response = self.downstream.request("POST", path, body, host=(host, port))
         except Ambiguous as error:
-            log.error("the operators' queue did not take %s: %s", key, error)
-            return
+            log.error("%s did not take the document: %s", what, error)
+            return False
         if not 200 <= response.status < 300:
-            log.error("the operators' queue refused %s: %s", key, response.status)
-            return
-        self.store.note_handed_over(tenant, key)
+            log.error("%s refused the document: %s", what, response.status)
+            return False
+        return True
 
     def authorized(self, actor: str, tool: str) -> bool:
         """Asked on every delivery: permissions can be revoked between attempts. An authorizer
@@ -838,6 +1053,12 @@ class Executor:
                            message="the operation is past its retention; a new action needs a new operation")
         if status == "unknown":
             return outcome("unknown", key, message="the effect may have happened; reconcile before anything else")
+        if record["job_id"] is not None:
+            return outcome("in_flight", key, retry_after=JOB_POLL_AFTER_SECONDS,
+                           message=f"the downstream is running job {record['job_id']}; poll")
+        if record["owner_token"] is None:
+            return outcome("in_flight", key, retry_after=QUEUE_POLL_AFTER_SECONDS,
+                           message="queued; a consumer will carry it out; poll")
         remaining = record["lease_until_ms"] - now_ms()
         if remaining > 0:
             return outcome("in_flight", key, retry_after=max(1, math.ceil(remaining / 1000)),
@@ -871,13 +1092,15 @@ class Executor:
         except ValueError as error:
             return invalid(key, str(error))
         return Request(contract, call["tenant"], call["actor"], key, downstream_key_of(key),
-                       fingerprint(contract, call["tenant"], checked), checked)
+                       fingerprint(contract, call["tenant"], checked), checked, call)
 
     def call(self, tool: str, arguments: dict[str, Any], call: dict[str, Any]) -> dict[str, Any]:
         prepared = self.prepare(tool, arguments, call)
         if isinstance(prepared, dict):
             return prepared
         request = prepared
+        if request.contract.execution == "queued" and self.config.queue is None:
+            return invalid(request.key, f"{tool} is queued, and this process has no outbox (REPLAYLAB_QUEUE_URL)")
         try:
             # Before the claim: an unauthorized call leaves no record, and a revoked actor is
             # refused even where a replay is ready.
@@ -901,6 +1124,8 @@ class Executor:
         })
         if ours:
             log.info("claim won: %s", request.key)
+            if contract.execution == "queued":
+                return self.enqueue(owner, request)
             return self.execute(owner, request)
         log.info("claim found an existing record: %s (%s)", request.key, record["status"])
         return self.answer_existing(self.retire(record), request)
@@ -911,7 +1136,14 @@ class Executor:
         if record["fingerprint"] != request.fingerprint:
             return self.mismatch(record, request)
         status = record["status"]
-        if status in ("applied", "rejected"):
+        if status == "applied":
+            self.finish_notice(record, request.contract)
+            return self.describe(record)
+        if status == "rejected":
+            return self.describe(record)
+        if status == "pending" and (record["job_id"] is not None or record["owner_token"] is None):
+            # A running job (never a second one), or an envelope waiting for its consumer:
+            # in_flight, and nothing to do but wait.
             return self.describe(record)
         if status == "pending" and record["lease_until_ms"] > now_ms():
             return self.describe(record)  # its owner is at work: in_flight
@@ -956,7 +1188,7 @@ class Executor:
         contract = CONTRACTS.get((record["tool"], record["tool_version"]))
         if (contract is not None and contract.late_arrival == "reconcile_first"
                 and self.config.traits(contract).receipts):
-            found = look_up_receipt(self.downstream, contract, record["tenant"], record["downstream_key"])
+            found = look_up_receipt(self.downstream, contract.service, record["tenant"], record["downstream_key"])
             log.warning("late arrival after retention for %s: receipt lookup %s %s",
                         record["operation_key"], found.kind, found.reference or found.why)
         return self.describe(record)
@@ -999,10 +1231,16 @@ class Executor:
                        result: dict[str, Any], replayed: bool) -> dict[str, Any]:
         """Completes the record by compare-and-set on our claim. If the claim was taken over
         meanwhile and left unknown, this receipt is the proof nobody else has: take the claim
-        back (compare-and-set again) and record it."""
+        back (compare-and-set again) and record it. A delayed job's receipt is its id: the
+        record keeps it and waits for the job to finish (polls read it)."""
         adopted = False
         while True:
-            if self.store.complete(tenant, key, owner, reference, result):
+            if contract.execution == "delayed_job":
+                if self.store.set_job(tenant, key, owner, reference):
+                    log.info("the downstream accepted job %s for %s", reference, key)
+                    return outcome("in_flight", key, retry_after=JOB_POLL_AFTER_SECONDS,
+                                   message=f"the downstream accepted job {reference}; poll")
+            elif self.store.complete(tenant, key, owner, reference, result):
                 log.info("completed %s: %s", key, reference)
                 return outcome("replayed" if replayed else "applied", key, reference=reference, result=result)
             record = self.store.load(tenant, key)
@@ -1034,6 +1272,30 @@ class Executor:
             return outcome("unknown", key, message=f"the effect may have happened ({finding}); reconcile")
         return self.reload(tenant, key)
 
+    def enqueue(self, owner: str, request: Request) -> dict[str, Any]:
+        """A queued tool's call: the envelope goes to the outbox, then the claim is released to
+        the queue (the record stays pending, without an owner, until a consumer claims it).
+        In this order: a crash between the two leaves a claim whose lease runs out, which the
+        consumer or the reconciliation takes over like any abandoned claim; the other order
+        could leave an operation waiting for an envelope that was never written."""
+        if not self.authorized(request.actor, request.contract.name):
+            return self.fail(owner, request, "unauthorized", "the actor may not use this tool now")
+        # The consumer gets the call itself, and derives key and fingerprint from it again
+        # rather than trusting the envelope's word.
+        envelope = {"envelope_id": f"env_{secrets.token_hex(8)}", "tenant": request.tenant,
+                    "operation_key": request.key, "tool": request.contract.name,
+                    "payload": {"tool": request.contract.name, "arguments": request.arguments,
+                                "call": request.call}}
+        if not self.post(self.config.queue, envelope, "the outbox"):  # type: ignore[arg-type]
+            # The queue may or may not have it: as ambiguous as a lost downstream answer.
+            return self.mark_unknown(owner, request.tenant, request.key, "the outbox did not confirm the envelope",
+                                     hand_over=not self.config.traits(request.contract).can_find_out)
+        if not self.store.release(request.tenant, request.key, owner):
+            return self.reload(request.tenant, request.key)
+        log.info("queued %s (%s)", request.key, envelope["envelope_id"])
+        return outcome("in_flight", request.key, retry_after=QUEUE_POLL_AFTER_SECONDS,
+                       message="queued; a consumer will carry it out; poll")
+
     # ------------------------------------------------------------------ recovery
 
     def recover(self, owner: str, record: sqlite3.Row, contract: Contract, request: Request | None) -> dict[str, Any]:
@@ -1052,7 +1314,7 @@ class Executor:
         traits = self.config.traits(contract)
         with self.working(tenant, key):
             if traits.receipts:
-                found = look_up_receipt(self.downstream, contract, tenant, record["downstream_key"])
+                found = look_up_receipt(self.downstream, contract.service, tenant, record["downstream_key"])
                 log.info("receipt lookup for %s: %s %s", key, found.kind, found.reference or found.why)
                 if found.kind == "found":
                     return self.record_receipt(owner, tenant, key, contract, found.reference,
@@ -1174,9 +1436,18 @@ class Executor:
                 return unauthorized(key)
             record = self.retire(record)
             contract = CONTRACTS.get((record["tool"], record["tool_version"]))
+            if contract is None:
+                return self.describe(record)
+            if record["status"] == "pending" and record["job_id"] is not None:
+                return self.check_job(record, contract)
+            if record["status"] == "applied":
+                self.finish_notice(record, contract)
+            # Only a claim an owner was at work on can be abandoned: a queued operation is
+            # the queue's (in_flight until its consumer has carried it out).
             abandoned = record["status"] == "unknown" or (
-                record["status"] == "pending" and record["lease_until_ms"] <= now_ms())
-            if contract is None or not abandoned:
+                record["status"] == "pending" and record["owner_token"] is not None
+                and record["lease_until_ms"] <= now_ms())
+            if not abandoned:
                 return self.describe(record)
             if reconcile:
                 owner = self.owner_token()
@@ -1187,7 +1458,7 @@ class Executor:
             # abandoned claim without one is `unknown` (its owner is gone), never `in_flight`.
             if not self.config.traits(contract).receipts:
                 return self.describe(record)
-            found = look_up_receipt(self.downstream, contract, tenant, record["downstream_key"])
+            found = look_up_receipt(self.downstream, contract.service, tenant, record["downstream_key"])
             if found.kind != "found":
                 return self.describe(record)
             owner = self.owner_token()
@@ -1198,14 +1469,176 @@ class Executor:
         except sqlite3.Error as error:
             return outcome("unknown", key, message=f"the claim store failed, so the outcome is not known: {error}")
 
+    # ------------------------------------------------------------------ delayed jobs
+
+    def check_job(self, record: sqlite3.Row, contract: Contract) -> dict[str, Any]:
+        """A poll of a running job reads it: while it runs, `in_flight` (a job is never given
+        up on, and never submitted again); once it succeeded, the operation is settled with
+        its result."""
+        tenant, key, job_id = record["tenant"], record["operation_key"], record["job_id"]
+        job = read_job(self.downstream, tenant, job_id)
+        if job.state == "running":
+            return self.describe(record)
+        if job.state == "unreadable":
+            return outcome("in_flight", key, retry_after=JOB_POLL_AFTER_SECONDS,
+                           message=f"job {job_id} could not be read ({job.why}); poll")
+        settled, result = self.settle_job(record, contract, job_id, job.result)
+        if settled == "processed":
+            return outcome("applied", key, reference=job_id, result=result)
+        return self.reload(tenant, key)  # someone else settled it first: replayed
+
+    def settle_job(self, record: sqlite3.Row, contract: Contract, job_id: str, job_result: Any,
+                   event_id: str | None = None) -> tuple[str, dict[str, Any]]:
+        """Settles the operation's finished job once (the store's compare-and-set decides who
+        does), and then, only for that one, sends the completion notice its contract names,
+        before answering: the caller (a poll, or the provider's webhook delivery) waits for
+        it, so the notice is never work that nobody waits for and a crash can cut short
+        unnoticed (a notice left owed is finished by a later poll: finish_notice)."""
+        tenant, key = record["tenant"], record["operation_key"]
+        result = {"job_id": job_id, "status": "succeeded", "result": job_result}
+        notice = contract.completion_notice_to is not None
+        settled = self.store.settle_job(tenant, key, job_id, result, notice, event_id)
+        if settled == "processed":
+            log.info("job %s of %s succeeded: settled", job_id, key)
+            if notice:
+                self.announce(tenant, key, contract, job_id, record["downstream_key"])
+        return settled, result
+
+    def announce(self, tenant: str, key: str, contract: Contract, job_id: str, downstream_key: str) -> None:
+        """Sends a settled job's completion notice, and owes it no more once the downstream
+        confirmed it. A notice it did not confirm is not resent blind (the message service
+        may not dedupe: a resend could send it twice): it is handed over to people."""
+        method, path, body, headers = notice_request(contract, tenant, job_id, downstream_key)
+        answer = classify(NOTICE, lambda: self.downstream.request(method, path, body, headers))
+        if answer.kind == "receipt":
+            log.info("completion notice for %s sent: %s", key, answer.reference)
+        else:
+            finding = f"the completion notice for {job_id} was not confirmed: {answer.why}"
+            log.warning("handing the completion notice of %s over to people: %s", key, finding)
+            if not self.file_with_operators(tenant, key, finding):
+                return  # still owed: a later poll finishes it
+        self.store.notice_done(tenant, key)
+
+    def finish_notice(self, record: sqlite3.Row, contract: Contract) -> None:
+        """Finishes a notice a settled job still owes because its sender crashed (or could not
+        hand it over), from a poll or a retry, once that sender had time to finish (its
+        downstream timeout and a moment more). It may have gone out: its receipt is looked
+        up first; without one it is resent under its own key only where the message service
+        honours keys, and otherwise handed over to people."""
+        notice = self.store.due_notice(record["tenant"], record["operation_key"])
+        if notice is None or contract.completion_notice_to is None:
+            return
+        if now_ms() < notice["claimed_at_ms"] + self.config.timeout_ms + RECONCILE_AFTER_MS:
+            return
+        if not self.store.claim_notice(notice):
+            return  # another poll took it on
+        tenant, key, job_id = record["tenant"], record["operation_key"], notice["job_id"]
+        messages = self.config.service(NOTICE.service)
+        if messages.receipts:
+            found = look_up_receipt(self.downstream, NOTICE.service, tenant, f"{record['downstream_key']}:notice")
+            if found.kind == "found":
+                self.store.notice_done(tenant, key)
+                return
+            if found.kind == "failed":
+                return  # a later poll looks again
+        if messages.honours_keys:
+            self.announce(tenant, key, contract, job_id, record["downstream_key"])
+            return
+        finding = (f"the completion notice for {job_id} may not have gone out, and cannot be resent "
+                   "safely (the message service does not honour keys, and no receipt of it was "
+                   "found or can be looked up)")
+        if self.file_with_operators(tenant, key, finding):
+            self.store.notice_done(tenant, key)
+
+    def webhook(self, body: bytes) -> str:
+        """One completion webhook delivery (docs/mcp.md section 4): the `ack` to answer. The
+        event is matched to its operation (by the job's Idempotency-Key, else by the job id),
+        its id kept (a redelivery of it is a `duplicate_event`, nothing done), and the job
+        settled, once, whichever of its events (or polls) comes first: the others are
+        `already_settled`. A webhook is a receipt: an operation left `unknown` by a lost
+        submission answer is settled by it too."""
+        try:
+            event = json.loads(body)
+        except ValueError:
+            return "invalid"
+        if not isinstance(event, dict) or event.get("type") != "job.succeeded":
+            return "invalid"
+        submitted_with = event.get("idempotency_key")
+        if not all(is_identifier(event.get(name)) for name in ("event_id", "tenant", "job_id")) or not (
+                submitted_with is None or is_identifier(submitted_with)):
+            return "invalid"
+        tenant, job_id = event["tenant"], event["job_id"]
+        if submitted_with is not None:
+            record = self.store.load_by_downstream_key(tenant, submitted_with)
+        else:
+            record = self.store.load_by_job(tenant, job_id)
+        contract = CONTRACTS.get((record["tool"], record["tool_version"])) if record else None
+        # Only a delayed job's operation, and only its own job (when the job is known).
+        if (record is None or contract is None or contract.execution != "delayed_job"
+                or record["job_id"] not in (None, job_id)):
+            log.info("webhook event %s (job %s) matches no operation", event["event_id"], job_id)
+            return "unmatched"
+        settled, _ = self.settle_job(record, contract, job_id, event.get("result"), event_id=event["event_id"])
+        log.info("webhook event %s for %s: %s", event["event_id"], record["operation_key"], settled)
+        return settled
+
+    # ------------------------------------------------------------------ the queue's consumer
+
+    def consume(self, arguments: dict[str, Any]) -> str:
+        """One delivery of a queued envelope (``replaylab.consume``): ``ack`` once the operation
+        is carried out, was before, or never can be; ``retry`` while another worker owns it.
+        The queue delivers at least once: the claim, not the delivery, decides who acts."""
+        envelope = arguments.get("envelope")
+        payload = envelope.get("payload") if isinstance(envelope, dict) else None
+        try:
+            if not isinstance(payload, dict) or not isinstance(payload.get("arguments"), dict):
+                raise CallError("the envelope carries no call")
+            call = read_call_meta({CALL_META: payload.get("call")})
+        except CallError as error:
+            # No delivery of it will ever be readable: acknowledged, without an effect.
+            log.warning("an envelope this executor cannot read (%s): acknowledged", error)
+            return "ack"
+        # The key and fingerprint are derived from the call again, not taken on trust.
+        request = self.prepare(str(payload.get("tool")), payload["arguments"], call)
+        if (isinstance(request, dict) or request.key != envelope.get("operation_key")
+                or request.tenant != envelope.get("tenant")):
+            log.warning("an envelope whose call is not its operation's: acknowledged")
+            return "ack"
+        try:
+            record = self.store.load(request.tenant, request.key)
+            if record is None:
+                return "ack"
+            record = self.retire(record)
+            if (record["fingerprint"] != request.fingerprint or record["status"] != "pending"
+                    or record["job_id"] is not None):
+                # Carried out already (a duplicate delivery), or settled otherwise.
+                return "ack"
+            if record["owner_token"] is not None and record["lease_until_ms"] > now_ms():
+                return "retry"  # another consumer (or the caller, still writing) is at it
+            owner = self.owner_token()
+            if not self.store.take_over(record, owner, now_ms() + self.config.lease(request.contract)):
+                return "retry"
+            if record["owner_token"] is None:
+                log.info("consuming %s", request.key)
+                answer = self.execute(owner, request)
+            else:
+                # A consumer (or the caller) died holding it: it may have sent already.
+                log.info("consuming %s, whose previous owner's lease ran out", request.key)
+                answer = self.recover(owner, record, request.contract, request)
+            return "retry" if answer["status"] == "in_flight" else "ack"
+        except sqlite3.Error as error:
+            log.warning("consuming %s: the claim store failed: %s", request.key, error)
+            return "retry"
+
     # ------------------------------------------------------------------ the manifest
 
     def manifest(self) -> dict[str, Any]:
         served = list(CONTRACTS.values())
         return {
             "version": CONVENTIONS_VERSION,
-            "capabilities": {"tools": TOOLS, "queue_consumer": False, "delayed_jobs": False,
-                             "webhooks": False, "reconcile": True},
+            # webhook_path is left out: the default, WEBHOOK_PATH.
+            "capabilities": {"tools": TOOLS, "queue_consumer": True, "delayed_jobs": True,
+                             "webhooks": True, "reconcile": True},
             # The longest lease and retention of any served tool: what the harness waits for.
             "timing": {"lease_ms": max(self.config.lease(c) for c in served),
                        "retention_ms": max(self.config.retention(c) for c in served),
@@ -1243,14 +1676,23 @@ def build_server(executor: Executor) -> Server:
     tools.append(types.Tool(name=RECONCILE_TOOL, input_schema=schema(None),
                             description=f'Settle the operation named in _meta["{CALL_META}"] against '
                                         "the downstream's receipts, then answer its outcome"))
+    tools.append(types.Tool(name=CONSUME_TOOL, input_schema={"type": "object", "properties": {
+        "envelope": {"type": "object"}, "attempt": {"type": "integer"}}},
+        description='One delivery of a queued envelope, by the queue (no _meta): answers '
+                    '{"consumed": "ack"} or {"consumed": "retry"}'))
 
     async def list_tools(ctx, params) -> types.ListToolsResult:
         return types.ListToolsResult(tools=tools)
 
     async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
         name = params.name
-        if name not in TOOLS and name not in (POLL_TOOL, RECONCILE_TOOL):
+        if name not in TOOLS and name not in (POLL_TOOL, RECONCILE_TOOL, CONSUME_TOOL):
             raise MCPError(types.INVALID_PARAMS, f"unknown tool {name!r}")
+        if name == CONSUME_TOOL:
+            # The queue's call, not the agent's: no _meta; the operation is in the envelope.
+            consumed = await anyio.to_thread.run_sync(executor.consume, dict(params.arguments or {}))
+            return types.CallToolResult(content=[types.TextContent(text=consumed)],
+                                        structured_content={"consumed": consumed}, is_error=False)
         try:
             call = read_call_meta(params.meta if params.meta is not None else ctx.meta)
         except CallError as error:
@@ -1284,6 +1726,64 @@ def build_server(executor: Executor) -> Server:
                   on_list_resources=list_resources, on_read_resource=read_resource)
 
 
+class WebhookHandler(http.server.BaseHTTPRequestHandler):
+    """The completion webhooks' receiver: ``POST`` at WEBHOOK_PATH, answered ``200`` with
+    ``{"ack": ...}`` (docs/mcp.md section 4). A claim store that fails answers ``500``: the
+    provider delivers the event again."""
+
+    executor: Executor  # set on the class made by serve_webhooks
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+        if urllib.parse.urlsplit(self.path).path != WEBHOOK_PATH:
+            self.reply(404, {"error": f"webhooks are received at {WEBHOOK_PATH}"})
+            return
+        length = self.headers.get("Content-Length", "")
+        if not length.isdigit() or int(length) > MAX_WEBHOOK_BYTES:
+            self.reply(200, {"ack": "invalid"})
+            return
+        body = self.rfile.read(int(length))
+        try:
+            ack = self.executor.webhook(body)
+        except sqlite3.Error as error:
+            log.warning("a webhook delivery: the claim store failed: %s", error)
+            self.reply(500, {"error": "the claim store failed; deliver again"})
+            return
+        self.reply(200, {"ack": ack})
+
+    def do_GET(self) -> None:  # noqa: N802
+        self.reply(405, {"error": "POST a completion event"})
+
+    def reply(self, status: int, document: dict[str, Any]) -> None:
+        payload = json.dumps(document).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(payload)
+        self.close_connection = True
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (http.server's naming)
+        log.debug("webhook listener: " + format, *args)
+
+
+def serve_webhooks(executor: Executor, host: str, port: int) -> None:
+    """Receives completion webhooks at ``http://HOST:PORT/webhooks``, beside MCP, each delivery
+    on a thread of its own (the handlers block on the store and the downstream, as the tool
+    calls do). Bound before MCP is served: a delivery may come as soon as the run starts."""
+    handler = type("Handler", (WebhookHandler,), {"executor": executor})
+    try:
+        server = http.server.ThreadingHTTPServer((host, port), handler)
+    except OSError as error:
+        print(f"error: cannot receive webhooks at {host}:{port} (REPLAYLAB_WEBHOOK_LISTEN): {error}",
+              file=sys.stderr)
+        raise SystemExit(1) from error
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="webhooks", daemon=True).start()
+    log.info("receiving webhooks at http://%s:%d%s", host, port, WEBHOOK_PATH)
+
+
 async def serve_stdio(executor: Executor) -> None:
     server = build_server(executor)
     async with stdio_server() as (read_stream, write_stream):
@@ -1315,12 +1815,10 @@ def listen_address(value: str | None) -> tuple[str, int]:
 
     if not value or not value.strip():
         fail("REPLAYLAB_MCP_LISTEN is not set; it names the address to serve MCP at, HOST:PORT")
-    host, _, port = value.strip().rpartition(":")
-    host = host.removeprefix("[").removesuffix("]")  # an IPv6 address: [::1]:8765
-    if (not host or any(c.isspace() or c in "/[]@" for c in host)
-            or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536):
+    address = parse_listen(value)
+    if address is None:
         fail(f"REPLAYLAB_MCP_LISTEN={value!r}: expected HOST:PORT, such as 127.0.0.1:8765")
-    return host, int(port)
+    return address  # type: ignore[return-value]
 
 
 def main() -> None:
@@ -1338,6 +1836,8 @@ def main() -> None:
     executor = Executor(config)
     # A (re)started worker settles what earlier incarnations left open, in the background.
     threading.Thread(target=executor.reconcile_forever, name="reconcile", daemon=True).start()
+    if config.webhook_listen is not None:
+        serve_webhooks(executor, *config.webhook_listen)
     if address is None:
         anyio.run(serve_stdio, executor)
     else:
