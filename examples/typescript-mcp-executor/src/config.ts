@@ -25,11 +25,33 @@ export interface Config {
   /** The operators' queue: where an operation nothing can settle is handed over to people.
    * Undefined: only the log says so. */
   readonly operators: Address | undefined;
+  /** The outbox of queued tools. Undefined: queued tools are refused. */
+  readonly queue: Address | undefined;
+  /** Where to receive completion webhooks (path unused). Undefined: no listener; polls alone
+   * settle jobs. */
+  readonly webhookListen: Address | undefined;
 }
 
 /** What `contract`'s service does (the contracts' promise where REPLAYLAB_SERVICES is silent). */
 export function traits(config: Config, contract: Contract): ServiceTraits {
-  return config.services.get(contract.service) ?? new ServiceTraits();
+  return serviceTraits(config, contract.service);
+}
+
+export function serviceTraits(config: Config, service: Service): ServiceTraits {
+  return config.services.get(service) ?? new ServiceTraits();
+}
+
+/** `HOST:PORT` (`127.0.0.1:8765`, `[::1]:8765`), or undefined. */
+export function parseListen(value: string): Address | undefined {
+  const text = value.trim();
+  const colon = text.lastIndexOf(":");
+  let host = colon < 0 ? "" : text.slice(0, colon);
+  const port = colon < 0 ? "" : text.slice(colon + 1);
+  if (host.startsWith("[") && host.endsWith("]")) host = host.slice(1, -1); // an IPv6 address: [::1]:8765
+  if (host === "" || /[\s/[\]@]/.test(host) || !/^[0-9]+$/.test(port) || Number(port) < 1 || Number(port) > 65535) {
+    return undefined;
+  }
+  return { host, port: Number(port), path: "/" };
 }
 
 export function lease(config: Config, contract: Contract): number {
@@ -134,13 +156,18 @@ export function configFromEnv(env: NodeJS.ProcessEnv): Config {
       fail(`REPLAYLAB_SERVICES: ${(error as Error).message}`);
     }
   }
-  let operators: Address | undefined;
-  const operatorsUrl = (env.REPLAYLAB_OPERATORS_URL ?? "").trim();
-  if (operatorsUrl !== "") {
-    operators = parseHttpUrl(operatorsUrl);
-    if (operators === undefined) {
-      fail(`REPLAYLAB_OPERATORS_URL=${JSON.stringify(operatorsUrl)}: expected http://HOST:PORT/PATH`);
-    }
+  const endpoint = (name: string): Address | undefined => {
+    const url = (env[name] ?? "").trim();
+    if (url === "") return undefined;
+    const where = parseHttpUrl(url);
+    if (where === undefined) fail(`${name}=${JSON.stringify(url)}: expected http://HOST:PORT/PATH`);
+    return where;
+  };
+  let webhookListen: Address | undefined;
+  const listen = (env.REPLAYLAB_WEBHOOK_LISTEN ?? "").trim();
+  if (listen !== "") {
+    webhookListen = parseListen(listen);
+    if (webhookListen === undefined) fail(`REPLAYLAB_WEBHOOK_LISTEN=${JSON.stringify(listen)}: expected HOST:PORT`);
   }
   return {
     worker,
@@ -155,7 +182,9 @@ export function configFromEnv(env: NodeJS.ProcessEnv): Config {
     // compare-and-set on the owner token keeps a late owner from overwriting a new one.
     timeoutMs: millis("REPLAYLAB_DOWNSTREAM_TIMEOUT_MS") ?? 2_000,
     services,
-    operators,
+    operators: endpoint("REPLAYLAB_OPERATORS_URL"),
+    queue: endpoint("REPLAYLAB_QUEUE_URL"),
+    webhookListen,
   };
 }
 

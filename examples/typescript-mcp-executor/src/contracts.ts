@@ -7,6 +7,10 @@ export type ArgumentKind = "string" | "integer" | "object";
 /** What to do with a key that arrives after retention. */
 export type LateArrival = "tombstone_expired" | "reconcile_first";
 
+/** direct: the call makes the effect; delayed_job: the call submits a job the downstream
+ * finishes later; queued: the call writes an envelope to the outbox, a consumer acts. */
+export type Execution = "direct" | "delayed_job" | "queued";
+
 /** One tool contract: a tool at one version. */
 export interface Contract {
   readonly name: string;
@@ -28,6 +32,9 @@ export interface Contract {
   readonly lateArrival: LateArrival;
   /** A newer version of this tool may replay what this version made (same request only). */
   readonly replayAcrossVersions: boolean;
+  readonly execution: Execution;
+  /** A delayed job's completion notice: one message to this address once the job succeeded. */
+  readonly completionNoticeTo?: string;
 }
 
 const TICKET: Record<string, ArgumentKind> = { queue: "string", subject: "string", body: "string", trace_id: "string" };
@@ -44,11 +51,16 @@ const STATUS: Record<string, ArgumentKind> = {
   trace_id: "string",
 };
 
+const JOB: Record<string, ArgumentKind> = { job_type: "string", input: "object", trace_id: "string" };
+const MESSAGE: Record<string, ArgumentKind> = { to: "string", body: "string", trace_id: "string" };
+
 const TICKET_RESULT = ["ticket_id", "version", "status"];
 const CHARGE_RESULT = ["charge_id", "amount_minor", "currency", "status"];
 
-function contract(fields: Omit<Contract, "defaults" | "lateArrival" | "replayAcrossVersions"> & Partial<Contract>): Contract {
-  return { defaults: {}, lateArrival: "tombstone_expired", replayAcrossVersions: false, ...fields };
+function contract(
+  fields: Omit<Contract, "defaults" | "lateArrival" | "replayAcrossVersions" | "execution"> & Partial<Contract>,
+): Contract {
+  return { defaults: {}, lateArrival: "tombstone_expired", replayAcrossVersions: false, execution: "direct", ...fields };
 }
 
 const ALL: Contract[] = [
@@ -81,6 +93,18 @@ const ALL: Contract[] = [
     resultFields: CHARGE_RESULT, leaseMs: 5_000, retentionMs: 90_000, defaults: { currency: "EUR" },
     lateArrival: "reconcile_first",
   }),
+  // A job's status changes after it is accepted: the result names only its id.
+  contract({
+    name: "jobs.submit", version: "2026-08-18", arguments: JOB, required: ["job_type", "input"],
+    material: ["job_type", "input"], service: "jobs", referenceField: "job_id", resultFields: ["job_id"],
+    leaseMs: 5_000, retentionMs: 60_000, defaults: { input: {} }, execution: "delayed_job",
+    completionNoticeTo: "ops@example.test",
+  }),
+  contract({
+    name: "messages.send", version: "2026-08-18", arguments: MESSAGE, required: ["to", "body"],
+    material: ["to", "body"], service: "messages", referenceField: "message_id", resultFields: ["message_id", "status"],
+    leaseMs: 5_000, retentionMs: 60_000, execution: "queued",
+  }),
 ];
 
 const BY_TOOL_AND_VERSION = new Map(ALL.map((c) => [`${c.name}@${c.version}`, c]));
@@ -93,9 +117,10 @@ export function contractOf(tool: string, version: string): Contract | undefined 
 /** Every served contract. */
 export const CONTRACTS: readonly Contract[] = ALL;
 
-// jobs.submit (a delayed job with a completion notice) and messages.send (a queued tool) are
-// not served: the manifest says so, and the scenarios that need them are "not applicable".
 export const TOOLS: readonly string[] = [...new Set(ALL.map((c) => c.name))].sort();
+
+/** A job's completion notice is a message: its answer is read as messages.send's. */
+export const NOTICE: Contract = contractOf("messages.send", "2026-08-18") as Contract;
 
 /** Each tool's latest contract: what tools/list describes. */
 export function latestContract(tool: string): Contract {

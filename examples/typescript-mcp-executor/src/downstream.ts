@@ -4,7 +4,7 @@
 import http from "node:http";
 
 import type { Address, Config } from "./config.js";
-import type { Contract } from "./contracts.js";
+import type { Contract, Service } from "./contracts.js";
 
 /** A JSON object, as parsed. */
 export type Json = Record<string, unknown>;
@@ -139,9 +139,51 @@ export function effectRequest(
         body: { tenant, customer: args.customer, amount_minor: args.amount_minor, currency: args.currency },
         headers: {},
       };
+    case "jobs.submit":
+      return { method: "POST", path: "/v1/jobs", body: { tenant, job_type: args.job_type, input: args.input }, headers: {} };
+    case "messages.send":
+      return { method: "POST", path: "/v1/messages", body: { tenant, to: args.to, body: args.body }, headers: {} };
     default:
       throw new Error(`no mapping for ${contract.name}`);
   }
+}
+
+/** A finished job's completion notice: one message to the contract's address, under a key of
+ * its own (the operation's key plus `:notice`), so that its receipt can be looked up and,
+ * where the message service honours keys, a resend cannot send it twice. */
+export function noticeRequest(
+  contract: Contract,
+  tenant: string,
+  jobId: string,
+  downstreamKey: string,
+): { method: string; path: string; body: Json; headers: Record<string, string> } {
+  return {
+    method: "POST",
+    path: "/v1/messages",
+    body: { tenant, to: contract.completionNoticeTo, body: `job ${jobId} finished` },
+    headers: { "Idempotency-Key": `${downstreamKey}:notice` },
+  };
+}
+
+/** What `GET /v1/jobs/{id}` says of a job: succeeded (with its result), running, or unreadable
+ * (no answer, an error, a body we do not know: ask again later). */
+export type Job = { state: "succeeded"; result: unknown } | { state: "running" } | { state: "unreadable"; why: string };
+
+export async function readJob(downstream: Downstream, tenant: string, jobId: string): Promise<Job> {
+  let response: Response;
+  try {
+    response = await downstream.request("GET", `/v1/jobs/${quote(jobId)}?tenant=${quote(tenant)}`);
+  } catch (error) {
+    if (error instanceof Ambiguous) return { state: "unreadable", why: error.message };
+    throw error;
+  }
+  if (response.status !== 200 || !isObject(response.body)) {
+    return { state: "unreadable", why: `the job read answered ${response.status}` };
+  }
+  const status = response.body.status;
+  if (status === "succeeded") return { state: "succeeded", result: response.body.result ?? null };
+  if (status === "pending" || status === "running") return { state: "running" };
+  return { state: "unreadable", why: `the job's status ${JSON.stringify(status)} is not one this executor knows` };
 }
 
 /** The contract's whitelisted result fields (never subjects, bodies or customers). */
@@ -198,11 +240,11 @@ export type Lookup =
  * are found by the Idempotency-Key the effect request carried. */
 export async function lookUpReceipt(
   downstream: Downstream,
-  contract: Contract,
+  service: Service,
   tenant: string,
   downstreamKey: string,
 ): Promise<Lookup> {
-  const path = `/v1/receipts/${quote(downstreamKey)}?tenant=${quote(tenant)}&service=${quote(contract.service)}`;
+  const path = `/v1/receipts/${quote(downstreamKey)}?tenant=${quote(tenant)}&service=${quote(service)}`;
   let response: Response;
   try {
     response = await downstream.request("GET", path);

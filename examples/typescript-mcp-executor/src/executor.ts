@@ -1,13 +1,14 @@
-// The executor: claims, the effect, recovery, poll and reconcile, and the process's own
-// background reconciliation. It follows the REPLAY state machine of the Rust reference
-// (executor/src/machine.rs), as the Python example does, step by step.
+// The executor: claims, the effect, recovery, poll and reconcile, the process's own background
+// reconciliation, delayed jobs and their webhooks, and the queue's consumer. It follows the
+// REPLAY state machine of the Rust reference (executor/src/machine.rs), as the Python example
+// does, step by step.
 
 import { createHash, randomBytes } from "node:crypto";
 import path from "node:path";
 
 import { canonicalJson } from "./canonical.js";
-import { type Config, lease, nowMs, retention, traits } from "./config.js";
-import { type Contract, CONTRACTS, contractOf, TOOLS } from "./contracts.js";
+import { type Address, type Config, lease, nowMs, retention, serviceTraits, traits } from "./config.js";
+import { type Contract, CONTRACTS, contractOf, NOTICE, TOOLS } from "./contracts.js";
 import {
   Ambiguous,
   type Answer,
@@ -18,16 +19,22 @@ import {
   isObject,
   type Json,
   lookUpReceipt,
+  noticeRequest,
+  readJob,
   receiptResult,
 } from "./downstream.js";
 import { log } from "./log.js";
-import { type OperationRow, Store, StoreError } from "./store.js";
+import { type OperationRow, type Settled, Store, StoreError } from "./store.js";
 
 export const CONVENTIONS_VERSION = 1;
 export const CALL_META = "dev.replaylab/call";
 export const MANIFEST_URI = "replaylab://executor";
 export const POLL_TOOL = "replaylab.poll";
 export const RECONCILE_TOOL = "replaylab.reconcile";
+export const CONSUME_TOOL = "replaylab.consume";
+// Where completion webhooks are received on REPLAYLAB_WEBHOOK_LISTEN: the conventions' default,
+// so the manifest need not name it (capabilities.webhook_path).
+export const WEBHOOK_PATH = "/webhooks";
 
 // The key may also arrive as an argument (docs/mcp.md, "KeyPlacement"). It is transport, not
 // business content: it never enters the fingerprint and is never sent downstream.
@@ -48,6 +55,11 @@ const MAX_DOWNSTREAM_KEY_CHARS = 200;
 // people.
 const RECONCILE_AFTER_MS = 1_000;
 const RECONCILE_ATTEMPTS = 3;
+
+// When to poll again: a running job (the fake's take a few seconds), and a queued operation (a
+// consumer usually picks an envelope up within a second of it being written).
+const JOB_POLL_AFTER_SECONDS = 1;
+const QUEUE_POLL_AFTER_SECONDS = 1;
 
 // --------------------------------------------------------------------------- outcomes
 
@@ -179,15 +191,20 @@ function length(text: string): number {
   return count;
 }
 
+/** 1 to 255 characters without control characters. */
+function isIdentifier(value: unknown): value is string {
+  if (typeof value !== "string") return false;
+  const control = [...value].some((c) => {
+    const code = c.codePointAt(0) ?? 0;
+    return code < 32 || (code >= 127 && code < 160);
+  });
+  // A lone surrogate has no UTF-8 form: it could be neither hashed nor sent.
+  return value !== "" && length(value) <= MAX_ID_CHARS && !control && value.isWellFormed();
+}
+
 function checkIdentifiers(call: CallMeta): string | undefined {
   for (const name of ["tenant", "environment", "workflow_id", "step_id", "actor", "call_id"] as const) {
-    const value = call[name];
-    const control = [...value].some((c) => {
-      const code = c.codePointAt(0) ?? 0;
-      return code < 32 || (code >= 127 && code < 160);
-    });
-    // A lone surrogate has no UTF-8 form: it could be neither hashed nor sent.
-    if (value === "" || length(value) > MAX_ID_CHARS || control || !value.isWellFormed()) {
+    if (!isIdentifier(call[name])) {
       return `\`${name}\` must be 1 to ${MAX_ID_CHARS} characters without control characters`;
     }
   }
@@ -267,6 +284,9 @@ interface Request {
   downstreamKey: string;
   fingerprint: string;
   arguments: Json;
+  /** The call's _meta as the agent sent it: what a queued call's envelope carries. Undefined
+   * for a request rebuilt from a record. */
+  call?: CallMeta;
 }
 
 /** Wakes the background reconciliation: a flag, and the sweeps waiting on it. */
@@ -374,25 +394,33 @@ export class Executor {
       return;
     }
     log.warning(`handing ${key} over to people: ${finding}`);
-    const operators = this.config.operators;
-    if (operators === undefined) {
-      log.error(`no REPLAYLAB_OPERATORS_URL: ${key} stays unknown and only this log says so`);
-      return;
+    if (await this.fileWithOperators(tenant, key, finding)) this.store.noteHandedOver(tenant, key);
+  }
+
+  /** One entry on the operators' queue; true once the queue took it. */
+  private async fileWithOperators(tenant: string, key: string, finding: string): Promise<boolean> {
+    if (this.config.operators === undefined) {
+      log.error(`no REPLAYLAB_OPERATORS_URL: ${key} (${finding}) is only in this log`);
+      return false;
     }
-    const entry = { tenant, operation_key: key, finding };
+    return this.post(this.config.operators, { tenant, operation_key: key, finding }, "the operators' queue");
+  }
+
+  /** POSTs a JSON document to one of the harness's queues; true once it was taken (2xx). */
+  private async post(where: Address, body: Json, what: string): Promise<boolean> {
     let status: number;
     try {
-      status = (await this.downstream.request("POST", operators.path, entry, {}, operators)).status;
+      status = (await this.downstream.request("POST", where.path, body, {}, where)).status;
     } catch (error) {
       if (!(error instanceof Ambiguous)) throw error;
-      log.error(`the operators' queue did not take ${key}: ${error.message}`);
-      return;
+      log.error(`${what} did not take the document: ${error.message}`);
+      return false;
     }
     if (status < 200 || status >= 300) {
-      log.error(`the operators' queue refused ${key}: ${status}`);
-      return;
+      log.error(`${what} refused the document: ${status}`);
+      return false;
     }
-    this.store.noteHandedOver(tenant, key);
+    return true;
   }
 
   /** Asked on every delivery: permissions can be revoked between attempts. An authorizer that
@@ -431,6 +459,18 @@ export class Executor {
       case "unknown":
         return outcome("unknown", key, { message: "the effect may have happened; reconcile before anything else" });
       case "pending": {
+        if (record.job_id !== null) {
+          return outcome("in_flight", key, {
+            retryAfter: JOB_POLL_AFTER_SECONDS,
+            message: `the downstream is running job ${record.job_id}; poll`,
+          });
+        }
+        if (record.owner_token === null) {
+          return outcome("in_flight", key, {
+            retryAfter: QUEUE_POLL_AFTER_SECONDS,
+            message: "queued; a consumer will carry it out; poll",
+          });
+        }
         const remaining = record.lease_until_ms - nowMs();
         if (remaining > 0) {
           return outcome("in_flight", key, {
@@ -482,6 +522,7 @@ export class Executor {
       downstreamKey: downstreamKeyOf(key),
       fingerprint: fingerprint(contract, call.tenant, checked),
       arguments: checked,
+      call,
     };
   }
 
@@ -490,6 +531,9 @@ export class Executor {
     const prepared = this.prepare(tool, args, call);
     if ("status" in prepared) return prepared as Outcome;
     const request = prepared as Request;
+    if (request.contract.execution === "queued" && this.config.queue === undefined) {
+      return invalid(request.key, `${tool} is queued, and this process has no outbox (REPLAYLAB_QUEUE_URL)`);
+    }
     try {
       // Before the claim: an unauthorized call leaves no record, and a revoked actor is refused
       // even where a replay is ready.
@@ -523,7 +567,7 @@ export class Executor {
     });
     if (ours) {
       log.info(`claim won: ${request.key}`);
-      return this.execute(owner, request);
+      return contract.execution === "queued" ? this.enqueue(owner, request) : this.execute(owner, request);
     }
     log.info(`claim found an existing record: ${request.key} (${record.status})`);
     return this.answerExisting(this.retire(record), request);
@@ -533,7 +577,14 @@ export class Executor {
     if (record.status === "tombstone") return this.lateArrival(record);
     if (record.fingerprint !== request.fingerprint) return this.mismatch(record, request);
     const status = record.status;
-    if (status === "applied" || status === "rejected") return this.describe(record);
+    if (status === "applied") {
+      await this.finishNotice(record, request.contract);
+      return this.describe(record);
+    }
+    if (status === "rejected") return this.describe(record);
+    // A running job (never a second one), or an envelope waiting for its consumer: in_flight,
+    // and nothing to do but wait.
+    if (status === "pending" && (record.job_id !== null || record.owner_token === null)) return this.describe(record);
     if (status === "pending" && record.lease_until_ms > nowMs()) return this.describe(record); // in_flight
     if (status === "unknown" && !traits(this.config, request.contract).canFindOut) {
       // No receipts and no honoured key: a retry can neither look it up nor resend it safely.
@@ -588,7 +639,7 @@ export class Executor {
   private async lateArrival(record: OperationRow): Promise<Outcome> {
     const contract = contractOf(record.tool, record.tool_version);
     if (contract !== undefined && contract.lateArrival === "reconcile_first" && traits(this.config, contract).receipts) {
-      const found = await lookUpReceipt(this.downstream, contract, record.tenant, record.downstream_key);
+      const found = await lookUpReceipt(this.downstream, contract.service, record.tenant, record.downstream_key);
       log.warning(`late arrival after retention for ${record.operation_key}: receipt lookup ${describeLookup(found)}`);
     }
     return this.describe(record);
@@ -651,7 +702,8 @@ export class Executor {
 
   /** Completes the record by compare-and-set on our claim. If the claim was taken over
    * meanwhile and left unknown, this receipt is the proof nobody else has: take the claim back
-   * (compare-and-set again) and record it. */
+   * (compare-and-set again) and record it. A delayed job's receipt is its id: the record keeps
+   * it and waits for the job to finish (polls read it). */
   private recordReceipt(
     owner: string,
     tenant: string,
@@ -663,7 +715,15 @@ export class Executor {
   ): Outcome {
     let adopted = false;
     for (;;) {
-      if (this.store.complete(tenant, key, owner, reference, result)) {
+      if (contract.execution === "delayed_job") {
+        if (this.store.setJob(tenant, key, owner, reference)) {
+          log.info(`the downstream accepted job ${reference} for ${key}`);
+          return outcome("in_flight", key, {
+            retryAfter: JOB_POLL_AFTER_SECONDS,
+            message: `the downstream accepted job ${reference}; poll`,
+          });
+        }
+      } else if (this.store.complete(tenant, key, owner, reference, result)) {
         log.info(`completed ${key}: ${reference}`);
         return outcome(replayed ? "replayed" : "applied", key, { reference, result });
       }
@@ -704,6 +764,44 @@ export class Executor {
     return this.reload(tenant, key);
   }
 
+  /**
+   * A queued tool's call: the envelope goes to the outbox, then the claim is released to the
+   * queue (the record stays pending, without an owner, until a consumer claims it). In this
+   * order: a crash between the two leaves a claim whose lease runs out, which the consumer or
+   * the reconciliation takes over like any abandoned claim; the other order could leave an
+   * operation waiting for an envelope that was never written.
+   */
+  private async enqueue(owner: string, request: Request): Promise<Outcome> {
+    if (!(await this.authorized(request.actor, request.contract.name))) {
+      return this.fail(owner, request, "unauthorized", "the actor may not use this tool now");
+    }
+    // The consumer gets the call itself, and derives key and fingerprint from it again rather
+    // than trusting the envelope's word.
+    const envelope = {
+      envelope_id: `env_${randomBytes(8).toString("hex")}`,
+      tenant: request.tenant,
+      operation_key: request.key,
+      tool: request.contract.name,
+      payload: { tool: request.contract.name, arguments: request.arguments, call: request.call },
+    };
+    if (!(await this.post(this.config.queue as Address, envelope, "the outbox"))) {
+      // The queue may or may not have it: as ambiguous as a lost downstream answer.
+      return this.markUnknown(
+        owner,
+        request.tenant,
+        request.key,
+        "the outbox did not confirm the envelope",
+        !traits(this.config, request.contract).canFindOut,
+      );
+    }
+    if (!this.store.release(request.tenant, request.key, owner)) return this.reload(request.tenant, request.key);
+    log.info(`queued ${request.key} (${envelope.envelope_id})`);
+    return outcome("in_flight", request.key, {
+      retryAfter: QUEUE_POLL_AFTER_SECONDS,
+      message: "queued; a consumer will carry it out; poll",
+    });
+  }
+
   // ------------------------------------------------------------------ recovery
 
   /**
@@ -731,7 +829,7 @@ export class Executor {
     return this.working(tenant, key, async () => {
       let finding: string;
       if (service.receipts) {
-        const found = await lookUpReceipt(this.downstream, contract, tenant, record.downstream_key);
+        const found = await lookUpReceipt(this.downstream, contract.service, tenant, record.downstream_key);
         log.info(`receipt lookup for ${key}: ${describeLookup(found)}`);
         if (found.kind === "found") {
           return this.recordReceipt(owner, tenant, key, contract, found.reference, receiptResult(contract, found), true);
@@ -885,9 +983,15 @@ export class Executor {
       if (!(await this.authorized(call.actor, record.tool))) return unauthorized(key);
       record = this.retire(record);
       const contract = contractOf(record.tool, record.tool_version);
+      if (contract === undefined) return this.describe(record);
+      if (record.status === "pending" && record.job_id !== null) return await this.checkJob(record, contract);
+      if (record.status === "applied") await this.finishNotice(record, contract);
+      // Only a claim an owner was at work on can be abandoned: a queued operation is the
+      // queue's (in_flight until its consumer has carried it out).
       const abandoned =
-        record.status === "unknown" || (record.status === "pending" && record.lease_until_ms <= nowMs());
-      if (contract === undefined || !abandoned) return this.describe(record);
+        record.status === "unknown" ||
+        (record.status === "pending" && record.owner_token !== null && record.lease_until_ms <= nowMs());
+      if (!abandoned) return this.describe(record);
       if (reconcile) {
         const owner = this.ownerToken();
         if (!this.store.takeOver(record, owner, nowMs() + lease(this.config, contract))) return this.reload(tenant, key);
@@ -896,7 +1000,7 @@ export class Executor {
       // A poll only reads: a receipt settles the record, nothing is ever resent. An abandoned
       // claim without one is `unknown` (its owner is gone), never `in_flight`.
       if (!traits(this.config, contract).receipts) return this.describe(record);
-      const found = await lookUpReceipt(this.downstream, contract, tenant, record.downstream_key);
+      const found = await lookUpReceipt(this.downstream, contract.service, tenant, record.downstream_key);
       if (found.kind !== "found") return this.describe(record);
       const owner = this.ownerToken();
       if (!this.store.takeOver(record, owner, nowMs() + lease(this.config, contract))) return this.reload(tenant, key);
@@ -907,6 +1011,195 @@ export class Executor {
     }
   }
 
+  // ------------------------------------------------------------------ delayed jobs
+
+  /** A poll of a running job reads it: while it runs, `in_flight` (a job is never given up on,
+   * and never submitted again); once it succeeded, the operation is settled with its result. */
+  private async checkJob(record: OperationRow, contract: Contract): Promise<Outcome> {
+    const key = record.operation_key;
+    const jobId = record.job_id as string;
+    const job = await readJob(this.downstream, record.tenant, jobId);
+    if (job.state === "running") return this.describe(record);
+    if (job.state === "unreadable") {
+      return outcome("in_flight", key, {
+        retryAfter: JOB_POLL_AFTER_SECONDS,
+        message: `job ${jobId} could not be read (${job.why}); poll`,
+      });
+    }
+    const [settled, result] = await this.settleJob(record, contract, jobId, job.result);
+    if (settled === "processed") return outcome("applied", key, { reference: jobId, result });
+    return this.reload(record.tenant, key); // someone else settled it first: replayed
+  }
+
+  /**
+   * Settles the operation's finished job once (the store's compare-and-set decides who does),
+   * and then, only for that one, sends the completion notice its contract names, before
+   * answering: the caller (a poll, or the provider's webhook delivery) waits for it, so the
+   * notice is never work that nobody waits for and a crash can cut short unnoticed (a notice
+   * left owed is finished by a later poll: finishNotice).
+   */
+  private async settleJob(
+    record: OperationRow,
+    contract: Contract,
+    jobId: string,
+    jobResult: unknown,
+    eventId?: string,
+  ): Promise<[Settled, Json]> {
+    const tenant = record.tenant;
+    const key = record.operation_key;
+    const result = { job_id: jobId, status: "succeeded", result: jobResult };
+    const notice = contract.completionNoticeTo !== undefined;
+    const settled = this.store.settleJob(tenant, key, jobId, result, notice, eventId);
+    if (settled === "processed") {
+      log.info(`job ${jobId} of ${key} succeeded: settled`);
+      if (notice) await this.announce(tenant, key, contract, jobId, record.downstream_key);
+    }
+    return [settled, result];
+  }
+
+  /** Sends a settled job's completion notice, and owes it no more once the downstream confirmed
+   * it. A notice it did not confirm is not resent blind (the message service may not dedupe: a
+   * resend could send it twice): it is handed over to people. */
+  private async announce(tenant: string, key: string, contract: Contract, jobId: string, downstreamKey: string) {
+    const { method, path: where, body, headers } = noticeRequest(contract, tenant, jobId, downstreamKey);
+    const answer = await classify(NOTICE, () => this.downstream.request(method, where, body, headers));
+    if (answer.kind === "receipt") {
+      log.info(`completion notice for ${key} sent: ${answer.reference}`);
+    } else {
+      const finding = `the completion notice for ${jobId} was not confirmed: ${answer.why}`;
+      log.warning(`handing the completion notice of ${key} over to people: ${finding}`);
+      if (!(await this.fileWithOperators(tenant, key, finding))) return; // still owed: a later poll finishes it
+    }
+    this.store.noticeDone(tenant, key);
+  }
+
+  /**
+   * Finishes a notice a settled job still owes because its sender crashed (or could not hand it
+   * over), from a poll or a retry, once that sender had time to finish (its downstream timeout
+   * and a moment more). It may have gone out: its receipt is looked up first; without one it
+   * is resent under its own key only where the message service honours keys, and otherwise
+   * handed over to people.
+   */
+  private async finishNotice(record: OperationRow, contract: Contract): Promise<void> {
+    const tenant = record.tenant;
+    const key = record.operation_key;
+    const notice = this.store.dueNotice(tenant, key);
+    if (notice === undefined || contract.completionNoticeTo === undefined) return;
+    if (nowMs() < notice.claimed_at_ms + this.config.timeoutMs + RECONCILE_AFTER_MS) return;
+    if (!this.store.claimNotice(notice)) return; // another poll took it on
+    const messages = serviceTraits(this.config, NOTICE.service);
+    if (messages.receipts) {
+      const found = await lookUpReceipt(this.downstream, NOTICE.service, tenant, `${record.downstream_key}:notice`);
+      if (found.kind === "found") {
+        this.store.noticeDone(tenant, key);
+        return;
+      }
+      if (found.kind === "failed") return; // a later poll looks again
+    }
+    if (messages.honoursKeys) {
+      await this.announce(tenant, key, contract, notice.job_id, record.downstream_key);
+      return;
+    }
+    const finding =
+      `the completion notice for ${notice.job_id} may not have gone out, and cannot be resent safely (the ` +
+      "message service does not honour keys, and no receipt of it was found or can be looked up)";
+    if (await this.fileWithOperators(tenant, key, finding)) this.store.noticeDone(tenant, key);
+  }
+
+  /**
+   * One completion webhook delivery (docs/mcp.md section 4): the `ack` to answer. The event is
+   * matched to its operation (by the job's Idempotency-Key, else by the job id), its id kept (a
+   * redelivery of it is a `duplicate_event`, nothing done), and the job settled, once,
+   * whichever of its events (or polls) comes first: the others are `already_settled`. A webhook
+   * is a receipt: an operation left `unknown` by a lost submission answer is settled by it too.
+   * Throws StoreError when the store fails (the provider delivers again).
+   */
+  async webhook(body: string): Promise<Settled | "unmatched" | "invalid"> {
+    let event: unknown;
+    try {
+      event = JSON.parse(body);
+    } catch {
+      return "invalid";
+    }
+    if (!isObject(event) || event.type !== "job.succeeded") return "invalid";
+    const submittedWith = event.idempotency_key ?? null;
+    const { event_id: eventId, tenant, job_id: jobId } = event;
+    if (!isIdentifier(eventId) || !isIdentifier(tenant) || !isIdentifier(jobId)) return "invalid";
+    if (submittedWith !== null && !isIdentifier(submittedWith)) return "invalid";
+    const record =
+      submittedWith !== null ? this.store.loadByDownstreamKey(tenant, submittedWith) : this.store.loadByJob(tenant, jobId);
+    const contract = record === undefined ? undefined : contractOf(record.tool, record.tool_version);
+    // Only a delayed job's operation, and only its own job (when the job is known).
+    if (
+      record === undefined ||
+      contract === undefined ||
+      contract.execution !== "delayed_job" ||
+      (record.job_id !== null && record.job_id !== jobId)
+    ) {
+      log.info(`webhook event ${eventId} (job ${jobId}) matches no operation`);
+      return "unmatched";
+    }
+    const [settled] = await this.settleJob(record, contract, jobId, event.result ?? null, eventId);
+    log.info(`webhook event ${eventId} for ${record.operation_key}: ${settled}`);
+    return settled;
+  }
+
+  // ------------------------------------------------------------------ the queue's consumer
+
+  /**
+   * One delivery of a queued envelope (`replaylab.consume`): `ack` once the operation is
+   * carried out, was before, or never can be; `retry` while another worker owns it. The queue
+   * delivers at least once: the claim, not the delivery, decides who acts.
+   */
+  async consume(args: Json): Promise<"ack" | "retry"> {
+    const envelope = isObject(args.envelope) ? args.envelope : undefined;
+    const payload = envelope !== undefined && isObject(envelope.payload) ? envelope.payload : undefined;
+    let call: CallMeta;
+    try {
+      if (payload === undefined || !isObject(payload.arguments)) throw new CallError("the envelope carries no call");
+      call = readCallMeta({ [CALL_META]: payload.call });
+    } catch (error) {
+      if (!(error instanceof CallError)) throw error;
+      // No delivery of it will ever be readable: acknowledged, without an effect.
+      log.warning(`an envelope this executor cannot read (${error.message}): acknowledged`);
+      return "ack";
+    }
+    // The key and fingerprint are derived from the call again, not taken on trust.
+    const prepared = this.prepare(String(payload.tool), payload.arguments as Json, call);
+    if ("status" in prepared || prepared.key !== envelope?.operation_key || prepared.tenant !== envelope?.tenant) {
+      log.warning("an envelope whose call is not its operation's: acknowledged");
+      return "ack";
+    }
+    const request = prepared as Request;
+    try {
+      let record = this.store.load(request.tenant, request.key);
+      if (record === undefined) return "ack";
+      record = this.retire(record);
+      if (record.fingerprint !== request.fingerprint || record.status !== "pending" || record.job_id !== null) {
+        return "ack"; // carried out already (a duplicate delivery), or settled otherwise
+      }
+      if (record.owner_token !== null && record.lease_until_ms > nowMs()) {
+        return "retry"; // another consumer (or the caller, still writing) is at it
+      }
+      const owner = this.ownerToken();
+      if (!this.store.takeOver(record, owner, nowMs() + lease(this.config, request.contract))) return "retry";
+      let answer: Outcome;
+      if (record.owner_token === null) {
+        log.info(`consuming ${request.key}`);
+        answer = await this.execute(owner, request);
+      } else {
+        // A consumer (or the caller) died holding it: it may have sent already.
+        log.info(`consuming ${request.key}, whose previous owner's lease ran out`);
+        answer = await this.recover(owner, record, request.contract, request);
+      }
+      return answer.status === "in_flight" ? "retry" : "ack";
+    } catch (error) {
+      if (!(error instanceof StoreError)) throw error;
+      log.warning(`consuming ${request.key}: the claim store failed: ${error.message}`);
+      return "retry";
+    }
+  }
+
   // ------------------------------------------------------------------ the manifest
 
   manifest(): Json {
@@ -914,9 +1207,10 @@ export class Executor {
       version: CONVENTIONS_VERSION,
       capabilities: {
         tools: TOOLS,
-        queue_consumer: false,
-        delayed_jobs: false,
-        webhooks: false,
+        // webhook_path is left out: the default, WEBHOOK_PATH.
+        queue_consumer: true,
+        delayed_jobs: true,
+        webhooks: true,
         reconcile: true,
       },
       // The longest lease and retention of any served tool: what the harness waits for.

@@ -10,25 +10,33 @@
  * - the answer is an `Outcome` in `structuredContent` (`applied`, `replayed`, `in_flight`,
  *   `rejected`, `unknown`, `expired`) with `isError: false`;
  * - the manifest resource `replaylab://executor` says what it supports and its timing;
- * - `replaylab.poll` and `replaylab.reconcile` answer for an operation named in `_meta`.
+ * - `replaylab.poll` and `replaylab.reconcile` answer for an operation named in `_meta`;
+ * - a delayed job (`jobs.submit`) is submitted once and settled by a poll or by the provider's
+ *   completion webhook, which this process receives on its own HTTP port;
+ * - a queued tool (`messages.send`) is written to the outbox and carried out once by the
+ *   consumer, `replaylab.consume`, however often the queue delivers it.
  *
  * How it stays correct (executor.ts): a claim in a SQLite file shared by the worker processes,
  * a request fingerprint, the authorizer asked on every delivery, the effect sent under the
  * operation's Idempotency-Key, completion by compare-and-set on the owner token, recovery by
  * receipt lookup first, a resend only where the service honours keys, `unknown` for what is
- * not known, and a hand-over to the operators' queue for what nothing can settle.
+ * not known, and a hand-over to the operators' queue for what nothing can settle. What is
+ * carried out later is owned by what carries it out: a job by the downstream (polls read it; a
+ * compare-and-set settles it once, and only that settlement sends its completion notice), a
+ * queued operation by the queue (its consumer claims it before it acts).
  *
  * Run it as replaylab does: `node dist/server.js` with the environment of docs/mcp.md section
  * 5 serves MCP over stdio; `node dist/server.js --transport http` serves it over streamable
  * HTTP at `http://$REPLAYLAB_MCP_LISTEN/mcp`. Either way one process is one worker: one
  * executor, one claim store connection and one background reconciliation, whatever the number
- * of sessions.
+ * of sessions, and one webhook listener at `http://$REPLAYLAB_WEBHOOK_LISTEN/webhooks`.
  *
  * This file is the MCP layer, on the SDK's high-level `McpServer`: a tool callback gets the
  * request's `_meta` as `extra._meta`.
  */
 
 import { randomUUID } from "node:crypto";
+import http from "node:http";
 import { parseArgs } from "node:util";
 
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
@@ -38,20 +46,24 @@ import { type CallToolResult, isInitializeRequest } from "@modelcontextprotocol/
 import type { Request as HttpRequest, Response as HttpResponse } from "express";
 import * as z from "zod";
 
-import { configFromEnv } from "./config.js";
+import { type Address, configFromEnv, parseListen } from "./config.js";
 import { type Contract, latestContract, TOOLS } from "./contracts.js";
 import {
   CALL_META,
   CallError,
   type CallMeta,
+  CONSUME_TOOL,
   Executor,
   MANIFEST_URI,
   type Outcome,
   POLL_TOOL,
   readCallMeta,
   RECONCILE_TOOL,
+  WEBHOOK_PATH,
 } from "./executor.js";
+import type { Json } from "./downstream.js";
 import { log } from "./log.js";
+import { StoreError } from "./store.js";
 
 const NAME = "replaylab-typescript-executor";
 const VERSION = "0.1.0";
@@ -127,6 +139,21 @@ function buildServer(executor: Executor): McpServer {
     },
     async (extra) => answer(extra._meta, (call) => executor.lookup(call, true)),
   );
+  // The queue's call, not the agent's: no _meta; the operation is in the envelope.
+  server.registerTool(
+    CONSUME_TOOL,
+    {
+      description: 'One delivery of a queued envelope, by the queue (no _meta): answers {"consumed": "ack"} or {"consumed": "retry"}',
+      inputSchema: z.looseObject({
+        envelope: z.unknown().optional().meta({ type: "object" }),
+        attempt: z.unknown().optional().meta({ type: "integer" }),
+      }),
+    },
+    async (args) => {
+      const consumed = await executor.consume(args);
+      return { content: [{ type: "text", text: consumed }], structuredContent: { consumed }, isError: false };
+    },
+  );
   server.registerResource(
     "executor",
     MANIFEST_URI,
@@ -139,6 +166,61 @@ function buildServer(executor: Executor): McpServer {
     }),
   );
   return server;
+}
+
+/** The most of a webhook body read: a completion event is a few hundred bytes. */
+const MAX_WEBHOOK_BYTES = 65_536;
+
+/**
+ * Receives completion webhooks at `http://HOST:PORT/webhooks`, beside MCP: `POST`, answered
+ * `200` with `{"ack": ...}` (docs/mcp.md section 4); a claim store that fails answers `500`, so
+ * that the provider delivers the event again. Resolves once it listens: a delivery may come as
+ * soon as the run starts, so MCP is served only after.
+ */
+function serveWebhooks(executor: Executor, address: Address): Promise<void> {
+  const reply = (response: http.ServerResponse, status: number, document: Json) => {
+    response.writeHead(status, { "Content-Type": "application/json", Connection: "close" });
+    response.end(JSON.stringify(document));
+  };
+  const server = http.createServer((request, response) => {
+    if (new URL(request.url ?? "/", "http://webhooks").pathname !== WEBHOOK_PATH) {
+      reply(response, 404, { error: `webhooks are received at ${WEBHOOK_PATH}` });
+      return;
+    }
+    if (request.method !== "POST") {
+      reply(response, 405, { error: "POST a completion event" });
+      return;
+    }
+    const chunks: Buffer[] = [];
+    let size = 0;
+    request.on("data", (chunk: Buffer) => {
+      size += chunk.length;
+      if (size <= MAX_WEBHOOK_BYTES) chunks.push(chunk);
+    });
+    request.on("end", () => {
+      const body = size <= MAX_WEBHOOK_BYTES ? Buffer.concat(chunks).toString("utf8") : "";
+      executor.webhook(body).then(
+        (ack) => reply(response, 200, { ack }),
+        (error: unknown) => {
+          if (!(error instanceof StoreError)) log.error(`a webhook delivery failed: ${(error as Error).stack ?? error}`);
+          else log.warning(`a webhook delivery: the claim store failed: ${error.message}`);
+          reply(response, 500, { error: "not processed; deliver again" });
+        },
+      );
+    });
+  });
+  return new Promise((resolve) => {
+    server.on("error", (error) => {
+      process.stderr.write(
+        `error: cannot receive webhooks at ${address.host}:${address.port} (REPLAYLAB_WEBHOOK_LISTEN): ${error.message}\n`,
+      );
+      process.exit(1);
+    });
+    server.listen(address.port, address.host, () => {
+      log.info(`receiving webhooks at http://${address.host}:${address.port}${WEBHOOK_PATH}`);
+      resolve();
+    });
+  });
 }
 
 async function serveStdio(executor: Executor): Promise<void> {
@@ -213,15 +295,11 @@ function listenAddress(value: string | undefined): [string, number] {
   if (value === undefined || value.trim() === "") {
     fail("REPLAYLAB_MCP_LISTEN is not set; it names the address to serve MCP at, HOST:PORT");
   }
-  const text = (value as string).trim();
-  const colon = text.lastIndexOf(":");
-  let host = colon < 0 ? "" : text.slice(0, colon);
-  const port = colon < 0 ? "" : text.slice(colon + 1);
-  if (host.startsWith("[") && host.endsWith("]")) host = host.slice(1, -1); // an IPv6 address: [::1]:8765
-  if (host === "" || /[\s/[\]@]/.test(host) || !/^[0-9]+$/.test(port) || Number(port) < 1 || Number(port) > 65535) {
-    fail(`REPLAYLAB_MCP_LISTEN=${JSON.stringify(value)}: expected HOST:PORT, such as 127.0.0.1:8765`);
+  const address = parseListen(value as string);
+  if (address === undefined) {
+    return fail(`REPLAYLAB_MCP_LISTEN=${JSON.stringify(value)}: expected HOST:PORT, such as 127.0.0.1:8765`);
   }
-  return [host, Number(port)];
+  return [address.host, address.port];
 }
 
 function main(): void {
@@ -244,16 +322,21 @@ function main(): void {
   const executor = new Executor(config);
   // A (re)started worker settles what earlier incarnations left open, in the background.
   void executor.reconcileForever();
+  const webhooks = config.webhookListen === undefined ? Promise.resolve() : serveWebhooks(executor, config.webhookListen);
   if (address === undefined) {
-    serveStdio(executor).catch((error: unknown) => {
-      log.error(`serving MCP over stdio failed: ${(error as Error).stack ?? String(error)}`);
-      process.exit(1);
-    });
+    webhooks
+      .then(() => serveStdio(executor))
+      .catch((error: unknown) => {
+        log.error(`serving MCP over stdio failed: ${(error as Error).stack ?? String(error)}`);
+        process.exit(1);
+      });
   } else {
-    serveHttp(executor, ...address).catch((error: unknown) => {
-      log.error(`serving MCP over streamable HTTP failed: ${(error as Error).stack ?? String(error)}`);
-      process.exit(1);
-    });
+    webhooks
+      .then(() => serveHttp(executor, ...address))
+      .catch((error: unknown) => {
+        log.error(`serving MCP over streamable HTTP failed: ${(error as Error).stack ?? String(error)}`);
+        process.exit(1);
+      });
   }
 }
 

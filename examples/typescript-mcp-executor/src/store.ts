@@ -26,14 +26,31 @@ export interface OperationRow {
   request_json: string | null;
   /** When it was filed with the operators' queue (once is enough). */
   handed_over_ms: number | null;
+  /** A delayed job's id, once the downstream accepted it. */
+  job_id: string | null;
   created_at_ms: number;
   updated_at_ms: number;
   expires_at_ms: number;
 }
 
 /** A new claim: the columns a claim inserts. */
-export type NewClaim = Omit<OperationRow, "effect_reference" | "result_json" | "reason" | "handed_over_ms">;
+export type NewClaim = Omit<OperationRow, "effect_reference" | "result_json" | "reason" | "handed_over_ms" | "job_id">;
 
+/** A completion notice a settled job still owes. */
+export interface NoticeRow {
+  tenant: string;
+  operation_key: string;
+  job_id: string;
+  /** When its sender took it on (a later one waits for it). */
+  claimed_at_ms: number;
+}
+
+/** What settling a finished job did: only "processed" made the transition. */
+export type Settled = "processed" | "already_settled" | "duplicate_event";
+
+// A `pending` record is one of three things: claimed by an owner at work (owner_token and a
+// lease), a job the downstream is running (job_id, no owner), or an envelope waiting in the
+// queue for its consumer (neither). Only the first can be abandoned: its owner can die.
 const SCHEMA = `
 CREATE TABLE IF NOT EXISTS operations (
     tenant           TEXT    NOT NULL,
@@ -51,9 +68,29 @@ CREATE TABLE IF NOT EXISTS operations (
     reason           TEXT,
     request_json     TEXT,
     handed_over_ms   INTEGER,  -- when it was filed with the operators' queue (once is enough)
+    job_id           TEXT,     -- a delayed job's id, once the downstream accepted it
     created_at_ms    INTEGER NOT NULL,
     updated_at_ms    INTEGER NOT NULL,
     expires_at_ms    INTEGER NOT NULL,
+    PRIMARY KEY (tenant, operation_key)
+) WITHOUT ROWID;
+-- A completion webhook names the job's Idempotency-Key (or only the job): its operation.
+CREATE INDEX IF NOT EXISTS operations_by_downstream_key ON operations (tenant, downstream_key);
+CREATE INDEX IF NOT EXISTS operations_by_job ON operations (tenant, job_id);
+-- Every webhook event id that matched an operation, kept: a redelivery is seen as one.
+CREATE TABLE IF NOT EXISTS webhook_events (
+    event_id       TEXT    PRIMARY KEY,
+    tenant         TEXT    NOT NULL,
+    operation_key  TEXT    NOT NULL,
+    received_at_ms INTEGER NOT NULL
+);
+-- The completion notices owed: written with the job's settlement, in its transaction, and
+-- deleted once the notice was confirmed or handed over. A crash in between leaves it owed.
+CREATE TABLE IF NOT EXISTS notices (
+    tenant        TEXT    NOT NULL,
+    operation_key TEXT    NOT NULL,
+    job_id        TEXT    NOT NULL,
+    claimed_at_ms INTEGER NOT NULL,
     PRIMARY KEY (tenant, operation_key)
 ) WITHOUT ROWID;
 `;
@@ -128,8 +165,8 @@ export class Store {
   private ownedUpdate(tenant: string, key: string, owner: string, assignments: string, values: unknown[]): boolean {
     const changed = this.db
       .prepare(
-        `UPDATE operations SET ${assignments}, owner_token = NULL, lease_until_ms = 0, updated_at_ms = ? ` +
-          "WHERE tenant = ? AND operation_key = ? AND owner_token = ? AND status = 'pending'",
+        `UPDATE operations SET ${assignments ? assignments + ", " : ""}owner_token = NULL, lease_until_ms = 0, ` +
+          "updated_at_ms = ? WHERE tenant = ? AND operation_key = ? AND owner_token = ? AND status = 'pending'",
       )
       .run(...values, nowMs(), tenant, key, owner).changes;
     return changed === 1;
@@ -155,15 +192,103 @@ export class Store {
     return this.ownedUpdate(tenant, key, owner, "status = 'unknown', reason = ?", [finding]);
   }
 
-  /** Takes an abandoned (lease run out) or unknown claim over, exactly as observed: if anyone
-   * changed it since we read it, nothing is written and someone else has it. */
+  /** The downstream accepted the job: the record stays pending, owned by the job (no owner, no
+   * lease) until a poll or a webhook hears that it finished. */
+  setJob(tenant: string, key: string, owner: string, jobId: string): boolean {
+    return this.ownedUpdate(tenant, key, owner, "job_id = ?", [jobId]);
+  }
+
+  /** The envelope is in the queue: the record stays pending, without an owner, until a consumer
+   * claims it. */
+  release(tenant: string, key: string, owner: string): boolean {
+    return this.ownedUpdate(tenant, key, owner, "", []);
+  }
+
+  /**
+   * Settles a finished job, once per operation, whoever heard of it (a poll, a webhook): pending
+   * or unknown, with this job or none recorded yet, -> applied. Only the caller that made that
+   * transition gets "processed" and owes the completion notice, written in the same transaction
+   * (a crash before the notice went out leaves it owed, not forgotten). With a webhook's
+   * `eventId`: the event is kept in the same transaction, and an event seen before is
+   * "duplicate_event", nothing else done.
+   */
+  settleJob(tenant: string, key: string, jobId: string, result: unknown, noticeDue: boolean, eventId?: string): Settled {
+    const now = nowMs();
+    return this.transaction((): Settled => {
+      if (eventId !== undefined) {
+        const kept = this.db
+          .prepare(
+            "INSERT INTO webhook_events (event_id, tenant, operation_key, received_at_ms) VALUES (?, ?, ?, ?) " +
+              "ON CONFLICT (event_id) DO NOTHING",
+          )
+          .run(eventId, tenant, key, now).changes;
+        if (kept === 0) return "duplicate_event";
+      }
+      const changed = this.db
+        .prepare(
+          "UPDATE operations SET status = 'applied', job_id = ?, effect_reference = ?, result_json = ?, " +
+            "owner_token = NULL, lease_until_ms = 0, reason = NULL, request_json = NULL, updated_at_ms = ? " +
+            "WHERE tenant = ? AND operation_key = ? AND status IN ('pending', 'unknown') " +
+            "AND (job_id IS NULL OR job_id = ?)",
+        )
+        .run(jobId, jobId, JSON.stringify(result), now, tenant, key, jobId).changes;
+      if (changed === 0) return "already_settled";
+      if (noticeDue) {
+        this.db
+          .prepare(
+            "INSERT INTO notices (tenant, operation_key, job_id, claimed_at_ms) VALUES (?, ?, ?, ?) " +
+              "ON CONFLICT (tenant, operation_key) DO UPDATE SET job_id = excluded.job_id, " +
+              "claimed_at_ms = excluded.claimed_at_ms",
+          )
+          .run(tenant, key, jobId, now);
+      }
+      return "processed";
+    });
+  }
+
+  loadByDownstreamKey(tenant: string, downstreamKey: string): OperationRow | undefined {
+    return this.db
+      .prepare("SELECT * FROM operations WHERE tenant = ? AND downstream_key = ?")
+      .get(tenant, downstreamKey) as OperationRow | undefined;
+  }
+
+  loadByJob(tenant: string, jobId: string): OperationRow | undefined {
+    return this.db.prepare("SELECT * FROM operations WHERE tenant = ? AND job_id = ?").get(tenant, jobId) as
+      | OperationRow
+      | undefined;
+  }
+
+  /** The completion notice the operation's settled job still owes, if any. */
+  dueNotice(tenant: string, key: string): NoticeRow | undefined {
+    return this.db.prepare("SELECT * FROM notices WHERE tenant = ? AND operation_key = ?").get(tenant, key) as
+      | NoticeRow
+      | undefined;
+  }
+
+  /** Takes an owed notice on, by compare-and-set on when it was last taken on (exactly as
+   * read): of several pollers that read the same row, one sends it. */
+  claimNotice(notice: NoticeRow): boolean {
+    const changed = this.db
+      .prepare("UPDATE notices SET claimed_at_ms = ? WHERE tenant = ? AND operation_key = ? AND claimed_at_ms = ?")
+      .run(nowMs(), notice.tenant, notice.operation_key, notice.claimed_at_ms).changes;
+    return changed === 1;
+  }
+
+  /** The notice is owed no more: confirmed by the downstream, or handed over to people. */
+  noticeDone(tenant: string, key: string): void {
+    this.db.prepare("DELETE FROM notices WHERE tenant = ? AND operation_key = ?").run(tenant, key);
+  }
+
+  /** Takes an abandoned (lease run out), unknown or queued claim over, exactly as observed: if
+   * anyone changed it since we read it, nothing is written and someone else has it. A running
+   * job is never taken over: the downstream has it. */
   takeOver(record: OperationRow, newOwner: string, leaseUntilMs: number): boolean {
     const now = nowMs();
     const changed = this.db
       .prepare(
         "UPDATE operations SET status = 'pending', owner_token = ?, lease_until_ms = ?, updated_at_ms = ? " +
           "WHERE tenant = ? AND operation_key = ? AND owner_token IS ? AND lease_until_ms = ? " +
-          "AND lease_until_ms <= ? AND status IN ('pending', 'unknown')",
+          "AND lease_until_ms <= ? AND status IN ('pending', 'unknown') AND job_id IS NULL",
       )
       .run(
         newOwner,
@@ -195,11 +320,15 @@ export class Store {
       .run(nowMs(), tenant, key);
   }
 
-  /** Records without an outcome: unknown, or pending (an owner at work, or one whose lease ran
-   * out: the sweep waits for the lease before it looks). */
+  /** Records without an outcome that an owner was at work on: unknown, or pending with an owner
+   * (at work, or one whose lease ran out: the sweep waits for the lease before it looks). A
+   * running job is the downstream's, a queued operation the queue's. */
   unsettled(): OperationRow[] {
     return this.db
-      .prepare("SELECT * FROM operations WHERE status IN ('unknown', 'pending') ORDER BY tenant, operation_key")
+      .prepare(
+        "SELECT * FROM operations WHERE status = 'unknown' " +
+          "OR (status = 'pending' AND owner_token IS NOT NULL AND job_id IS NULL) ORDER BY tenant, operation_key",
+      )
       .all() as OperationRow[];
   }
 }
