@@ -324,6 +324,7 @@ def config_from_env(env: dict[str, str]) -> Config:
             services = parse_services(env["REPLAYLAB_SERVICES"])
         except ValueError as error:  # json.JSONDecodeError is a ValueError
             fail(f"REPLAYLAB_SERVICES: {error}")
+
     def endpoint(name: str) -> tuple[str, int, str] | None:
         url = env.get(name, "").strip()
         if not url:
