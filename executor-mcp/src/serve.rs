@@ -80,6 +80,26 @@ pub struct ServeConfig {
     pub services: Option<protocol::mcp::Services>,
     /// Where to receive webhooks ([`env::WEBHOOK_LISTEN`]), if anywhere.
     pub webhook_listen: Option<std::net::SocketAddr>,
+    /// A mutant of the zoo served instead of the reference (its name, checked by
+    /// [`servable_mutant`]).
+    pub mutant: Option<String>,
+}
+
+/// The mutant of the zoo called `name`, if a process can serve it: its defect is a decision
+/// ([`executor::Strategies`]), made over the store it is given. `in_memory_claims` is not: its
+/// defect is where the claims live, which the store a process is given decides.
+pub fn servable_mutant(name: &str) -> Result<String, String> {
+    let Some(mutant) = executor::mutants::find(name) else {
+        let known: Vec<&str> = executor::mutants::all().iter().map(|mutant| mutant.name).collect();
+        return Err(format!("no such mutant; the zoo has {}", known.join(", ")));
+    };
+    if mutant.name == "in_memory_claims" {
+        return Err(
+            "its defect is where the claims live, not a decision: a process serves the store --store names"
+                .into(),
+        );
+    }
+    Ok(mutant.name.to_owned())
 }
 
 /// `--store` and `--schema`, checked.
@@ -214,6 +234,7 @@ impl ServeConfig {
             transport,
             store,
             webhook_listen,
+            mutant: None,
             world: RealWorld { worker, incarnation, downstream, state_dir, operators, queue },
             downstream_timeout,
             lease,
@@ -436,9 +457,17 @@ fn run_executor(
     };
     let local = tokio::task::LocalSet::new();
     local.block_on(&runtime, async move {
-        let factory = match ReferenceFactory::new(
+        let strategies = config
+            .mutant
+            .as_deref()
+            .and_then(executor::mutants::find)
+            .map_or(executor::Strategies::reference as fn() -> executor::Strategies, |mutant| {
+                mutant.strategies
+            });
+        let factory = match ReferenceFactory::with_strategies(
             config.store.clone(),
             ReferenceConfig::default().with_downstream_timeout(config.downstream_timeout),
+            move |_: &protocol::WorkerEnv| strategies(),
         ) {
             Ok(factory) => factory,
             Err(error) => {
@@ -490,6 +519,8 @@ struct ReferenceServer {
     manifest: Arc<String>,
     /// It serves [`CONSUME_TOOL`] (the world has a queue).
     consumes: bool,
+    /// The name its MCP handshake gives: `replaylab-reference`, or `replaylab-mutant-NAME`.
+    name: String,
 }
 
 impl ReferenceServer {
@@ -540,6 +571,10 @@ impl ReferenceServer {
             contract_tools: Arc::new(contract_tools),
             manifest: Arc::new(manifest),
             consumes: config.world.queue.is_some(),
+            name: config.mutant.as_ref().map_or_else(
+                || "replaylab-reference".to_owned(),
+                |mutant| format!("replaylab-mutant-{mutant}"),
+            ),
         }
     }
 
@@ -682,7 +717,7 @@ fn outcome_result(outcome: &Outcome) -> CallToolResult {
 impl ServerHandler for ReferenceServer {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_resources().build())
-            .with_server_info(rmcp::model::Implementation::new("replaylab-reference", env!("CARGO_PKG_VERSION")))
+            .with_server_info(rmcp::model::Implementation::new(self.name.clone(), env!("CARGO_PKG_VERSION")))
             .with_instructions(format!(
                 "replaylab's reference executor. Name each call's operation in _meta[\"{CALL_META}\"]; its outcome comes back as structuredContent. Read {MANIFEST_URI} for what it supports."
             ))

@@ -281,6 +281,11 @@ enum ExecutorCommand {
         /// lowercase letters, digits and `_`), e.g. `run_{run}` under --executor-cmd.
         #[arg(long)]
         schema: Option<String>,
+        /// Serve a mutant of the zoo instead of the reference (`blind_retry`, as `replaylab
+        /// mutants` lists them): the same defect, as a process, to check that the black-box
+        /// world catches what the simulation does.
+        #[arg(long)]
+        mutant: Option<String>,
     },
 }
 
@@ -541,11 +546,25 @@ const NO_PROCESS_WORLD: &str =
 
 /// `replaylab executor serve`: the reference as an MCP server (`executor_mcp::serve`).
 #[cfg(feature = "process")]
-fn serve_reference(transport: &str, store: &str, schema: Option<&str>) -> Result<u8, Failure> {
-    let config = executor_mcp::serve::ServeConfig::from_flags_and_env(transport, store, schema, |name| {
+fn serve_reference(
+    transport: &str,
+    store: &str,
+    schema: Option<&str>,
+    mutant: Option<&str>,
+) -> Result<u8, Failure> {
+    let mutant = mutant
+        .map(|name| {
+            let name = name.strip_prefix("mutant:").unwrap_or(name);
+            executor_mcp::serve::servable_mutant(name).map_err(|message| {
+                bad_input(anyhow::anyhow!("executor serve --mutant {}: {message}", quoted(name)))
+            })
+        })
+        .transpose()?;
+    let mut config = executor_mcp::serve::ServeConfig::from_flags_and_env(transport, store, schema, |name| {
         std::env::var(name).ok()
     })
     .map_err(|message| bad_input(anyhow::anyhow!("executor serve: {message}")))?;
+    config.mutant = mutant;
     match executor_mcp::serve::run(config) {
         Ok(()) => Ok(exit::SUCCESS),
         Err(error @ executor_mcp::serve::ServeError::Store { .. }) => Err(bad_input(error.into())),
@@ -555,7 +574,12 @@ fn serve_reference(transport: &str, store: &str, schema: Option<&str>) -> Result
 
 /// Without the `process` feature the reference is not served over MCP.
 #[cfg(not(feature = "process"))]
-fn serve_reference(_transport: &str, _store: &str, _schema: Option<&str>) -> Result<u8, Failure> {
+fn serve_reference(
+    _transport: &str,
+    _store: &str,
+    _schema: Option<&str>,
+    _mutant: Option<&str>,
+) -> Result<u8, Failure> {
     Err(bad_input(anyhow::anyhow!("executor serve: {NO_PROCESS_WORLD}")))
 }
 
@@ -583,8 +607,8 @@ fn bad_input(error: anyhow::Error) -> Failure {
 fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
     match cli.command {
         Command::Downstream { listen, config } => serve_downstream(&listen, config.as_deref()),
-        Command::Executor { what: ExecutorCommand::Serve { transport, store, schema } } => {
-            serve_reference(&transport, &store, schema.as_deref())
+        Command::Executor { what: ExecutorCommand::Serve { transport, store, schema, mutant } } => {
+            serve_reference(&transport, &store, schema.as_deref(), mutant.as_deref())
         }
         Command::Matrix {
             executor,

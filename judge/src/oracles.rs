@@ -44,6 +44,11 @@ pub struct Evidence<'a> {
     pub ledger: &'a [Effect],
     /// The contracts of the run (effect kinds, capabilities, retention).
     pub contracts: &'a ContractSet,
+    /// Whether every request an executor sent carries the tag of the work it was doing (the
+    /// simulation tags each task). The process world sees only what a process serves when it
+    /// sends: a completion notice sent while it serves nothing, or several things, has no tag,
+    /// and the harness cannot tell whose it is.
+    pub tags_complete: bool,
 }
 
 /// What the oracles found: the violations, and which oracles had something to judge.
@@ -54,6 +59,10 @@ pub struct Judgement {
     /// The oracles (`O1`..) that had something to judge in this run: an effect to count, a
     /// success claim to check, a changed request, a revocation, ...
     pub exercised: BTreeSet<&'static str>,
+    /// What the oracles could not decide, and why (the run is then `unknown` unless something
+    /// else failed): a completion notice the harness could not tie to an operation, in a world
+    /// whose tags are not complete ([`Evidence::tags_complete`]).
+    pub undecided: Vec<String>,
 }
 
 /// A call as the agent sent it.
@@ -467,6 +476,13 @@ impl Judgement {
     }
 }
 
+/// Whether `fact` is a message no operation could be found for, in a world whose tags are not
+/// complete: a completion notice (its content is no call's) whose sender's tag is missing. The
+/// harness cannot vouch for it either way.
+fn untied_notice(facts: &Facts<'_>, fact: &EffectFact) -> bool {
+    !facts.evidence.tags_complete && fact.operation.is_none() && fact.effect.kind == EffectKind::MessageSent
+}
+
 /// O1: per operation and effect kind, at most one effect (jobs are O10's). An effect no
 /// operation can be found for is a violation too (the harness cannot vouch for it), and so is a
 /// ledger at the end that differs from the effects the harness saw committed.
@@ -489,6 +505,11 @@ fn single_effect(facts: &Facts<'_>, judgement: &mut Judgement) {
                 groups.entry((operation, fact.effect.kind)).or_default().push(fact);
             }
             Some(_) => {}
+            None if untied_notice(facts, fact) => judgement.undecided.push(format!(
+                "O1 not decided: the harness could not tell which operation made {} {} (a request with no business content of a call, sent while its process served nothing or several things)",
+                fact.effect.kind.as_str(),
+                fact.effect.effect_reference
+            )),
             None => judgement.violate(
                 1,
                 None,
@@ -1548,6 +1569,13 @@ fn settled_jobs_are_announced(facts: &Facts<'_>, judgement: &mut Judgement) {
             facts.effects_of(operation).filter(|e| e.effect.kind == EffectKind::MessageSent).count();
         // A notice the downstream never confirmed may be handed over to people instead.
         if notices == 0 && !facts.handed_over(operation) {
+            if let Some(untied) = facts.effects.iter().find(|fact| untied_notice(facts, fact)) {
+                judgement.undecided.push(format!(
+                    "O10 not decided for {operation}: its completion notice may be {}, which the harness could not tie to an operation",
+                    untied.effect.effect_reference
+                ));
+                continue;
+            }
             judgement.violate(
                 10,
                 Some(operation),

@@ -1129,8 +1129,12 @@ impl Runner {
     ) -> RunRecord {
         let history = self.shared.history.events();
         let ledger = self.shared.downstream.ledger();
-        let evidence =
-            oracles::Evidence { history: &history, ledger: &ledger, contracts: &self.shared.contracts };
+        let evidence = oracles::Evidence {
+            history: &history,
+            ledger: &ledger,
+            contracts: &self.shared.contracts,
+            tags_complete: self.world.tags_every_request(),
+        };
         let judgement = oracles::judge(&evidence);
         let mut coverage = self.coverage.clone();
         coverage.exercised = judgement.exercised;
@@ -1145,7 +1149,7 @@ impl Runner {
                 verdict = verdict.worst(Verdict::Crashed);
             }
         }
-        for reason in &self.undecided {
+        for reason in self.undecided.iter().chain(&judgement.undecided) {
             notes.push(reason.clone());
             verdict = verdict.worst(Verdict::Unknown);
         }

@@ -136,9 +136,16 @@ struct Boundary {
     held: RefCell<BTreeMap<String, (PointReached, tokio::sync::oneshot::Sender<()>)>>,
     /// The incarnation of each worker that runs now (none while it is crashed).
     alive: RefCell<BTreeMap<String, u32>>,
-    /// What each worker is serving now (agent requests and queue deliveries), by a key of
-    /// the harness's.
+    /// What each worker is serving now (agent requests, queue deliveries, webhooks), by a key
+    /// of the harness's.
     serving: RefCell<BTreeMap<String, BTreeMap<String, ServingNow>>>,
+    /// What each worker served last, while it serves nothing now: work a process goes on with
+    /// after it answered (a completion notice sent once the webhook was acknowledged) is taken
+    /// to be the last thing's, as a simulated worker's background task keeps the tag of the
+    /// work that started it. Forgotten when the worker takes something new.
+    lingering: RefCell<BTreeMap<String, ServingNow>>,
+    /// The incarnation each worker had when it last started serving something.
+    serving_incarnation: RefCell<BTreeMap<String, u32>>,
     /// Each worker's webhook port: the incarnation it was given to, and the port.
     webhook_ports: RefCell<BTreeMap<String, (u32, u16)>>,
     /// Where a process receives webhooks on its port.
@@ -200,23 +207,42 @@ impl Boundary {
     /// requests are tagged with (it breaks ties between identical calls only).
     fn serving_one(&self, worker: &str) -> Option<(Option<String>, String)> {
         let serving = self.serving.borrow();
-        let requests = serving.get(worker)?;
-        if requests.len() != 1 {
-            return None;
-        }
-        let now = requests.values().next()?;
+        let lingering = self.lingering.borrow();
+        let now = match serving.get(worker).filter(|requests| !requests.is_empty()) {
+            Some(requests) if requests.len() == 1 => requests.values().next()?,
+            Some(_) => return None,
+            None => lingering.get(worker)?,
+        };
         Some((now.label.clone(), now.operation.clone()?))
+    }
+
+    /// The incarnation of `worker` that serves now (its requests' tags are its).
+    fn incarnation_serving(&self, worker: &str) -> Option<u32> {
+        self.serving_incarnation.borrow().get(worker).copied()
     }
 
     /// `worker` starts serving `now` under `key`.
     fn start_serving(&self, worker: &str, key: &str, now: ServingNow) {
+        self.lingering.borrow_mut().remove(worker);
+        if let Some(incarnation) = self.alive.borrow().get(worker) {
+            self.serving_incarnation.borrow_mut().insert(worker.to_owned(), *incarnation);
+        }
         self.serving.borrow_mut().entry(worker.to_owned()).or_default().insert(key.to_owned(), now);
     }
 
-    /// `worker` is done with `key`.
+    /// `worker` is done with `key`; the last thing it served lingers while it serves nothing.
     fn stop_serving(&self, worker: &str, key: &str) {
-        if let Some(serving) = self.serving.borrow_mut().get_mut(worker) {
-            serving.remove(key);
+        let mut serving = self.serving.borrow_mut();
+        let Some(requests) = serving.get_mut(worker) else { return };
+        let Some(done) = requests.remove(key) else { return };
+        let mut lingering = self.lingering.borrow_mut();
+        // A killed incarnation's work does not linger into the next one's.
+        let alive = self.alive.borrow().get(worker).copied();
+        if requests.is_empty() && alive.is_some() && alive == self.incarnation_serving(worker) {
+            // The agent's label stays with the call it tagged: lingering work is not the call's.
+            lingering.insert(worker.to_owned(), ServingNow { label: None, ..done });
+        } else {
+            lingering.remove(worker);
         }
     }
 
@@ -1045,6 +1071,8 @@ impl RealWorld {
             held: RefCell::default(),
             alive: RefCell::default(),
             serving: RefCell::default(),
+            lingering: RefCell::default(),
+            serving_incarnation: RefCell::default(),
             webhook_ports: RefCell::default(),
             webhook_path: spec.webhook_path.clone(),
             open: Rc::default(),
@@ -1152,6 +1180,7 @@ impl RealWorld {
             Ok(())
         });
         self.run.boundary.alive.borrow_mut().remove(worker);
+        self.run.boundary.lingering.borrow_mut().remove(worker);
         self.run.peers.borrow_mut().remove(worker);
         process.listener.abort();
         let _context = self.runtime.enter();
@@ -1199,6 +1228,12 @@ impl World for RealWorld {
     }
 
     fn skips_idle_time(&self) -> bool {
+        false
+    }
+
+    /// A process's requests carry the tag of what it served when it sent them (or served
+    /// last, while it serves nothing): not every request has one.
+    fn tags_every_request(&self) -> bool {
         false
     }
 

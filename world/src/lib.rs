@@ -494,6 +494,12 @@ pub trait World {
     fn stepped(&self) -> Duration;
     /// Whether the runner may skip idle time (only a simulated clock can jump).
     fn skips_idle_time(&self) -> bool;
+    /// Whether every downstream request carries the tag of the work that sent it (the
+    /// judge's [`judge::oracles::Evidence::tags_complete`]): true where each task is tagged, as
+    /// in the simulation.
+    fn tags_every_request(&self) -> bool {
+        true
+    }
     /// Messages on the network (between hosts of the simulation); `0` where nothing can tell.
     fn in_flight(&mut self) -> usize;
     /// Downstream requests an executor sent that are still open, where the world can tell

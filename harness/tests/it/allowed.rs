@@ -84,6 +84,7 @@ fn no_scenario_allows_an_answer_an_oracle_forbids() {
                         history: &history,
                         ledger: &record.ledger,
                         contracts: &contracts,
+                        tags_complete: true,
                     };
                     checked += 1;
                     let seq = history[at].seq;

@@ -466,3 +466,83 @@ fn a_process_that_stopped_waiting_for_the_late_answer_makes_the_run_unknown() {
 fn processes_get_the_references_default_downstream_timeout() {
     assert_eq!(world_process::PROCESS_DOWNSTREAM_TIMEOUT, executor::DEFAULT_DOWNSTREAM_TIMEOUT);
 }
+
+/// The queue and webhooks are the harness's in the process world too: the reference over MCP
+/// serves `messages.send` and `replaylab.consume` and receives webhooks, and the scenarios that
+/// need them (and delayed jobs: C9, F9) apply and pass. S16's premise, a consumer killed after
+/// it acted but before the queue heard its ack, happens: the timeline shows the pause, then
+/// the crash, then the redelivery. S17's duplicate and extra webhook events reach the process.
+#[test]
+fn the_queue_and_webhooks_reach_processes_and_their_scenarios_pass() {
+    let out = scratch("queue_webhooks");
+    let command = format!("{REPLAYLAB} executor serve --store sqlite:{{state}}/claims.db");
+    let output = replaylab(&[
+        "matrix",
+        "--executor-cmd",
+        &command,
+        "--workers",
+        "2",
+        "--repeat",
+        "1",
+        "--only",
+        "S10,S16,S17,S23,S31",
+        "--out",
+        &out.display().to_string(),
+    ]);
+    let said = text(&output);
+    assert_eq!(output.status.code(), Some(0), "{said}");
+    let matrix = matrix_json(&out);
+    for id in ["S10", "S16", "S17", "S23", "S31"] {
+        assert_eq!(scenario(&matrix, id)["verdict"], "pass", "{id}: {:#}", scenario(&matrix, id));
+    }
+    for id in ["C9", "F9"] {
+        assert_eq!(row(&matrix, id)["verdict"], "pass", "{id}");
+    }
+    let labels = |id: &str| -> Vec<String> {
+        scenario(&matrix, id)["timeline"]["marks"]
+            .as_array()
+            .expect("marks")
+            .iter()
+            .filter_map(|mark| mark["label"].as_str().map(str::to_owned))
+            .collect()
+    };
+    let s16 = labels("S16");
+    let paused = s16.iter().position(|label| label == "paused at queue:before_ack");
+    let crash = s16.iter().position(|label| label == "crash");
+    let redelivered = s16.iter().rposition(|label| label == "queue delivery 2");
+    assert!(
+        paused.zip(crash).zip(redelivered).is_some_and(|((p, c), r)| p < c && c < r),
+        "S16: held before the ack, killed, delivered again: {s16:#?}"
+    );
+    let s17 = labels("S17");
+    for ack in ["processed", "duplicate_event", "already_settled"] {
+        assert!(s17.iter().any(|label| label.ends_with(&format!(": {ack}"))), "S17 {ack}: {s17:#?}");
+    }
+}
+
+/// The zoo's defects in the queue, the webhooks and delayed jobs, served as processes
+/// (`executor serve --mutant`), fail the scenario the simulation catches them with: the
+/// process world judges the new parts, it does not just pass them.
+#[test]
+fn mutants_of_the_queue_webhooks_and_jobs_fail_as_processes_too() {
+    for (mutant, id, oracle) in [
+        ("consumer_no_claim", "S16", "O1"),
+        ("webhook_no_dedupe", "S17", "O1"),
+        ("resubmit_job", "S10", "O10"),
+        ("queued_taken_over", "S31", "expect"),
+    ] {
+        let command =
+            format!("{REPLAYLAB} executor serve --mutant {mutant} --store sqlite:{{state}}/claims.db");
+        let output = replaylab(&["run", id, "--seed", "0", "--executor-cmd", &command, "--workers", "2"]);
+        let said = text(&output);
+        assert_eq!(output.status.code(), Some(1), "{mutant} {id}: {said}");
+        assert!(said.contains(": fail"), "{mutant} {id}: {said}");
+        assert!(said.contains(&format!("violation: {oracle}")), "{mutant} {id}: {said}");
+        assert!(said.contains(&format!("replaylab-mutant-{mutant}")), "{mutant}: {said}");
+    }
+    // A mutant whose defect is not a decision cannot be served.
+    let output =
+        replaylab(&["executor", "serve", "--mutant", "in_memory_claims", "--store", "sqlite:/tmp/x.db"]);
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output));
+    assert!(text(&output).contains("where the claims live"), "{}", text(&output));
+}

@@ -368,7 +368,8 @@ impl World {
     }
 
     fn fired_with(&self, contracts: &ContractSet) -> Vec<String> {
-        let evidence = Evidence { history: &self.events, ledger: &self.ledger, contracts };
+        let evidence =
+            Evidence { history: &self.events, ledger: &self.ledger, contracts, tags_complete: true };
         let mut ids: Vec<String> = Vec::new();
         for violation in oracles::check(&evidence) {
             assert!(!violation.explanation.is_empty());
@@ -705,7 +706,12 @@ fn violations_name_oracle_operation_and_positions() {
     let mut world = good();
     world.create(OP, "first", "ticket_2");
     let contracts = ContractSet::builtin();
-    let evidence = Evidence { history: &world.events, ledger: &world.ledger, contracts: &contracts };
+    let evidence = Evidence {
+        history: &world.events,
+        ledger: &world.ledger,
+        contracts: &contracts,
+        tags_complete: true,
+    };
     let violations = oracles::check(&evidence);
     assert_eq!(violations.len(), 1);
     let text = violations[0].to_string();
@@ -1185,6 +1191,57 @@ fn o10_a_settled_job_is_announced() {
     assert_eq!(job(false, OutcomeStatus::InFlight).fired(), ["O6", "O13"]);
 }
 
+/// A completion notice sent with no tag (a process sends it while it serves nothing or
+/// several things): where every task is tagged (the simulation) it is an effect nobody asked
+/// for, O1; where tags are not complete (the process world) the harness cannot tell whose it
+/// is, and neither O1 nor O10 may fail the run on it: both are undecided, and the run unknown.
+#[test]
+fn an_untagged_notice_is_undecided_where_tags_are_not_complete() {
+    let mut world = World::default();
+    world.call_full("submit", OP, "agent", "jobs.submit", r#"{"job_type": "report", "input": {}}"#);
+    let content = world.content_of("submit");
+    world.request_full(
+        Some(OP),
+        Some("submit"),
+        "POST",
+        "/v1/jobs",
+        Some(KEY),
+        content,
+        Handling::Commit("job_1", json!({"job_id": "job_1", "status": "pending"})),
+    );
+    world.answer("submit", OutcomeStatus::InFlight, None);
+    world.request_full(
+        None,
+        None,
+        "POST",
+        "/v1/messages",
+        None,
+        Some("sha256:notice".into()),
+        Handling::Commit("message_1", json!({"message_id": "message_1", "status": "sent"})),
+    );
+    world.settled(OP, OutcomeStatus::Replayed, Some("job_1"));
+    let contracts = ContractSet::builtin();
+    let judged = |tags_complete| {
+        oracles::judge(&Evidence {
+            history: &world.events,
+            ledger: &world.ledger,
+            contracts: &contracts,
+            tags_complete,
+        })
+    };
+    let simulated = judged(true);
+    let fired: Vec<&str> = simulated.violations.iter().map(|v| v.oracle.as_str()).collect();
+    assert_eq!(fired, ["O1", "O10"], "{:#?}", simulated.violations);
+    assert!(simulated.undecided.is_empty());
+    let process = judged(false);
+    assert!(process.violations.is_empty(), "{:#?}", process.violations);
+    assert_eq!(process.undecided.len(), 2, "{:#?}", process.undecided);
+    assert!(process.undecided[0].starts_with("O1 not decided") && process.undecided[0].contains("message_1"));
+    assert!(
+        process.undecided[1].starts_with("O10 not decided") && process.undecided[1].contains("message_1")
+    );
+}
+
 /// O3, across versions: a contract that lets a newer version replay its records allows the
 /// replay of the same business request only. Before, any request under the key could be
 /// answered with the old effect once the versions differed.
@@ -1350,7 +1407,8 @@ fn o13_a_retry_that_could_find_out_does_not_answer_unknown() {
             );
         }
         world.answer("retry", OutcomeStatus::Unknown, None);
-        let evidence = Evidence { history: &world.events, ledger: &world.ledger, contracts };
+        let evidence =
+            Evidence { history: &world.events, ledger: &world.ledger, contracts, tags_complete: true };
         // Only this rule's verdict on the retry (the final poll is judged apart).
         oracles::check(&evidence)
             .iter()
