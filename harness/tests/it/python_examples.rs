@@ -348,11 +348,17 @@ async fn the_careful_executor_survives_a_kill_between_commit_and_answer() {
     let first = start(&python, "python-mcp-executor", &state, service.port, 0, &[]).await;
     let tools = first.client.list_all_tools().await.expect("tools/list");
     let names: Vec<&str> = tools.iter().map(|tool| tool.name.as_ref()).collect();
-    for expected in ["tickets.create", "tickets.set_status", "payments.charge", POLL_TOOL, RECONCILE_TOOL] {
+    for expected in [
+        "tickets.create",
+        "tickets.set_status",
+        "payments.charge",
+        "messages.send",
+        "jobs.submit",
+        POLL_TOOL,
+        RECONCILE_TOOL,
+        protocol::mcp::CONSUME_TOOL,
+    ] {
         assert!(names.contains(&expected), "{expected} in {names:?}");
-    }
-    for unserved in ["messages.send", "jobs.submit"] {
-        assert!(!names.contains(&unserved), "{unserved} is not served: {names:?}");
     }
 
     // The manifest follows the conventions and says what the server does.
@@ -366,14 +372,16 @@ async fn the_careful_executor_survives_a_kill_between_commit_and_answer() {
     let manifest: Manifest = serde_json::from_value(document).expect("a Manifest");
     let capabilities = &manifest.capabilities;
     assert!(
-        capabilities.reconcile && !capabilities.delayed_jobs && !capabilities.queue_consumer,
+        capabilities.reconcile
+            && capabilities.delayed_jobs
+            && capabilities.queue_consumer
+            && capabilities.webhooks,
         "{manifest:?}"
     );
-    assert!(!capabilities.webhooks, "{manifest:?}");
     let declared = capabilities.tools.clone().expect("the manifest names its tools");
     assert_eq!(
         declared.into_iter().collect::<Vec<_>>(),
-        ["payments.charge", "tickets.create", "tickets.set_status"]
+        ["jobs.submit", "messages.send", "payments.charge", "tickets.create", "tickets.set_status"]
     );
     assert_eq!(manifest.timing.expect("timing").lease_ms, 1000, "the lease of the environment");
 

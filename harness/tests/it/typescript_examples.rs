@@ -220,10 +220,17 @@ async fn the_careful_typescript_executor_follows_the_conventions() {
     let declared = manifest.capabilities.tools.clone().expect("the manifest names its tools");
     assert_eq!(
         declared.into_iter().collect::<Vec<_>>(),
-        ["payments.charge", "tickets.create", "tickets.set_status"],
+        ["jobs.submit", "messages.send", "payments.charge", "tickets.create", "tickets.set_status"],
         "{manifest:?}"
     );
-    assert!(manifest.capabilities.reconcile && !manifest.capabilities.delayed_jobs, "{manifest:?}");
+    let capabilities = &manifest.capabilities;
+    assert!(
+        capabilities.reconcile
+            && capabilities.delayed_jobs
+            && capabilities.queue_consumer
+            && capabilities.webhooks,
+        "{manifest:?}"
+    );
     assert_eq!(manifest.timing.expect("timing").lease_ms, 1000, "the lease of the environment");
 
     // A call that does not name its operation is told what is missing, and nothing happens.
