@@ -74,23 +74,19 @@ fn assert_valid(matrix: &Value) {
     assert!(errors.is_empty(), "matrix.json breaks its schema: {errors:#?}");
 }
 
+/// The black-box matrix of the reference over MCP (two processes on one SQLite file), one
+/// repeat of the scenarios `only` names, its reports in `out`.
+fn reference_matrix(out: &Path, only: &str) -> Output {
+    let command = format!("{REPLAYLAB} executor serve --store sqlite:{{state}}/claims.db");
+    let out = out.display().to_string();
+    let arguments = ["matrix", "--executor-cmd", &command, "--workers", "2", "--repeat", "1", "--only", only];
+    replaylab(&[&arguments[..], &["--out", &out]].concat())
+}
+
 #[test]
 fn the_reference_as_an_mcp_server_passes_lost_answers_and_crashes_after_commit() {
     let out = scratch("reference");
-    let command = format!("{REPLAYLAB} executor serve --store sqlite:{{state}}/claims.db");
-    let output = replaylab(&[
-        "matrix",
-        "--executor-cmd",
-        &command,
-        "--workers",
-        "2",
-        "--repeat",
-        "1",
-        "--only",
-        "S02,S03,S05",
-        "--out",
-        &out.display().to_string(),
-    ]);
+    let output = reference_matrix(&out, "S02,S03,S05");
     let said = text(&output);
     assert_eq!(output.status.code(), Some(0), "{said}");
     assert!(said.contains("Not deterministic: real processes on real time"), "{said}");
@@ -475,20 +471,7 @@ fn processes_get_the_references_default_downstream_timeout() {
 #[test]
 fn the_queue_and_webhooks_reach_processes_and_their_scenarios_pass() {
     let out = scratch("queue_webhooks");
-    let command = format!("{REPLAYLAB} executor serve --store sqlite:{{state}}/claims.db");
-    let output = replaylab(&[
-        "matrix",
-        "--executor-cmd",
-        &command,
-        "--workers",
-        "2",
-        "--repeat",
-        "1",
-        "--only",
-        "S10,S16,S17,S23,S31",
-        "--out",
-        &out.display().to_string(),
-    ]);
+    let output = reference_matrix(&out, "S10,S16,S17,S23,S31");
     let said = text(&output);
     assert_eq!(output.status.code(), Some(0), "{said}");
     let matrix = matrix_json(&out);

@@ -1147,25 +1147,31 @@ fn o8_a_success_carries_the_result_the_downstream_committed() {
     assert_eq!(world.fired(), ["O8"]);
 }
 
+/// A job submitted for `OP` by call "submit", accepted as `job_1`, answered `in_flight`.
+fn job_submitted() -> World {
+    let mut world = World::default();
+    world.call_full("submit", OP, "agent", "jobs.submit", r#"{"job_type": "report", "input": {}}"#);
+    let content = world.content_of("submit");
+    world.request_full(
+        Some(OP),
+        Some("submit"),
+        "POST",
+        "/v1/jobs",
+        Some(KEY),
+        content,
+        Handling::Commit("job_1", json!({"job_id": "job_1", "status": "pending"})),
+    );
+    world.answer("submit", OutcomeStatus::InFlight, None);
+    world
+}
+
 /// O10, for completion notices: a job the executor finally answers `applied`/`replayed` for
 /// has the notice its contract names in the ledger. Before, nothing counted notices: a job
 /// settled by a single poll and never announced passed every oracle.
 #[test]
 fn o10_a_settled_job_is_announced() {
     let job = |announced: bool, final_status: OutcomeStatus| {
-        let mut world = World::default();
-        world.call_full("submit", OP, "agent", "jobs.submit", r#"{"job_type": "report", "input": {}}"#);
-        let content = world.content_of("submit");
-        world.request_full(
-            Some(OP),
-            Some("submit"),
-            "POST",
-            "/v1/jobs",
-            Some(KEY),
-            content,
-            Handling::Commit("job_1", json!({"job_id": "job_1", "status": "pending"})),
-        );
-        world.answer("submit", OutcomeStatus::InFlight, None);
+        let mut world = job_submitted();
         if announced {
             world.request_full(
                 Some(OP),
@@ -1197,19 +1203,7 @@ fn o10_a_settled_job_is_announced() {
 /// is, and neither O1 nor O10 may fail the run on it: both are undecided, and the run unknown.
 #[test]
 fn an_untagged_notice_is_undecided_where_tags_are_not_complete() {
-    let mut world = World::default();
-    world.call_full("submit", OP, "agent", "jobs.submit", r#"{"job_type": "report", "input": {}}"#);
-    let content = world.content_of("submit");
-    world.request_full(
-        Some(OP),
-        Some("submit"),
-        "POST",
-        "/v1/jobs",
-        Some(KEY),
-        content,
-        Handling::Commit("job_1", json!({"job_id": "job_1", "status": "pending"})),
-    );
-    world.answer("submit", OutcomeStatus::InFlight, None);
+    let mut world = job_submitted();
     world.request_full(
         None,
         None,
