@@ -748,12 +748,17 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
             }
             if let Some((dirs, record)) = exploration {
                 print!("{}", crate::explore_cli::render_record(&record));
-                // The shrunk cases the findings name, beside the merged record.
-                for finding in &record.findings {
-                    let source =
-                        dirs.iter().map(|dir| dir.join(&finding.case_file)).find(|path| path.is_file());
+                // The shrunk cases the groups name (and the failing saved cases), beside the
+                // merged record.
+                let files = record
+                    .groups
+                    .iter()
+                    .map(|group| &group.case_file)
+                    .chain(record.saved_cases.failing.iter().map(|saved| &saved.case_file));
+                for case_file in files {
+                    let source = dirs.iter().map(|dir| dir.join(case_file)).find(|path| path.is_file());
                     if let Some(source) = source {
-                        std::fs::copy(&source, out.join(&finding.case_file))
+                        std::fs::copy(&source, out.join(case_file))
                             .with_context(|| format!("failed to copy {}", source.display()))
                             .map_err(|error| Failure { code: exit::CHECK_FAILED, error })?;
                     }

@@ -108,6 +108,8 @@ struct Facts<'a> {
     calls: Vec<CallFact>,
     /// label -> (operation, tenant)
     requests: BTreeMap<String, (String, String)>,
+    /// label -> the actor a call, poll or reconciliation was made by.
+    request_actors: BTreeMap<String, String>,
     answers: Vec<AnswerFact>,
     /// Business effects (human edits are not an operation's effects), as committed.
     effects: Vec<EffectFact>,
@@ -143,6 +145,7 @@ impl<'a> Facts<'a> {
             evidence,
             calls: Vec::new(),
             requests: BTreeMap::new(),
+            request_actors: BTreeMap::new(),
             answers: Vec::new(),
             effects: Vec::new(),
             observed: Vec::new(),
@@ -174,6 +177,7 @@ impl<'a> Facts<'a> {
                     ..
                 } => {
                     facts.requests.insert(label.clone(), (operation.clone(), tenant.clone()));
+                    facts.request_actors.insert(label.clone(), actor.clone());
                     facts.asked.insert(label.clone(), (event.seq, true));
                     facts.calls.push(CallFact {
                         seq: event.seq,
@@ -188,8 +192,9 @@ impl<'a> Facts<'a> {
                         content: content.clone(),
                     });
                 }
-                EventKind::OperationQuery { label, operation, tenant, .. } => {
+                EventKind::OperationQuery { label, operation, tenant, actor, .. } => {
                     facts.requests.insert(label.clone(), (operation.clone(), tenant.clone()));
+                    facts.request_actors.insert(label.clone(), actor.clone());
                     facts.asked.insert(label.clone(), (event.seq, false));
                 }
                 EventKind::StoreCommitted { serving: Some(label), .. } => {
@@ -292,6 +297,15 @@ impl<'a> Facts<'a> {
 
     fn request_of(&self, label: &str) -> Option<&(String, String)> {
         self.requests.get(label)
+    }
+
+    /// Whether the actor the request `label` was made by lost its permission for the
+    /// operation's tool (its first call's) at some point: a refusal for that says nothing of
+    /// the operation. (Calls of one operation can come from several actors; a poll is made by
+    /// the operation's actor.)
+    fn requester_revoked(&self, label: &str, operation: &str) -> bool {
+        let tool = self.first_call_of(operation).map(|call| call.tool.as_str());
+        self.request_actors.get(label).zip(tool).is_some_and(|(actor, tool)| self.revoked(actor, tool))
     }
 
     /// The operation's original call: its first valid call that the executor acted on
@@ -1435,8 +1449,6 @@ fn rejections_keep_their_reason(facts: &Facts<'_>, judgement: &mut Judgement) {
             continue;
         };
         let (reason, request) = (first.outcome.reason, fingerprint_of(&first.label).flatten());
-        let actor = facts.first_call_of(operation).map(|call| (call.actor.as_str(), call.tool.as_str()));
-        let revoked = actor.is_some_and(|(actor, tool)| facts.revoked(actor, tool));
         for later in answers.iter().filter(|answer| answer.seq > first.seq) {
             let same_request = match fingerprint_of(&later.label) {
                 None => true,
@@ -1446,7 +1458,8 @@ fn rejections_keep_their_reason(facts: &Facts<'_>, judgement: &mut Judgement) {
                 continue;
             }
             judgement.exercise(8);
-            let earned = revoked && later.outcome.reason == Some(ReasonCode::Unauthorized);
+            let earned = facts.requester_revoked(&later.label, operation)
+                && later.outcome.reason == Some(ReasonCode::Unauthorized);
             if later.outcome.reason != reason && !earned {
                 judgement.violate(
                     8,
@@ -1623,8 +1636,10 @@ fn no_stale_overwrite(facts: &Facts<'_>, judgement: &mut Judgement) {
 }
 
 /// O12: an operation whose own effect is in the ledger does not end `rejected` at the
-/// harness's final poll: the executor owns what it did. (A final poll refused because the
-/// actor's permission was revoked says nothing of the operation, and is not judged.)
+/// harness's final poll: the executor owns what it did. (A final poll refused because its
+/// actor's permission was revoked says nothing of the operation, and is not judged; the final
+/// poll is made by the operation's actor, which may not be the actor whose call made the
+/// effect.)
 fn no_disowned_effect(facts: &Facts<'_>, judgement: &mut Judgement) {
     if !facts.settled {
         return;
@@ -1634,7 +1649,7 @@ fn no_disowned_effect(facts: &Facts<'_>, judgement: &mut Judgement) {
         let Some(answer) = facts.final_poll(operation) else { continue };
         let outcome = &answer.outcome;
         let refused_poll = outcome.reason == Some(ReasonCode::Unauthorized)
-            && facts.first_call_of(operation).is_some_and(|call| facts.revoked(&call.actor, &call.tool));
+            && facts.requester_revoked(&answer.label, operation);
         if refused_poll {
             continue;
         }
