@@ -63,6 +63,8 @@ pub const MAX_ACTIONS: usize = 10;
 pub const CASE_LEASE: Duration = Duration::from_secs(1);
 /// The record retention in explored cases.
 pub const CASE_RETENTION: Duration = Duration::from_secs(30);
+/// How long a poll takes the place of, for an executor that cannot be polled.
+const POLL_WAIT_MS: u32 = 100;
 /// How long a slow queue holds an envelope before a consumer can take it (S31's delay).
 pub const SLOW_QUEUE_DELAY: Duration = Duration::from_secs(2);
 /// What one service of the downstream can do in a case.
@@ -386,6 +388,17 @@ fn fault() -> impl Strategy<Value = CaseFault> {
     ]
 }
 
+/// A fault on a job's completion notice: mostly one that keeps the message from being stored
+/// (S29), so that only a resend or a hand-over can account for it.
+fn notice_fault() -> impl Strategy<Value = CaseFault> {
+    prop_oneof![
+        2 => Just(CaseFault::ResetBeforeCommit),
+        2 => Just(CaseFault::DropBeforeCommit),
+        1 => Just(CaseFault::CommitThenDrop),
+        1 => Just(CaseFault::CommitThenError),
+    ]
+}
+
 fn variant() -> impl Strategy<Value = Variant> {
     prop_oneof![
         6 => Just(Variant::Same),
@@ -495,7 +508,7 @@ fn action(mix: Mix) -> impl Strategy<Value = CaseAction> {
         ),
         (
             mix.notice,
-            (operation(), fault())
+            (operation(), notice_fault())
                 .prop_map(|(operation, fault)| CaseAction::NoticeFault { operation, fault })
                 .boxed(),
         ),
@@ -640,8 +653,10 @@ impl Case {
     /// The case narrowed to what an executor with `capabilities` supports, so that it
     /// applies: an operation of a tool it cannot take becomes one of the first tool it can
     /// (in [`CaseTool::ALL`]'s order), webhooks are off without a receiver, a reconcile is
-    /// a poll without `reconcile`, and without every version of a tool the case's operations
-    /// use, a [`CaseAction::NewVersion`] is a plain call. Unchanged for an executor that
+    /// a poll without `reconcile`, without every version of a tool the case's operations
+    /// use a [`CaseAction::NewVersion`] is a plain call, and without the agent's poll a poll is
+    /// time passing, a crashed worker does not stay down to be polled, and a faulty job notice
+    /// (settled by a poll) is a faulty call. Unchanged for an executor that
     /// supports everything, and for one that supports none of the tools (the case is then
     /// `not applicable`).
     pub fn narrowed_to(mut self, capabilities: &ExecutorCapabilities) -> Case {
@@ -670,6 +685,19 @@ impl Case {
                     *action = CaseAction::Call { operation, worker, variant };
                 }
                 _ => {}
+            }
+            if !capabilities.poll {
+                *action = match *action {
+                    CaseAction::Poll { .. } => CaseAction::Advance { ms: POLL_WAIT_MS },
+                    CaseAction::PollWhileRunning { .. } => CaseAction::Advance { ms: 4 * POLL_WAIT_MS },
+                    CaseAction::CrashDuringCall { operation, worker, moment, .. } => {
+                        CaseAction::CrashDuringCall { operation, worker, moment, stays_down: false }
+                    }
+                    CaseAction::NoticeFault { operation, fault } => {
+                        CaseAction::FaultyCall { operation, worker: 0, fault }
+                    }
+                    other => other,
+                };
             }
         }
         self
@@ -810,4 +838,107 @@ pub fn shrink_in_simulation(
             })
             .collect()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use scenarios::StepKind;
+
+    /// The versions a case's calls use.
+    fn versions(case: &Case) -> std::collections::BTreeSet<(String, String)> {
+        case.to_scenario()
+            .steps
+            .iter()
+            .filter_map(|step| match &step.kind {
+                StepKind::Call(call) => Some((call.tool.clone(), call.version.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_executor_that_lacks_a_version_is_never_sent_it() {
+        let old_charges_only =
+            ExecutorCapabilities::all().with_versions("payments.charge", [scenarios::DEFAULT_TOOL_VERSION]);
+        let upgraded = ("payments.charge".to_owned(), "2026-10-01".to_owned());
+        let (mut drawn, mut narrowed_away) = (0, 0);
+        for seed in 0..2_000 {
+            let case = case_for_seed(seed);
+            let narrowed = case.clone().narrowed_to(&old_charges_only);
+            let needs = narrowed.to_scenario().needs(&protocol::ContractSet::builtin());
+            assert!(
+                old_charges_only.lacks(&needs).is_empty(),
+                "seed {seed}: {:?}",
+                old_charges_only.lacks(&needs)
+            );
+            assert!(!versions(&narrowed).contains(&upgraded), "seed {seed}");
+            if versions(&case).contains(&upgraded) {
+                drawn += 1;
+                narrowed_away += u32::from(narrowed != case);
+            }
+        }
+        assert!(drawn > 10, "the premise: cases that upgrade a charge are drawn ({drawn})");
+        assert_eq!(narrowed_away, drawn, "each of them is narrowed");
+    }
+
+    #[test]
+    fn every_new_kind_is_drawn() {
+        let mut seen = std::collections::BTreeSet::new();
+        for seed in 0..500 {
+            let case = case_for_seed(seed);
+            if case.slow_queue {
+                seen.insert("slow queue");
+            }
+            for action in &case.actions {
+                seen.insert(match action {
+                    CaseAction::OtherActor { .. } => "other actor",
+                    CaseAction::NewVersion { early: true, .. } => "early upgrade",
+                    CaseAction::NewVersion { .. } => "upgrade",
+                    CaseAction::LookupsDown { .. } => "lookups down",
+                    CaseAction::NoticeFault { .. } => "notice fault",
+                    CaseAction::CrashDuringCall { stays_down: true, .. } => "stays down",
+                    _ => continue,
+                });
+            }
+        }
+        assert_eq!(seen.len(), 7, "{seen:?}");
+    }
+
+    #[test]
+    fn without_a_poll_a_case_asks_for_none() {
+        let no_poll = ExecutorCapabilities::all().with_poll(false);
+        for seed in 0..300 {
+            let narrowed = case_for_seed(seed).narrowed_to(&no_poll);
+            let needs = narrowed.to_scenario().needs(&protocol::ContractSet::builtin());
+            assert!(!needs.poll, "seed {seed}");
+        }
+    }
+
+    #[test]
+    fn a_world_that_lacks_a_queue_gets_no_queued_tool() {
+        // A world without a queue (as the process world said when this was written).
+        let no_queue = |scenario: &Scenario| {
+            let needs = scenario.needs(&protocol::ContractSet::builtin());
+            if needs.queue_consumer {
+                vec!["a queue".to_owned()]
+            } else {
+                Vec::new()
+            }
+        };
+        let mut changed = 0;
+        for seed in 0..200 {
+            let case = case_for_seed(seed);
+            let narrowed = case.clone().narrowed_to_world(no_queue, &ExecutorCapabilities::all());
+            assert!(no_queue(&narrowed.to_scenario()).is_empty(), "seed {seed}");
+            let sends = narrowed.to_scenario().steps.iter().any(
+                |step| matches!(&step.kind, StepKind::Call(call) if call.tool == CaseTool::Message.name()),
+            );
+            assert!(!sends, "seed {seed}");
+            changed += u32::from(narrowed != case);
+            // A world that lacks nothing changes nothing.
+            assert_eq!(case.clone().narrowed_to_world(|_| Vec::new(), &ExecutorCapabilities::all()), case);
+        }
+        assert!(changed > 20, "the premise: many cases send messages ({changed})");
+    }
 }

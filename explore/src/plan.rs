@@ -815,3 +815,221 @@ impl Case {
         self.operations.len() + self.actions.len() + usize::from(self.workers)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ServiceChoice;
+
+    fn case(tools: &[CaseTool], actions: Vec<CaseAction>) -> Case {
+        Case {
+            seed: 1,
+            workers: 2,
+            services: [ServiceChoice { honoured: true, receipts: true }; 4],
+            duplicate_deliveries: false,
+            webhooks: false,
+            long_jobs: false,
+            slow_queue: false,
+            operations: tools
+                .iter()
+                .enumerate()
+                .map(|(step, tool)| CaseOperation { tenant: 0, step: step as u8, tool: *tool, content: 0 })
+                .collect(),
+            actions,
+        }
+    }
+
+    /// The steps in a few words: `call tool@version by actor`, `revoke actor`, ...
+    fn steps(case: &Case) -> Vec<String> {
+        case.to_scenario()
+            .steps
+            .iter()
+            .map(|step| match &step.kind {
+                StepKind::Call(call) => format!(
+                    "call {}@{} on {}{}",
+                    call.tool,
+                    call.version,
+                    call.worker,
+                    call.actor.as_ref().map(|actor| format!(" by {actor}")).unwrap_or_default()
+                ),
+                StepKind::Revoke { actor, .. } => format!("revoke {actor}"),
+                StepKind::Fault { rule, .. } => {
+                    format!("fault {} {}", rule.matches.path.as_deref().unwrap_or("*"), rule.action.name())
+                }
+                StepKind::Pause { point, .. } => format!("pause {point}"),
+                StepKind::WaitPaused { .. } => "wait".into(),
+                StepKind::Release { .. } => "release".into(),
+                StepKind::Await { .. } => "await".into(),
+                StepKind::Crash { .. } => "crash".into(),
+                StepKind::Restart { .. } => "restart".into(),
+                StepKind::Advance { by, .. } => format!("advance {}ms", by.as_millis()),
+                StepKind::Poll { worker, .. } => format!("poll on {worker}"),
+                other => format!("{other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_second_actor_retries_after_the_revocation_it_names() {
+        let other = |revoked| {
+            case(&[CaseTool::Ticket], vec![CaseAction::OtherActor { operation: 0, worker: 1, revoked }])
+        };
+        // Step 0's own actor is agent-0; the other is agent-1.
+        assert_eq!(
+            steps(&other(ActorRevoked::Neither)),
+            [
+                "call tickets.create@2026-08-18 on worker-1",
+                "call tickets.create@2026-08-18 on worker-2 by agent-1"
+            ]
+        );
+        assert_eq!(
+            steps(&other(ActorRevoked::First)),
+            [
+                "call tickets.create@2026-08-18 on worker-1",
+                "revoke agent-0",
+                "call tickets.create@2026-08-18 on worker-2 by agent-1"
+            ]
+        );
+        assert_eq!(steps(&other(ActorRevoked::Other))[1], "revoke agent-1");
+        // After a faulty first call, the first actor is not revoked: its request may still commit.
+        let faulty = case(
+            &[CaseTool::Ticket],
+            vec![
+                CaseAction::FaultyCall { operation: 0, worker: 0, fault: CaseFault::CommitThenDrop },
+                CaseAction::OtherActor { operation: 0, worker: 1, revoked: ActorRevoked::First },
+            ],
+        );
+        assert!(!steps(&faulty).iter().any(|step| step.starts_with("revoke")), "{:?}", steps(&faulty));
+    }
+
+    #[test]
+    fn a_version_upgrade_calls_the_tools_other_version() {
+        let upgrade = |tool, early| {
+            case(
+                &[tool],
+                vec![CaseAction::NewVersion { operation: 0, worker: 1, variant: Variant::Same, early }],
+            )
+        };
+        assert_eq!(
+            steps(&upgrade(CaseTool::Ticket, false)),
+            ["call tickets.create@2026-08-18 on worker-1", "call tickets.create@2026-09-01 on worker-2"]
+        );
+        assert_eq!(
+            steps(&upgrade(CaseTool::Charge, true)),
+            [
+                "pause downstream:before:effect",
+                "call payments.charge@2026-08-18 on worker-2",
+                "wait",
+                "call payments.charge@2026-10-01 on worker-1",
+                "release",
+                "await"
+            ],
+            "early: while the first call is held before its effect (S24)"
+        );
+        // A tool with one version is retried plainly.
+        assert_eq!(
+            steps(&upgrade(CaseTool::Message, false)),
+            ["call messages.send@2026-08-18 on worker-2"],
+            "a plain call"
+        );
+    }
+
+    #[test]
+    fn lookups_down_swallow_the_request_and_fail_every_lookup_until_healed() {
+        let down = case(&[CaseTool::Charge], vec![CaseAction::LookupsDown { operation: 0, worker: 0 }]);
+        assert_eq!(
+            steps(&down),
+            [
+                "fault /v1/charges drop_before_commit",
+                "fault /v1/receipts/* commit_then_error",
+                "call payments.charge@2026-08-18 on worker-1",
+                "advance 10000ms"
+            ]
+        );
+        let scenario = down.to_scenario();
+        let lookups = scenario.steps.iter().find_map(|step| match &step.kind {
+            StepKind::Fault { rule, .. } if rule.matches.method.as_deref() == Some("GET") => Some(rule.times),
+            _ => None,
+        });
+        assert_eq!(lookups, Some(Times::Always));
+        // Without a receipt lookup there is nothing to take down: a faulty call.
+        let mut blind = down.clone();
+        blind.services[1].receipts = false;
+        assert_eq!(
+            steps(&blind),
+            ["fault /v1/charges drop_before_commit", "call payments.charge@2026-08-18 on worker-1"]
+        );
+    }
+
+    #[test]
+    fn a_faulty_notice_submits_a_job_and_polls_it_once_finished() {
+        let notice = case(
+            &[CaseTool::Ticket, CaseTool::Job],
+            vec![CaseAction::NoticeFault { operation: 0, fault: CaseFault::ResetBeforeCommit }],
+        );
+        assert_eq!(
+            steps(&notice),
+            [
+                "fault /v1/messages reset_before_commit",
+                "call jobs.submit@2026-08-18 on worker-1",
+                "advance 3000ms",
+                "poll on worker-1"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_crashed_worker_that_stays_down_has_its_operation_polled_elsewhere_first() {
+        let crash = |stays_down| {
+            case(
+                &[CaseTool::Ticket],
+                vec![CaseAction::CrashDuringCall {
+                    operation: 0,
+                    worker: 0,
+                    moment: CrashMoment::BeforeEffect,
+                    stays_down,
+                }],
+            )
+        };
+        assert_eq!(
+            steps(&crash(true)),
+            [
+                "pause downstream:before:effect",
+                "call tickets.create@2026-08-18 on worker-1",
+                "wait",
+                "crash",
+                "advance 2000ms",
+                "poll on worker-2",
+                "restart"
+            ]
+        );
+        assert_eq!(steps(&crash(false))[4], "restart");
+    }
+
+    #[test]
+    fn a_slow_queue_delays_every_delivery() {
+        let mut slow = case(
+            &[CaseTool::Message],
+            vec![CaseAction::Call { operation: 0, worker: 0, variant: Variant::Same }],
+        );
+        assert_eq!(slow.to_scenario().queue.delivery_delay, None);
+        slow.slow_queue = true;
+        assert_eq!(slow.to_scenario().queue.delivery_delay, Some(SLOW_QUEUE_DELAY));
+    }
+
+    #[test]
+    fn cases_saved_before_the_new_kinds_still_read() {
+        let old = r#"{"seed":5,"workers":1,"services":[{"honoured":true,"receipts":true},{"honoured":true,"receipts":true},{"honoured":true,"receipts":true},{"honoured":true,"receipts":true}],"duplicate_deliveries":false,"webhooks":false,"operations":[{"tenant":0,"step":0,"tool":"Ticket","content":0}],"actions":[{"CrashDuringCall":{"operation":0,"worker":0,"moment":"AfterCommit"}}]}"#;
+        let case: Case = serde_json::from_str(old).expect("an old saved case reads");
+        assert!(!case.slow_queue && !case.long_jobs);
+        assert_eq!(
+            case.actions,
+            [CaseAction::CrashDuringCall {
+                operation: 0,
+                worker: 0,
+                moment: CrashMoment::AfterCommit,
+                stays_down: false
+            }]
+        );
+    }
+}

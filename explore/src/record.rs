@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
+use judge::text::shell_quote;
 use judge::verdict::Verdict;
 
 use crate::coverage::{shortfalls_of, Coverage};
@@ -121,7 +122,8 @@ pub struct GroupRecord {
     pub violations: Vec<reports::Violation>,
     /// Its notes.
     pub notes: Vec<String>,
-    /// One command that runs the shrunk case.
+    /// One command that runs the shrunk case, its file named as it is beside `explore.json`
+    /// (run it from that directory; the terminal shows it with the whole path).
     pub reproduce: String,
     /// Real processes only: how often the drawn case failed again with the signature.
     pub confirmation: Option<Rate>,
@@ -144,7 +146,8 @@ pub struct FailingSavedCase {
     pub oracle: String,
     /// Its scenario file, beside `explore.json`.
     pub case_file: String,
-    /// One command that runs it.
+    /// One command that runs it, its file named as it is beside `explore.json` (run it from
+    /// that directory; the terminal shows it with the whole path).
     pub reproduce: String,
 }
 
@@ -280,9 +283,17 @@ pub fn seeds_text(seeds: &[u64]) -> String {
     }
 }
 
+/// A reproduce command of the record, whose case file it names as it is beside the record,
+/// with that file's path in `dir` instead: a command that works from anywhere.
+fn command_in(dir: &Path, reproduce: &str, case_file: &str) -> String {
+    let relative = format!("--case {}", shell_quote(case_file));
+    let whole = format!("--case {}", shell_quote(&dir.join(case_file).display().to_string()));
+    reproduce.replacen(&relative, &whole, 1)
+}
+
 /// The record as text for the terminal: the counts, the coverage, its shortfalls and every
-/// group with its reproduce command.
-pub fn render_record(record: &ExploreRecord) -> String {
+/// group with its reproduce command (its case file in `dir`, where the record is).
+pub fn render_record(record: &ExploreRecord, dir: &Path) -> String {
     let count = |verdict| record.verdicts.get(&verdict).copied().unwrap_or(0);
     let mut text = format!(
         "exploration of {} seeds against {}: {} pass, {} fail, {} unknown, {} crashed, {} not applicable\n{}\n",
@@ -305,7 +316,10 @@ pub fn render_record(record: &ExploreRecord) -> String {
     for failing in &record.saved_cases.failing {
         text.push_str(&format!(
             "saved case (seed {}, found with {}) FAILS: {}; reproduce: {}\n",
-            failing.seed, failing.found_with, failing.oracle, failing.reproduce
+            failing.seed,
+            failing.found_with,
+            failing.oracle,
+            command_in(dir, &failing.reproduce, &failing.case_file)
         ));
     }
     if !record.groups.is_empty() {
@@ -324,7 +338,7 @@ pub fn render_record(record: &ExploreRecord) -> String {
             group.original_size,
             group.shrunk_size,
             group.case_file,
-            group.reproduce
+            command_in(dir, &group.reproduce, &group.case_file)
         ));
     }
     text.push_str(&format!("verdict: {}\n", record.verdict));
@@ -424,6 +438,17 @@ mod tests {
         assert_eq!(record_verdict(&record), Verdict::Pass);
         record.groups[0].confirmed = true;
         assert_eq!(record_verdict(&record), Verdict::Fail);
+    }
+
+    #[test]
+    fn reproduce_commands_name_the_case_file_where_the_record_is() {
+        let mut record = shard(1, vec![group("O1 single_effect (ticket_created)", &[3], 4)]);
+        record.groups[0].reproduce = "replaylab run --case case-seed-3.toml --executor x".into();
+        let text = render_record(&record, Path::new("/tmp/merged dir"));
+        assert!(
+            text.contains("reproduce: replaylab run --case '/tmp/merged dir/case-seed-3.toml' --executor x"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -158,6 +158,11 @@ fn write_case(out: &Path, name: &str, header: &[String], case: &Case) -> anyhow:
 /// arguments and `--repeat` for a black box (its rate is what reproduces, not one run).
 fn reproduce_case(executor: &ExecutorSpec, path: &Path) -> String {
     let file = shell_quote(&path.display().to_string());
+    reproduce_with(executor, &file)
+}
+
+/// [`reproduce_case`] with the case file already quoted.
+fn reproduce_with(executor: &ExecutorSpec, file: &str) -> String {
     match &executor.black_box {
         Some(spec) => format!(
             "{} run --case {file} {} --repeat {CONFIRM_RUNS}",
@@ -200,6 +205,24 @@ impl SeedRange {
     fn get(&self, position: u64) -> Option<u64> {
         (position < self.len).then(|| self.first + position * self.step)
     }
+}
+
+/// How many unknown seeds the terminal names, with the premise that did not happen.
+const UNKNOWN_SHOWN: usize = 5;
+
+/// The oracles that cannot judge `executor` ([`oracles_beyond`]) and, for an MCP server
+/// without the `replaylab://executor` manifest (its capabilities read from its tool list: it
+/// speaks none of replaylab's conventions, so its answers are bare success claims, naming no
+/// label, reference or result), those that need an outcome to hold the answer to: O4, O8, O9.
+pub fn oracles_beyond_executor(executor: &ExecutorSpec) -> Vec<String> {
+    let mut beyond = oracles_beyond(&executor.capabilities);
+    let conventions = executor.black_box.as_ref().is_none_or(|spec| spec.capabilities_from == "manifest");
+    if !conventions {
+        beyond.extend(["O4", "O8", "O9"].map(str::to_owned));
+    }
+    beyond.sort_by_key(|oracle| oracle.trim_start_matches('O').parse::<u32>().unwrap_or(u32::MAX));
+    beyond.dedup();
+    beyond
 }
 
 /// A seed whose case failed, as first run.
@@ -283,6 +306,28 @@ fn reruns(case: &Case, times: u64, executor: &ExecutorSpec, slots: &Slots) -> Ve
     })
 }
 
+/// Whether a shrinking candidate still fails with `signature` against real processes: when
+/// [`SHRINK_MIN_FAILS`] of [`SHRINK_RERUNS`] runs do. The first [`SHRINK_MIN_FAILS`] run side by
+/// side, and the rest only while they can still change the answer. Returns a failing run.
+fn still_fails(
+    candidate: &Case,
+    signature: &str,
+    executor: &ExecutorSpec,
+    slots: &Slots,
+) -> Option<CaseResult> {
+    let mut results = reruns(candidate, SHRINK_MIN_FAILS, executor, slots);
+    for _ in SHRINK_MIN_FAILS..SHRINK_RERUNS {
+        let failed = rate(&results, signature).failed;
+        let left = SHRINK_RERUNS - results.len() as u64;
+        if failed >= SHRINK_MIN_FAILS || failed + left < SHRINK_MIN_FAILS {
+            break;
+        }
+        results.extend(reruns(candidate, 1, executor, slots));
+    }
+    let kept = rate(&results, signature).failed >= SHRINK_MIN_FAILS;
+    results.into_iter().find(|result| kept && result.fails_with(signature))
+}
+
 /// How many of `results` failed with `signature`.
 fn rate(results: &[CaseResult], signature: &str) -> Rate {
     Rate {
@@ -351,11 +396,7 @@ fn settle_group(
                     .iter()
                     .map(|candidate| {
                         let signature = &signature;
-                        scope.spawn(move || {
-                            let results = reruns(candidate, SHRINK_RERUNS, executor, slots);
-                            let kept = rate(&results, signature).failed >= SHRINK_MIN_FAILS;
-                            results.into_iter().find(|result| kept && result.fails_with(signature))
-                        })
+                        scope.spawn(move || still_fails(candidate, signature, executor, slots))
                     })
                     .collect();
                 checks.into_iter().map(|check| check.join().expect("a shrink check does not panic")).collect()
@@ -384,8 +425,8 @@ fn settle_groups(
     let count = groups.len();
     let slots = Slots::new(jobs);
     let threads = if real { count } else { jobs.clamp(1, count.max(1)) };
-    // Candidates tried at once per group, each run SHRINK_RERUNS times.
-    let batch = (jobs / (SHRINK_RERUNS as usize * count.clamp(1, jobs.max(1)))).max(1);
+    // Candidates tried at once per group, each run SHRINK_MIN_FAILS times at first.
+    let batch = (jobs / (SHRINK_MIN_FAILS as usize * count.clamp(1, jobs.max(1)))).max(1);
     let queue = Mutex::new(groups.into_iter().collect::<Vec<_>>());
     let outcomes = Mutex::new(Vec::new());
     std::thread::scope(|scope| {
@@ -441,7 +482,6 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
                 regression.seed, regression.executor
             )];
             let path = write_case(&config.out, &name, &header, &regression.case)?;
-            let reproduce = reproduce_case(executor, &path);
             println!(
                 "saved case (seed {}, found with {}) FAILS: {oracle}",
                 regression.seed, regression.executor
@@ -449,13 +489,13 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
             for violation in &result.violations {
                 println!("  violation: {violation}");
             }
-            println!("  reproduce: {reproduce}");
+            println!("  reproduce: {}", reproduce_case(executor, &path));
             saved_failing.push(FailingSavedCase {
                 seed: regression.seed,
                 found_with: regression.executor.clone(),
                 oracle,
+                reproduce: reproduce_case(executor, Path::new(&name)),
                 case_file: name,
-                reproduce,
             });
         }
     }
@@ -468,10 +508,9 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
     let failing: Mutex<Vec<Failing>> = Mutex::new(Vec::new());
     let nondeterministic: Mutex<Vec<u64>> = Mutex::new(Vec::new());
     let verdicts: Mutex<BTreeMap<Verdict, u64>> = Mutex::new(BTreeMap::new());
-    let coverage: Mutex<Coverage> = Mutex::new(Coverage {
-        beyond_executor: oracles_beyond(&executor.capabilities),
-        ..Coverage::default()
-    });
+    let unknown: Mutex<Vec<(u64, String)>> = Mutex::new(Vec::new());
+    let coverage: Mutex<Coverage> =
+        Mutex::new(Coverage { beyond_executor: oracles_beyond_executor(executor), ..Coverage::default() });
     let started = Instant::now();
     std::thread::scope(|scope| {
         for _ in 0..config.jobs.max(1) {
@@ -489,6 +528,10 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
                     nondeterministic.lock().unwrap_or_else(|p| p.into_inner()).push(seed);
                 }
                 *verdicts.lock().unwrap_or_else(|p| p.into_inner()).entry(result.verdict).or_insert(0) += 1;
+                if result.verdict == Verdict::Unknown {
+                    let note = result.notes.first().cloned().unwrap_or_default();
+                    unknown.lock().unwrap_or_else(|p| p.into_inner()).push((seed, note));
+                }
                 coverage.lock().unwrap_or_else(|p| p.into_inner()).add(
                     result.verdict,
                     &result.coverage,
@@ -528,6 +571,14 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
             let reasons: Vec<String> =
                 coverage.unknown_because.iter().map(|(kind, count)| format!("{kind} ({count})")).collect();
             println!("unknown because: {}", reasons.join(", "));
+            let mut unknown = unknown.into_inner().unwrap_or_else(|p| p.into_inner());
+            unknown.sort_unstable();
+            for (seed, note) in unknown.iter().take(UNKNOWN_SHOWN) {
+                println!("  unknown: seed {seed}: {note}");
+            }
+            if unknown.len() > UNKNOWN_SHOWN {
+                println!("  unknown: and {} more", unknown.len() - UNKNOWN_SHOWN);
+            }
         }
     }
     let shortfalls = shortfalls_of(&coverage, config.stop_at_first);
@@ -577,7 +628,7 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
             "shrank {} group(s) in {:.1}s ({runs} candidates{})",
             outcomes.len(),
             settling.elapsed().as_secs_f64(),
-            if real { format!(", {SHRINK_RERUNS} runs each") } else { String::new() }
+            if real { format!(", {SHRINK_MIN_FAILS} to {SHRINK_RERUNS} runs each") } else { String::new() }
         );
     }
     let mut group_records = Vec::new();
@@ -590,7 +641,6 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
                 "Found by `replaylab explore` against {} at seed {}: {}.",
                 executor.name, outcome.shrunk_seed, outcome.signature
             ),
-            format!("{} seed(s) failed so: {}.", outcome.seeds.len(), seeds_text(&outcome.seeds)),
             format!(
                 "Shrunk from {} to {} (operations + actions + workers), {} candidates tried.",
                 outcome.original.size(),
@@ -602,7 +652,10 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
             header.push(format!(
                 "Real processes on real time, not deterministic: this case failed again with this signature in {reproduced} reruns."
             ));
-            header.push(format!("Reproduce: {reproduce}"));
+            header.push(format!(
+                "Reproduce, from this file's directory: {}",
+                reproduce_case(executor, Path::new(&name))
+            ));
         }
         write_case(&config.out, &name, &header, &outcome.shrunk)?;
         if outcome.confirmed {
@@ -638,7 +691,11 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
                 outcome.original.size(),
                 outcome.shrunk.size(),
                 outcome.shrink_runs,
-                if real { format!(" ({SHRINK_RERUNS} reruns each)") } else { String::new() }
+                if real {
+                    format!(" (each kept when {SHRINK_MIN_FAILS} of {SHRINK_RERUNS} runs failed)")
+                } else {
+                    String::new()
+                }
             );
         }
         if let (Some(confirmation), Some(reproduced)) = (outcome.confirmation, outcome.reproduced) {
@@ -667,10 +724,10 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
             original_size: outcome.original.size() as u64,
             shrunk_size: outcome.shrunk.size() as u64,
             shrink_runs: u64::from(outcome.shrink_runs),
+            reproduce: reproduce_case(executor, Path::new(&name)),
             case_file: name,
             violations: outcome.result.violations.clone(),
             notes: outcome.result.notes.clone(),
-            reproduce,
             confirmation: outcome.confirmation,
             reproduced: outcome.reproduced,
             confirmed: outcome.confirmed,

@@ -1286,6 +1286,14 @@ fn describe_rule(rule: &FaultRule) -> String {
 pub fn reproduce_command(scenario: &Scenario, seed: u64, executor: &ExecutorSpec) -> String {
     let (program, name) = (&executor.program, shell_quote(&executor.name));
     if let Some(spec) = &executor.black_box {
+        // A saved case (a scenario file with its seed) is run from its file.
+        if scenario.seed.is_some() {
+            return format!(
+                "{program} run --case {} {}",
+                shell_quote(&scenario.source),
+                spec.reproduce_arguments()
+            );
+        }
         let mut command =
             format!("{program} run {} --seed {seed} {}", scenario.id, spec.reproduce_arguments());
         if !scenario.source.starts_with(scenarios::BUILTIN_SOURCE_PREFIX) {
