@@ -125,7 +125,7 @@ struct Facts<'a> {
     settled: bool,
     attribution: Attribution,
     /// Labels of the agent requests a worker acted on: answered, or served by a store call or
-    /// a downstream request.
+    /// a downstream request (one held at a pause point included).
     acted_on: BTreeSet<String>,
     /// (tenant, operation key) of every reconciliation entry an executor filed for people.
     handed_over: BTreeSet<(String, String)>,
@@ -162,7 +162,41 @@ impl<'a> Facts<'a> {
             concluded: BTreeMap::new(),
         };
         let mut sent_at: BTreeMap<&str, u64> = BTreeMap::new();
+        // The calls each worker is serving (received, neither answered nor given up on), with
+        // their operations.
+        let mut serving: BTreeMap<&str, Vec<(&str, &str)>> = BTreeMap::new();
+        let mut call_operations: BTreeMap<&str, &str> = BTreeMap::new();
         for event in evidence.history {
+            match &event.kind {
+                EventKind::CallSent { label, operation, .. } => {
+                    call_operations.insert(label, operation);
+                }
+                EventKind::CallReceived { label, worker } => {
+                    if let Some(operation) = call_operations.get(label.as_str()) {
+                        serving.entry(worker).or_default().push((label, operation));
+                    }
+                }
+                EventKind::Answered { label, .. } | EventKind::AgentGotNoAnswer { label, .. } => {
+                    for calls in serving.values_mut() {
+                        calls.retain(|(served, _)| served != label);
+                    }
+                }
+                // A worker held at a downstream request carrying an operation's content, while
+                // it served one call of that operation, acted on that call.
+                EventKind::Paused { worker, operations, .. } => {
+                    let held: Vec<&str> = serving
+                        .get(worker.as_str())
+                        .into_iter()
+                        .flatten()
+                        .filter(|(_, operation)| operations.iter().any(|held| held == operation))
+                        .map(|(label, _)| *label)
+                        .collect();
+                    if let [label] = held[..] {
+                        facts.acted_on.insert(label.to_owned());
+                    }
+                }
+                _ => {}
+            }
             match &event.kind {
                 EventKind::CallSent {
                     label,

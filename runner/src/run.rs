@@ -633,10 +633,15 @@ impl Runner {
                     ));
                     return Ok(());
                 };
+                let operations = match &triggered.point {
+                    world::Reached::Downstream { operations, .. } => operations.clone(),
+                    _ => Vec::new(),
+                };
                 self.record(EventKind::Paused {
                     name: name.clone(),
                     worker: triggered.worker.clone(),
                     point: triggered.describe(),
+                    operations,
                 });
                 self.reached.insert(name.clone(), triggered.worker.clone());
                 self.paused.insert(name.clone(), triggered);
@@ -992,15 +997,26 @@ impl Runner {
             return Ok(());
         }
         let first_worker = self.scenario.worker_names().into_iter().next().expect("a scenario has a worker");
-        for name in &names {
-            let label = format!("{FINAL_POLL_PREFIX}{}", self.operation(name, None).path());
-            self.query(&label, RequestKind::Poll, name, &first_worker);
-        }
         let labels: Vec<String> = names
             .iter()
             .map(|name| format!("{FINAL_POLL_PREFIX}{}", self.operation(name, None).path()))
             .collect();
-        self.wait_within(&labels, FINAL_QUERY_PATIENCE)
+        // A world on real time tells which agent request a worker's downstream request serves
+        // only while the worker serves one (the process world's origin tag): there, the final
+        // polls go one at a time, so that what a poll makes the executor send (a job's
+        // completion notice, a resend) belongs to its operation. The simulation tags the
+        // sending task itself, and polls all at once.
+        if self.world.skips_idle_time() {
+            for (name, label) in names.iter().zip(&labels) {
+                self.query(label, RequestKind::Poll, name, &first_worker);
+            }
+            return self.wait_within(&labels, FINAL_QUERY_PATIENCE);
+        }
+        for (name, label) in names.iter().zip(&labels) {
+            self.query(label, RequestKind::Poll, name, &first_worker);
+            self.wait_within(std::slice::from_ref(label), FINAL_QUERY_PATIENCE)?;
+        }
+        Ok(())
     }
 
     /// Lets the scenario's settle time pass after the last work that is legitimately still
