@@ -553,7 +553,7 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
     let ran: u64 = verdicts.values().sum();
     let count = |verdict| verdicts.get(&verdict).copied().unwrap_or(0);
     println!(
-        "explored {ran} seeds against {} in {:.1}s ({:.1} cases/s{}): {} pass, {} fail, {} unknown, {} crashed, {} not applicable",
+        "explored {ran} seeds against {} in {:.1}s ({:.2} cases/s{}): {} pass, {} fail, {} unknown, {} crashed, {} not applicable",
         executor.name,
         elapsed.as_secs_f64(),
         ran as f64 / elapsed.as_secs_f64().max(f64::EPSILON),

@@ -322,16 +322,23 @@ fn black_box_exploration_runs_real_processes_against_the_reference() {
 }
 
 /// `run --case FILE --executor-cmd ...` runs a saved case against real processes, and
-/// `--repeat N` runs it N times and says how many failed.
+/// `--repeat N` runs it N times and says how many failed. The case is one exploration found:
+/// a job and a ticket, both polled at the end; the job's completion notice goes out while the
+/// job's final poll is served, and belongs to the job's operation only because the final polls
+/// go one at a time (at once, it failed O1 and O10 in 8 of 10 runs).
 #[test]
 fn a_saved_case_runs_against_real_processes_and_repeats() {
     let dir = scratch("run-case");
-    let case = one_operation(
-        CaseTool::Ticket,
-        2,
+    let mut case = one_operation(
+        CaseTool::Job,
+        1,
         [service(true, true); 4],
-        vec![CaseAction::FaultyCall { operation: 0, worker: 0, fault: CaseFault::CommitThenDrop }],
+        vec![
+            CaseAction::Call { operation: 0, worker: 0, variant: Variant::Same },
+            CaseAction::Call { operation: 1, worker: 0, variant: Variant::Same },
+        ],
     );
+    case.operations.push(CaseOperation { tenant: 0, step: 2, tool: CaseTool::Ticket, content: 0 });
     let file = dir.join("case.toml");
     std::fs::write(&file, case.to_scenario().to_toml()).expect("the case is written");
     let serve = format!("{REPLAYLAB} executor serve --store sqlite:{{state}}/claims.db");
