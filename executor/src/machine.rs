@@ -1168,12 +1168,18 @@ impl Machine {
                     kind.map(|kind| receipt_result(kind, &reference, &answer)).unwrap_or(Value::Null);
                 return self.record_receipt(owned, contract, &reference, result, true).await;
             }
+            // An honoured key makes a resend safe whatever the lookup said: the downstream
+            // answers it from the first request if that one committed. Without lookups (down
+            // for as long as recovery tries) the operation is still settled.
+            Some(ReceiptLookup::Failed(why)) if request.is_some() && plan.resend_with_same_key => {
+                format!("receipt lookup failed ({why}), and the downstream honours the key")
+            }
             Some(ReceiptLookup::Failed(why)) => {
                 // Worth another try (the agent's retry, or this worker's reconciliation).
                 return self.mark_unknown(owned, &format!("receipt lookup failed: {why}"), false).await;
             }
-            Some(ReceiptLookup::NotFound) => "no receipt for the key",
-            None => "no receipt lookup for this downstream",
+            Some(ReceiptLookup::NotFound) => "no receipt for the key".to_owned(),
+            None => "no receipt lookup for this downstream".to_owned(),
         };
         match request {
             Some(request) if plan.resend_with_same_key && plan.fresh_key_on_resend => {

@@ -1,22 +1,29 @@
 //! Random exploration: random workloads under random faults, checked by the same oracles, with
-//! failing cases shrunk to something a person can read and replayed by seed.
+//! failing cases grouped by what failed, shrunk to something a person can read, and replayed by
+//! seed.
 //!
 //! A [`Case`] is a workload (operations over several tenants and tools) and a schedule of
 //! actions (calls, races, changed requests (one field or all), faulty calls, crashes before the
-//! effect or right after the commit, slow owners past their lease (writing after the new owner
-//! finished, or inside its window), revocations before and after
-//! an effect, retries past retention, polls of running jobs, human edits and stale updates).
-//! Each case becomes an ordinary [`Scenario`] without expectations, so only the oracles judge
-//! it. The conversion sends every action that needs a downstream request ahead (a fault, a
-//! crash, a race, a slow owner) to an operation not called yet, so that its premise can hold.
+//! effect or right after the commit (restarted at once, or staying down while their abandoned
+//! operation is polled), slow owners past their lease (writing after the new owner finished, or
+//! inside its window), revocations before and after an effect, a second actor retrying (one of
+//! the two revoked), a tool version upgraded mid-operation, receipt lookups down, a job's
+//! completion notice meeting a fault, retries past retention, polls of running jobs, human edits
+//! and stale updates). Each case becomes an ordinary [`Scenario`] without expectations
+//! ([`Case::to_scenario`]), so only the oracles judge it. The conversion sends every action that
+//! needs a downstream request ahead (a fault, a crash, a race, a slow owner) to an operation
+//! not called yet, so that its premise can hold.
 //!
 //! Generation is a proptest [`Strategy`] ([`case_strategy`]); the mix of action kinds is itself
 //! drawn per case (swarm testing), so one case hammers crashes while another hammers changed
-//! requests. Shrinking is proptest's: a failing case is simplified while the same oracle
-//! still fails.
+//! requests. A failing case has a [`signature`] (its oracle and the shape of what the violation
+//! names); [`shrink`] reduces a failing case in passes (whole actions, operations and workers
+//! first, then simpler values) while it still fails with the same signature.
 //!
 //! [`session`] runs many seeds side by side against one executor (the `explore` command):
-//! saved regressions first, then fresh cases, findings shrunk and saved, coverage summed.
+//! saved regressions first, then fresh cases; failing seeds grouped by signature, one shrink per
+//! group, saved; coverage summed. Against real processes (`--executor-cmd`) a finding counts
+//! when it fails again at a stated rate.
 //!
 //! Invariants: a case is judged by the runner and the judge like any scenario (exploration
 //! adds no verdicts of its own); it may import the runner and what is below it, never the
@@ -24,41 +31,42 @@
 #![deny(missing_docs)]
 #![warn(clippy::unwrap_used)]
 
+pub mod coverage;
+mod plan;
+pub mod record;
 pub mod session;
+pub mod shrink;
+pub mod signature;
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use fake_downstream::{FaultAction, FaultRule, IdempotencyMode, RuleMatch, Times};
 use proptest::prelude::*;
 use proptest::strategy::{Union, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use protocol::ExecutorCapabilities;
 use reports::Violation;
-use scenarios::{
-    CallStep, DownstreamSpec, Moment, OperationSpec, PausePoint, QueueSpec, Row, Scenario, ServiceSpec, Step,
-    StepKind, TimingSpec, WebhookSpec, WorkerRef, DEFAULT_TOOL_VERSION,
-};
+use scenarios::Scenario;
 use serde::{Deserialize, Serialize};
 
 use judge::verdict::Verdict;
 use runner::executors::ExecutorSpec;
 use runner::RunCoverage;
 
+pub use shrink::MAX_SHRINK_RUNS;
+
 /// The most operations a case has.
 pub const MAX_OPERATIONS: usize = 4;
 /// The most actions a case has: each can take up to the agent's timeout in simulated time.
 pub const MAX_ACTIONS: usize = 10;
-/// How many shrink steps at most (each is one run).
-pub const MAX_SHRINK_RUNS: u32 = 400;
 /// The claim lease in explored cases: shorter than the reference's downstream timeout, so that
 /// an owner can be alive, waiting on the downstream, past its lease.
 pub const CASE_LEASE: Duration = Duration::from_secs(1);
 /// The record retention in explored cases.
 pub const CASE_RETENTION: Duration = Duration::from_secs(30);
-/// Long enough for a queue consumer to pick a new envelope up and send it downstream.
-const QUEUE_MOMENT: Duration = Duration::from_secs(1);
-
+/// How long a poll takes the place of, for an executor that cannot be polled.
+const POLL_WAIT_MS: u32 = 100;
+/// How long a slow queue holds an envelope before a consumer can take it (S31's delay).
+pub const SLOW_QUEUE_DELAY: Duration = Duration::from_secs(2);
 /// What one service of the downstream can do in a case.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ServiceChoice {
@@ -168,7 +176,8 @@ pub enum CaseAction {
         fault: CaseFault,
     },
     /// The first call of an operation, whose worker (the consumer's, for a queued tool) is
-    /// crashed at the moment named, and restarted.
+    /// crashed at the moment named, and restarted: at once, or (`stays_down`) after its lease
+    /// ran out and the agent polled the abandoned operation on another worker (S28).
     CrashDuringCall {
         /// Index into the operations.
         operation: u8,
@@ -176,6 +185,9 @@ pub enum CaseAction {
         worker: u8,
         /// Where the crash falls.
         moment: CrashMoment,
+        /// The worker stays down past the lease while another worker is polled.
+        #[serde(default)]
+        stays_down: bool,
     },
     /// The first call of an operation whose owner stays alive but slow: paused right after the
     /// downstream committed, past its lease; meanwhile another worker gets the retry; then the
@@ -238,6 +250,64 @@ pub enum CaseAction {
     /// operation is called (unless it was already), a person edits its ticket, then the first
     /// `tickets.set_status` operation is called, based on a version that may predate the edit.
     StaleUpdate,
+    /// The operation (called first by its own actor if it was not) is called again by the
+    /// other actor (`agent-0` and `agent-1` take the steps in turn), after `revoked` lost its
+    /// permission for the tool, if anyone did (S08 and S21 with a second actor).
+    OtherActor {
+        /// Index into the operations.
+        operation: u8,
+        /// The other actor's worker.
+        worker: u8,
+        /// Whose permission is revoked first.
+        revoked: ActorRevoked,
+    },
+    /// The operation is called again under its tool's other version (`tickets.create`
+    /// 2026-09-01, whose contract forbids replaying 2026-08-18; `payments.charge` 2026-10-01,
+    /// which may replay the same request of 2026-08-18), with `variant` arguments: after its
+    /// first call was answered (called first if it was not), or (`early`) while its first call
+    /// is held before its effect (S15, S24). Tools with one version are retried plainly.
+    NewVersion {
+        /// Index into the operations.
+        operation: u8,
+        /// The upgraded call's worker.
+        worker: u8,
+        /// Its arguments.
+        variant: Variant,
+        /// Sent while the first call is held before its effect.
+        early: bool,
+    },
+    /// The first call of an operation whose request is swallowed (nothing committed, no
+    /// answer) while its tenant's receipt lookups answer 503 until the faults heal; then time
+    /// passes for every reconciliation try to fail (S30). Without a receipt lookup in the
+    /// tool's service, or for a tool other than `tickets.create` and `payments.charge`, a
+    /// faulty call (`drop_before_commit`).
+    LookupsDown {
+        /// Index into the operations.
+        operation: u8,
+        /// Which worker.
+        worker: u8,
+    },
+    /// A job (the first not called yet, from `operation` on) whose completion notice meets
+    /// `fault` (its tenant's next message request), polled once it finished (S29). Without
+    /// such a job, a faulty call.
+    NoticeFault {
+        /// Index into the operations.
+        operation: u8,
+        /// The fault on the notice.
+        fault: CaseFault,
+    },
+}
+
+/// Whose permission is revoked before [`CaseAction::OtherActor`]'s call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ActorRevoked {
+    /// Nobody's: the other actor simply retries.
+    Neither,
+    /// The operation's own actor's (after a plain first call): the other actor, still allowed,
+    /// retries.
+    First,
+    /// The other actor's: its retry must be refused.
+    Other,
 }
 
 /// A random workload and fault schedule.
@@ -256,6 +326,10 @@ pub struct Case {
     /// Jobs run 6 s instead of 2 s.
     #[serde(default)]
     pub long_jobs: bool,
+    /// The queue holds every envelope [`SLOW_QUEUE_DELAY`] before a consumer can take it, so
+    /// that a retry can come before any consumer ran (S31).
+    #[serde(default)]
+    pub slow_queue: bool,
     /// The operations.
     pub operations: Vec<CaseOperation>,
     /// What happens, in order.
@@ -275,6 +349,10 @@ struct Mix {
     revoke: u32,
     poll: u32,
     edit: u32,
+    actor: u32,
+    version: u32,
+    lookups: u32,
+    notice: u32,
 }
 
 fn service_choice() -> impl Strategy<Value = ServiceChoice> {
@@ -310,6 +388,17 @@ fn fault() -> impl Strategy<Value = CaseFault> {
     ]
 }
 
+/// A fault on a job's completion notice: mostly one that keeps the message from being stored
+/// (S29), so that only a resend or a hand-over can account for it.
+fn notice_fault() -> impl Strategy<Value = CaseFault> {
+    prop_oneof![
+        2 => Just(CaseFault::ResetBeforeCommit),
+        2 => Just(CaseFault::DropBeforeCommit),
+        1 => Just(CaseFault::CommitThenDrop),
+        1 => Just(CaseFault::CommitThenError),
+    ]
+}
+
 fn variant() -> impl Strategy<Value = Variant> {
     prop_oneof![
         6 => Just(Variant::Same),
@@ -342,11 +431,13 @@ fn action(mix: Mix) -> impl Strategy<Value = CaseAction> {
                 operation(),
                 worker(),
                 prop_oneof![Just(CrashMoment::BeforeEffect), Just(CrashMoment::AfterCommit)],
+                prop::bool::weighted(0.3),
             )
-                .prop_map(|(operation, worker, moment)| CaseAction::CrashDuringCall {
+                .prop_map(|(operation, worker, moment, stays_down)| CaseAction::CrashDuringCall {
                     operation,
                     worker,
                     moment,
+                    stays_down,
                 })
                 .boxed(),
         ),
@@ -380,25 +471,79 @@ fn action(mix: Mix) -> impl Strategy<Value = CaseAction> {
             ]
             .boxed(),
         ),
+        (
+            mix.actor,
+            (
+                operation(),
+                worker(),
+                prop_oneof![
+                    Just(ActorRevoked::Neither),
+                    Just(ActorRevoked::First),
+                    Just(ActorRevoked::Other)
+                ],
+            )
+                .prop_map(|(operation, worker, revoked)| CaseAction::OtherActor {
+                    operation,
+                    worker,
+                    revoked,
+                })
+                .boxed(),
+        ),
+        (
+            mix.version,
+            (operation(), worker(), variant(), prop::bool::weighted(0.3))
+                .prop_map(|(operation, worker, variant, early)| CaseAction::NewVersion {
+                    operation,
+                    worker,
+                    variant,
+                    early,
+                })
+                .boxed(),
+        ),
+        (
+            mix.lookups,
+            (operation(), worker())
+                .prop_map(|(operation, worker)| CaseAction::LookupsDown { operation, worker })
+                .boxed(),
+        ),
+        (
+            mix.notice,
+            (operation(), notice_fault())
+                .prop_map(|(operation, fault)| CaseAction::NoticeFault { operation, fault })
+                .boxed(),
+        ),
     ];
     Union::new_weighted(weighted.into_iter().filter(|(weight, _)| *weight > 0).collect())
 }
 
 fn mix() -> impl Strategy<Value = Mix> {
-    ((1u32..10, 0u32..4, 0u32..8, 0u32..5, 0u32..3), (0u32..5, 0u32..3, 0u32..3, 0u32..4, 0u32..4)).prop_map(
-        |((call, concurrent, faulty, crash, slow), (advance, late, revoke, poll, edit))| Mix {
-            call,
-            concurrent,
-            faulty,
-            crash,
-            slow,
-            advance,
-            late,
-            revoke,
-            poll,
-            edit,
-        },
+    (
+        (1u32..10, 0u32..4, 0u32..8, 0u32..5, 0u32..3),
+        (0u32..5, 0u32..3, 0u32..3, 0u32..4, 0u32..4),
+        (0u32..3, 0u32..3, 0u32..2, 0u32..2),
     )
+        .prop_map(
+            |(
+                (call, concurrent, faulty, crash, slow),
+                (advance, late, revoke, poll, edit),
+                (actor, version, lookups, notice),
+            )| Mix {
+                call,
+                concurrent,
+                faulty,
+                crash,
+                slow,
+                advance,
+                late,
+                revoke,
+                poll,
+                edit,
+                actor,
+                version,
+                lookups,
+                notice,
+            },
+        )
 }
 
 /// The strategy for random cases: workload, capabilities and a swarm-drawn fault mix.
@@ -407,12 +552,24 @@ pub fn case_strategy() -> impl Strategy<Value = Case> {
         any::<u64>(),
         1u8..=3,
         [service_choice(), service_choice(), service_choice(), service_choice()],
-        (prop::bool::weighted(0.3), prop::bool::weighted(0.5), prop::bool::weighted(0.4)),
+        (
+            prop::bool::weighted(0.3),
+            prop::bool::weighted(0.5),
+            prop::bool::weighted(0.4),
+            prop::bool::weighted(0.25),
+        ),
         prop::collection::vec(operation(), 1..=MAX_OPERATIONS),
         mix(),
     )
         .prop_flat_map(
-            |(seed, workers, services, (duplicate_deliveries, webhooks, long_jobs), operations, mix)| {
+            |(
+                seed,
+                workers,
+                services,
+                (duplicate_deliveries, webhooks, long_jobs, slow_queue),
+                operations,
+                mix,
+            )| {
                 prop::collection::vec(action(mix), 1..=MAX_ACTIONS).prop_map(move |actions| Case {
                     seed,
                     workers,
@@ -420,609 +577,12 @@ pub fn case_strategy() -> impl Strategy<Value = Case> {
                     duplicate_deliveries,
                     webhooks,
                     long_jobs,
+                    slow_queue,
                     operations: operations.clone(),
                     actions,
                 })
             },
         )
-}
-
-// ----------------------------------------------------------------------- case -> scenario
-
-const TENANTS: [&str; 2] = ["acme", "globex"];
-
-impl CaseTool {
-    /// Every tool, in the order [`Case::narrowed_to`] prefers them.
-    pub const ALL: [CaseTool; 5] =
-        [CaseTool::Ticket, CaseTool::Charge, CaseTool::Message, CaseTool::Job, CaseTool::SetStatus];
-
-    /// Whether an executor with `capabilities` can take calls of this tool: it serves the tool,
-    /// with a queue consumer for messages and delayed jobs for jobs.
-    pub fn supported_by(self, capabilities: &ExecutorCapabilities) -> bool {
-        let served = capabilities.tools.as_ref().is_none_or(|tools| tools.contains(self.name()));
-        served
-            && match self {
-                CaseTool::Message => capabilities.queue_consumer,
-                CaseTool::Job => capabilities.delayed_jobs,
-                CaseTool::Ticket | CaseTool::Charge | CaseTool::SetStatus => true,
-            }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            CaseTool::Ticket => "tickets.create",
-            CaseTool::Charge => "payments.charge",
-            CaseTool::Message => "messages.send",
-            CaseTool::Job => "jobs.submit",
-            CaseTool::SetStatus => "tickets.set_status",
-        }
-    }
-
-    fn method(self) -> &'static str {
-        if self == CaseTool::SetStatus {
-            "PATCH"
-        } else {
-            "POST"
-        }
-    }
-
-    fn path(self) -> &'static str {
-        match self {
-            CaseTool::Ticket => "/v1/tickets",
-            CaseTool::Charge => "/v1/charges",
-            CaseTool::Message => "/v1/messages",
-            CaseTool::Job => "/v1/jobs",
-            CaseTool::SetStatus => "/v1/tickets/*",
-        }
-    }
-
-    /// The index of the tool's service in [`Case::services`].
-    fn service_index(self) -> usize {
-        match self {
-            CaseTool::Ticket | CaseTool::SetStatus => 0,
-            CaseTool::Charge => 1,
-            CaseTool::Message => 2,
-            CaseTool::Job => 3,
-        }
-    }
-
-    /// Whether the effect is carried out by a queue consumer, not the worker that took the call.
-    fn queued(self) -> bool {
-        self == CaseTool::Message
-    }
-
-    /// The arguments for `content`, as (field, value, default) in the contract's order;
-    /// `changed` alters every material field, `field` one of them. `ticket` names the ticket a
-    /// status update is for.
-    fn fields(self, content: u8, variant: Variant, ticket: &str) -> Vec<(&'static str, String, bool)> {
-        let n = u32::from(content);
-        let changes = |index: usize| match variant {
-            Variant::Changed => true,
-            Variant::ChangedField(field) => usize::from(field) % self.material_count() == index,
-            Variant::Same | Variant::Reordered => false,
-        };
-        let text = |value: String| serde_json::Value::String(value).to_string();
-        let pick = |index: usize, same: String, other: String| if changes(index) { other } else { same };
-        match self {
-            CaseTool::Ticket => vec![
-                ("queue", text(pick(0, "support".into(), "billing".into())), !changes(0)),
-                ("subject", text(pick(1, format!("Issue {n}"), format!("Issue {}", n + 100))), false),
-                ("body", text(pick(2, format!("Text {n}"), format!("Text {}", n + 100))), false),
-            ],
-            CaseTool::Charge => vec![
-                ("customer", text(pick(0, format!("cus_{n}"), format!("cus_{}", n + 100))), false),
-                ("amount_minor", pick(1, (1_000 + n).to_string(), (1_100 + n).to_string()), false),
-                ("currency", text(pick(2, "EUR".into(), "USD".into())), !changes(2)),
-            ],
-            CaseTool::Message => vec![
-                ("to", text(pick(0, format!("customer-{n}"), format!("customer-{}", n + 100))), false),
-                ("body", text(pick(1, format!("Hello {n}"), format!("Hello {}", n + 100))), false),
-            ],
-            CaseTool::Job => vec![
-                ("job_type", text(pick(0, "report".into(), "export".into())), false),
-                (
-                    "input",
-                    pick(1, format!(r#"{{"month":"m{n}"}}"#), format!(r#"{{"month":"m{}"}}"#, n + 100)),
-                    false,
-                ),
-            ],
-            CaseTool::SetStatus => {
-                // Based on version 1 or 2 of the ticket; a changed request asks for another
-                // status, or names another version.
-                let version = 1 + n % 2;
-                vec![
-                    ("ticket_id", text(ticket.to_owned()), false),
-                    ("status", text(pick(0, "closed".into(), "pending".into())), false),
-                    ("expected_version", pick(1, version.to_string(), (version + 1).to_string()), false),
-                ]
-            }
-        }
-    }
-
-    /// How many material fields a [`Variant::ChangedField`] chooses among.
-    fn material_count(self) -> usize {
-        match self {
-            CaseTool::Ticket | CaseTool::Charge => 3,
-            CaseTool::Message | CaseTool::Job | CaseTool::SetStatus => 2,
-        }
-    }
-
-    /// The arguments as JSON text: canonical, or (reordered) in reverse order with other
-    /// whitespace and the fields that equal the contract's default left out.
-    fn arguments(self, content: u8, variant: Variant, ticket: &str) -> String {
-        let fields = self.fields(content, variant, ticket);
-        if variant == Variant::Reordered {
-            let parts: Vec<String> = fields
-                .iter()
-                .rev()
-                .filter(|(_, _, default)| !default)
-                .map(|(name, value, _)| format!("\"{name}\" : {value}"))
-                .collect();
-            format!("{{ {} }}", parts.join(",\n  "))
-        } else {
-            let parts: Vec<String> =
-                fields.iter().map(|(name, value, _)| format!("\"{name}\":{value}")).collect();
-            format!("{{{}}}", parts.join(","))
-        }
-    }
-}
-
-impl CaseFault {
-    fn action(self) -> FaultAction {
-        match self {
-            CaseFault::CommitThenDrop => FaultAction::CommitThenDrop,
-            CaseFault::CommitThenDelay(ms) => {
-                FaultAction::CommitThenDelay(Duration::from_millis(u64::from(ms)))
-            }
-            CaseFault::CommitThenError => FaultAction::CommitThenError(503),
-            CaseFault::CommitThenMalformed => FaultAction::CommitThenMalformed,
-            CaseFault::DropBeforeCommit => FaultAction::DropBeforeCommit,
-            CaseFault::ResetBeforeCommit => FaultAction::ResetBeforeCommit,
-            CaseFault::DelayBeforeCommit(ms) => {
-                FaultAction::DelayBeforeCommit(Duration::from_millis(u64::from(ms)))
-            }
-        }
-    }
-}
-
-/// What [`Case::to_scenario`] knows of the world so far, to send each action where it means
-/// something: which operations were called (and whether their first call was a plain one),
-/// and whose permission was revoked.
-#[derive(Debug, Default)]
-struct Plan {
-    steps: Vec<Step>,
-    labels: u32,
-    called: BTreeSet<String>,
-    /// Operations whose first call was a plain call (no fault, no crash) by an actor allowed then.
-    clean: BTreeSet<String>,
-    revoked: BTreeSet<(String, String)>,
-}
-
-impl Plan {
-    fn push(&mut self, kind: StepKind) {
-        self.steps.push(Step { line: 0, kind });
-    }
-
-    fn label(&mut self, prefix: &str) -> String {
-        self.labels += 1;
-        format!("{prefix}{}", self.labels)
-    }
-}
-
-impl Case {
-    fn name_of(operation: &CaseOperation) -> String {
-        format!("{}_step_{}", TENANTS[usize::from(operation.tenant % 2)], operation.step)
-    }
-
-    fn operation_at(&self, index: u8) -> Option<(String, CaseOperation)> {
-        let operation = *self.operations.get(usize::from(index) % self.operations.len().max(1))?;
-        Some((Self::name_of(&operation), operation))
-    }
-
-    fn actor_of(operation: &CaseOperation) -> String {
-        format!("agent-{}", operation.step % 2)
-    }
-
-    fn worker(&self, index: u8) -> String {
-        format!("worker-{}", 1 + index % self.workers.max(1))
-    }
-
-    /// The ticket operation a status update of `tenant` is about: the tenant's first ticket
-    /// operation whose step no other tool shares (a shared step is one operation, whose first
-    /// call may not be the ticket's), or one made up for it.
-    fn creator_for(&self, tenant: u8) -> (String, CaseOperation) {
-        let others: BTreeSet<String> =
-            self.operations.iter().filter(|op| op.tool != CaseTool::Ticket).map(Self::name_of).collect();
-        self.operations
-            .iter()
-            .find(|operation| {
-                operation.tool == CaseTool::Ticket
-                    && operation.tenant % 2 == tenant % 2
-                    && !others.contains(&Self::name_of(operation))
-            })
-            .map(|operation| (Self::name_of(operation), *operation))
-            .unwrap_or_else(|| {
-                let operation = CaseOperation { tenant, step: 9, tool: CaseTool::Ticket, content: 0 };
-                (Self::name_of(&operation), operation)
-            })
-    }
-
-    /// The first operation, from `index` on, that has not been called and whose actor may
-    /// still use its tool: where an action that needs a downstream request ahead goes.
-    fn fresh(&self, plan: &Plan, index: u8) -> Option<(String, CaseOperation)> {
-        let count = self.operations.len() as u8;
-        (0..count).filter_map(|offset| self.operation_at(index.wrapping_add(offset))).find(
-            |(name, operation)| {
-                !plan.called.contains(name)
-                    && !plan.revoked.contains(&(Self::actor_of(operation), operation.tool.name().to_owned()))
-            },
-        )
-    }
-
-    /// A call step for `operation`, or `None` when it is a status update whose ticket cannot
-    /// be known (its creator's first call was not a plain one). A status update's creator is
-    /// called first when it was not yet.
-    fn call_step(
-        &self,
-        plan: &mut Plan,
-        name: &str,
-        operation: &CaseOperation,
-        worker: String,
-        variant: Variant,
-        wait: bool,
-    ) -> Option<CallStep> {
-        let mut ticket = String::new();
-        if operation.tool == CaseTool::SetStatus {
-            let (creator, ticket_operation) = self.creator_for(operation.tenant);
-            if !plan.called.contains(&creator) {
-                let step =
-                    self.call_step(plan, &creator, &ticket_operation, self.worker(0), Variant::Same, true)?;
-                self.mark_called(plan, &creator, &ticket_operation, true);
-                plan.push(StepKind::Call(step));
-            }
-            if !plan.clean.contains(&creator) {
-                return None;
-            }
-            ticket = format!("{}{creator}}}", scenarios::TICKET_OF_PLACEHOLDER);
-        }
-        Some(CallStep {
-            id: plan.label("call-"),
-            worker,
-            operation: name.to_owned(),
-            tool: operation.tool.name().to_owned(),
-            version: DEFAULT_TOOL_VERSION.to_owned(),
-            arguments: operation.tool.arguments(operation.content, variant, &ticket),
-            actor: None,
-            lose_answer: false,
-            wait,
-        })
-    }
-
-    fn mark_called(&self, plan: &mut Plan, name: &str, operation: &CaseOperation, plain: bool) {
-        let allowed = !plan.revoked.contains(&(Self::actor_of(operation), operation.tool.name().to_owned()));
-        if plan.called.insert(name.to_owned()) && plain && allowed {
-            plan.clean.insert(name.to_owned());
-        }
-    }
-
-    /// A plain call of `operation` (its first call, or a retry).
-    fn plain_call(
-        &self,
-        plan: &mut Plan,
-        name: &str,
-        operation: &CaseOperation,
-        worker: String,
-        variant: Variant,
-    ) {
-        if let Some(step) = self.call_step(plan, name, operation, worker, variant, true) {
-            self.mark_called(plan, name, operation, true);
-            plan.push(StepKind::Call(step));
-        }
-    }
-
-    /// A fault rule on the next downstream request that carries out `operation`'s tool for its
-    /// tenant.
-    fn fault_rule(operation: &CaseOperation, action: FaultAction) -> FaultRule {
-        FaultRule {
-            matches: RuleMatch {
-                method: Some(operation.tool.method().into()),
-                path: Some(operation.tool.path().into()),
-                tenant: Some(TENANTS[usize::from(operation.tenant % 2)].into()),
-                ..RuleMatch::default()
-            },
-            action,
-            times: Times::Count(1),
-        }
-    }
-
-    /// The owner of an operation's first call pauses right after the downstream committed,
-    /// past its lease; the retry goes to the next worker; then the owner goes on, after the
-    /// retry was answered, or (`overlap`) while the retry's first downstream request is held.
-    fn slow_owner(&self, plan: &mut Plan, operation: u8, worker: u8, overlap: bool) {
-        let Some((name, op)) = self.fresh(plan, operation) else {
-            return self.plan_action(plan, CaseAction::Call { operation, worker, variant: Variant::Same });
-        };
-        // A queued effect is sent by a consumer; a status update may commit nothing.
-        if op.tool.queued() || op.tool == CaseTool::SetStatus {
-            return self.plain_call(plan, &name, &op, self.worker(worker), Variant::Same);
-        }
-        // The retry sends something only when it has a way to find out (a lookup or an
-        // honoured key): only then can its request be held.
-        let service = self.services[op.tool.service_index()];
-        let overlap = overlap && (service.receipts || service.honoured);
-        let owner = self.worker(worker);
-        let Some(first) = self.call_step(plan, &name, &op, owner.clone(), Variant::Same, false) else {
-            return;
-        };
-        let pause = plan.label("pause-");
-        let mut point = PausePoint::downstream(Moment::After, true);
-        if let PausePoint::Downstream { filter, .. } = &mut point {
-            filter.operation = Some(name.clone());
-        }
-        plan.push(StepKind::Pause { name: pause.clone(), worker: Some(owner), point });
-        self.mark_called(plan, &name, &op, false);
-        let first_id = first.id.clone();
-        plan.push(StepKind::Call(first));
-        plan.push(StepKind::WaitPaused { name: pause.clone() });
-        // Past the lease, within the owner's own downstream timeout: alive, but late.
-        plan.push(StepKind::Advance { by: CASE_LEASE + Duration::from_millis(400), since_request_of: None });
-        let Some(mut retry) =
-            self.call_step(plan, &name, &op, self.worker(worker.wrapping_add(1)), Variant::Same, !overlap)
-        else {
-            plan.push(StepKind::Release { name: pause });
-            plan.push(StepKind::Await { call: first_id });
-            return;
-        };
-        if !overlap {
-            plan.push(StepKind::Call(retry));
-            plan.push(StepKind::Release { name: pause });
-            plan.push(StepKind::Await { call: first_id });
-            return;
-        }
-        let hold = plan.label("hold-");
-        let rule = FaultRule {
-            matches: RuleMatch {
-                path: Some("/v1/*".into()),
-                tenant: Some(TENANTS[usize::from(op.tenant % 2)].into()),
-                ..RuleMatch::default()
-            },
-            action: FaultAction::Hold,
-            times: Times::Count(1),
-        };
-        plan.push(StepKind::Fault { name: Some(hold.clone()), rule });
-        retry.wait = false;
-        let retry_id = retry.id.clone();
-        plan.push(StepKind::Call(retry));
-        // Time for the retry to claim, take over and send its first request (held).
-        plan.push(StepKind::Advance { by: Duration::from_millis(300), since_request_of: None });
-        plan.push(StepKind::Release { name: pause });
-        plan.push(StepKind::Await { call: first_id });
-        plan.push(StepKind::ReleaseHold { name: hold });
-        plan.push(StepKind::Await { call: retry_id });
-    }
-
-    fn plan_action(&self, plan: &mut Plan, action: CaseAction) {
-        match action {
-            CaseAction::Call { operation, worker, variant } => {
-                let Some((name, op)) = self.operation_at(operation) else { return };
-                self.plain_call(plan, &name, &op, self.worker(worker), variant);
-            }
-            CaseAction::Concurrent { operation } => {
-                let Some((name, op)) = self.fresh(plan, operation) else {
-                    return self.plan_action(
-                        plan,
-                        CaseAction::Call { operation, worker: 0, variant: Variant::Same },
-                    );
-                };
-                // A queued call only writes to the outbox: too quick to race (its consumers race,
-                // on duplicate deliveries). A status update needs its ticket first.
-                if self.workers < 2 || op.tool == CaseTool::SetStatus || op.tool.queued() {
-                    return self.plain_call(plan, &name, &op, self.worker(0), Variant::Same);
-                }
-                let calls: Option<Vec<CallStep>> = (0..self.workers)
-                    .map(|w| self.call_step(plan, &name, &op, self.worker(w), Variant::Same, true))
-                    .collect();
-                if let Some(calls) = calls {
-                    self.mark_called(plan, &name, &op, true);
-                    plan.push(StepKind::Concurrent(calls));
-                }
-            }
-            CaseAction::FaultyCall { operation, worker, fault } => {
-                let Some((name, op)) = self.fresh(plan, operation) else {
-                    return self
-                        .plan_action(plan, CaseAction::Call { operation, worker, variant: Variant::Same });
-                };
-                let Some(step) = self.call_step(plan, &name, &op, self.worker(worker), Variant::Same, true)
-                else {
-                    return;
-                };
-                plan.push(StepKind::Fault { name: None, rule: Self::fault_rule(&op, fault.action()) });
-                self.mark_called(plan, &name, &op, false);
-                plan.push(StepKind::Call(step));
-                if op.tool.queued() {
-                    // Give the consumer the moment it needs to send, before anything else (a
-                    // revocation, say) can keep the faulty request from happening.
-                    plan.push(StepKind::Advance { by: QUEUE_MOMENT, since_request_of: None });
-                }
-            }
-            CaseAction::CrashDuringCall { operation, worker, moment } => {
-                let Some((name, op)) = self.fresh(plan, operation) else {
-                    return self
-                        .plan_action(plan, CaseAction::Call { operation, worker, variant: Variant::Same });
-                };
-                let caller = self.worker(worker);
-                let Some(step) = self.call_step(plan, &name, &op, caller.clone(), Variant::Same, false)
-                else {
-                    return;
-                };
-                let pause = plan.label("pause-");
-                // A status update may be refused (412) or find the status already set: nothing
-                // commits, so its crash falls before the request.
-                let moment = match moment {
-                    CrashMoment::AfterCommit if op.tool != CaseTool::SetStatus => Moment::After,
-                    _ => Moment::Before,
-                };
-                let effect = true;
-                let mut point = PausePoint::downstream(moment, effect);
-                if let PausePoint::Downstream { filter, .. } = &mut point {
-                    filter.operation = Some(name.clone());
-                }
-                // A queued tool's effect is sent by whichever worker consumes it.
-                let paused_worker = (!op.tool.queued()).then(|| caller.clone());
-                plan.push(StepKind::Pause { name: pause.clone(), worker: paused_worker, point });
-                self.mark_called(plan, &name, &op, false);
-                plan.push(StepKind::Call(step));
-                plan.push(StepKind::WaitPaused { name: pause.clone() });
-                plan.push(StepKind::Crash { worker: WorkerRef::PausedAt(pause.clone()) });
-                plan.push(StepKind::Restart { worker: WorkerRef::PausedAt(pause) });
-            }
-            CaseAction::SlowOwner { operation, worker } => self.slow_owner(plan, operation, worker, false),
-            CaseAction::OverlappingOwner { operation, worker } => {
-                self.slow_owner(plan, operation, worker, true)
-            }
-            CaseAction::Advance { ms } => plan
-                .push(StepKind::Advance { by: Duration::from_millis(u64::from(ms)), since_request_of: None }),
-            CaseAction::LateRetry { operation } => {
-                let Some((name, op)) = self.operation_at(operation) else { return };
-                if !plan.called.contains(&name) {
-                    self.plain_call(plan, &name, &op, self.worker(0), Variant::Same);
-                }
-                plan.push(StepKind::Advance {
-                    by: CASE_RETENTION + Duration::from_secs(1),
-                    since_request_of: None,
-                });
-                self.plain_call(plan, &name, &op, self.worker(1), Variant::Same);
-            }
-            CaseAction::RevokeAndRetry { operation } => {
-                let Some((name, op)) = self.operation_at(operation) else { return };
-                if !plan.called.contains(&name) {
-                    self.plain_call(plan, &name, &op, self.worker(0), Variant::Same);
-                }
-                self.plan_action(plan, CaseAction::Revoke { operation });
-                self.plain_call(plan, &name, &op, self.worker(1), Variant::Same);
-            }
-            CaseAction::Revoke { operation } => {
-                let Some((_, op)) = self.operation_at(operation) else { return };
-                let (actor, tool) = (Self::actor_of(&op), op.tool.name().to_owned());
-                plan.revoked.insert((actor.clone(), tool.clone()));
-                plan.push(StepKind::Revoke { actor, tool: Some(tool) });
-            }
-            CaseAction::Poll { operation } | CaseAction::Reconcile { operation } => {
-                let Some((name, _)) = self.operation_at(operation) else { return };
-                let (id, worker) = (plan.label("query-"), self.worker(0));
-                plan.push(if matches!(action, CaseAction::Poll { .. }) {
-                    StepKind::Poll { id, operation: name, worker }
-                } else {
-                    StepKind::Reconcile { id, operation: name, worker }
-                });
-            }
-            CaseAction::PollWhileRunning { operation } => {
-                // A job of the case (from `operation` on) if there is one: submitted now if it
-                // was not, so that the polls find it running.
-                let count = self.operations.len() as u8;
-                let job = (0..count)
-                    .filter_map(|offset| self.operation_at(operation.wrapping_add(offset)))
-                    .find(|(_, op)| op.tool == CaseTool::Job);
-                let Some((name, op)) = job.or_else(|| self.operation_at(operation)) else { return };
-                if op.tool == CaseTool::Job && !plan.called.contains(&name) {
-                    self.plain_call(plan, &name, &op, self.worker(0), Variant::Same);
-                }
-                for round in 0..4 {
-                    if round > 0 {
-                        plan.push(StepKind::Advance {
-                            by: Duration::from_millis(1_200),
-                            since_request_of: None,
-                        });
-                    }
-                    let (id, worker) = (plan.label("query-"), self.worker(round));
-                    plan.push(StepKind::Poll { id, operation: name.clone(), worker });
-                }
-            }
-            CaseAction::HumanEdit => {
-                let (creator, _) = self.creator_for(self.operations.first().map_or(0, |op| op.tenant));
-                if plan.clean.contains(&creator) {
-                    plan.push(StepKind::HumanEdit { ticket_of: creator });
-                }
-            }
-            CaseAction::StaleUpdate => {
-                let Some(update) = self.operations.iter().find(|op| op.tool == CaseTool::SetStatus).copied()
-                else {
-                    return;
-                };
-                let name = Self::name_of(&update);
-                let (creator, ticket) = self.creator_for(update.tenant);
-                if !plan.called.contains(&creator) {
-                    self.plain_call(plan, &creator, &ticket, self.worker(0), Variant::Same);
-                }
-                if !plan.clean.contains(&creator) {
-                    return;
-                }
-                plan.push(StepKind::HumanEdit { ticket_of: creator });
-                self.plain_call(plan, &name, &update, self.worker(0), Variant::Same);
-            }
-        }
-    }
-
-    /// The case as a scenario without expectations: only the oracles judge it.
-    pub fn to_scenario(&self) -> Scenario {
-        let mut plan = Plan::default();
-        for action in &self.actions {
-            self.plan_action(&mut plan, *action);
-        }
-        let mut operations = BTreeMap::new();
-        let mut named: Vec<CaseOperation> = self.operations.clone();
-        for operation in &self.operations {
-            if operation.tool == CaseTool::SetStatus {
-                named.push(self.creator_for(operation.tenant).1);
-            }
-        }
-        for operation in named {
-            operations.entry(Self::name_of(&operation)).or_insert_with(|| OperationSpec {
-                tenant: TENANTS[usize::from(operation.tenant % 2)].to_owned(),
-                environment: "production".into(),
-                workflow_id: "run_1".into(),
-                step_id: format!("step_{}", operation.step),
-                actor: Self::actor_of(&operation),
-            });
-        }
-        let mut services = BTreeMap::new();
-        for (name, choice) in ["tickets", "charges", "messages", "jobs"].iter().zip(self.services) {
-            let idempotency =
-                if choice.honoured { IdempotencyMode::Honoured } else { IdempotencyMode::Ignored };
-            services.insert((*name).to_owned(), ServiceSpec { idempotency, receipts: choice.receipts });
-        }
-        Scenario {
-            id: "X01".into(),
-            name: "explored_case".into(),
-            rows: vec![Row::Prose],
-            summary: "A random workload and fault schedule found by `replaylab explore`.".into(),
-            expected: "Every oracle holds.".into(),
-            workers: u32::from(self.workers.max(1)),
-            operations,
-            downstream: DownstreamSpec {
-                services,
-                job_duration: Some(Duration::from_secs(if self.long_jobs { 6 } else { 2 })),
-                webhook: self.webhooks.then_some(WebhookSpec { repeat_same_event: 1, extra_event_ids: 1 }),
-            },
-            queue: QueueSpec { duplicate_deliveries: self.duplicate_deliveries, delivery_delay: None },
-            timing: TimingSpec {
-                lease: Some(CASE_LEASE),
-                retention: Some(CASE_RETENTION),
-                downstream_timeout: None,
-            },
-            settle: Duration::from_secs(10),
-            seed: Some(self.seed),
-            steps: plan.steps,
-            source: "explored case".into(),
-            // `to_toml` writes the id first.
-            line: 1,
-        }
-    }
-
-    /// Operations, actions and workers: the size a shrunk case is reported by.
-    pub fn size(&self) -> usize {
-        self.operations.len() + self.actions.len() + usize::from(self.workers)
-    }
 }
 
 // ----------------------------------------------------------------------- checking
@@ -1040,6 +600,9 @@ pub struct CaseResult {
     pub notes: Vec<String>,
     /// `sha256:` of the run's history.
     pub history_digest: String,
+    /// The signature of each violation (of the crash, for a crashed run), first the one of
+    /// the failure that names the case ([`CaseResult::failure`]); empty when it did not fail.
+    pub signatures: Vec<String>,
 }
 
 impl CaseResult {
@@ -1051,17 +614,29 @@ impl CaseResult {
             Verdict::Pass | Verdict::Unknown | Verdict::NotApplicable => None,
         }
     }
+
+    /// The signature of the failure that names the case ([`signature`]), if it failed.
+    pub fn signature(&self) -> Option<&str> {
+        self.failure().and(self.signatures.first().map(String::as_str))
+    }
+
+    /// Whether the case failed with a violation of this signature (not necessarily its first).
+    pub fn fails_with(&self, signature: &str) -> bool {
+        self.failure().is_some() && self.signatures.iter().any(|known| known == signature)
+    }
 }
 
 /// Runs one case against `executor` and returns what the oracles found.
 pub fn check_case(case: &Case, executor: &ExecutorSpec) -> CaseResult {
     let record = runner::run(&case.to_scenario(), case.seed, executor);
+    let signatures = signature::of_run(&record);
     CaseResult {
         coverage: record.coverage,
         verdict: record.result.verdict,
         violations: record.result.violations,
         notes: record.result.notes,
         history_digest: record.result.history_digest,
+        signatures,
     }
 }
 
@@ -1077,9 +652,13 @@ fn runner_for(seed: u64) -> TestRunner {
 impl Case {
     /// The case narrowed to what an executor with `capabilities` supports, so that it
     /// applies: an operation of a tool it cannot take becomes one of the first tool it can
-    /// (in [`CaseTool::ALL`]'s order), webhooks are off without a receiver, and a reconcile is
-    /// a poll without `reconcile`. Unchanged for an executor that supports everything, and for
-    /// one that supports none of the tools (the case is then `not applicable`).
+    /// (in [`CaseTool::ALL`]'s order), webhooks are off without a receiver, a reconcile is
+    /// a poll without `reconcile`, without every version of a tool the case's operations
+    /// use a [`CaseAction::NewVersion`] is a plain call, and without the agent's poll a poll is
+    /// time passing, a crashed worker does not stay down to be polled, and a faulty job notice
+    /// (settled by a poll) is a faulty call. Unchanged for an executor that
+    /// supports everything, and for one that supports none of the tools (the case is then
+    /// `not applicable`).
     pub fn narrowed_to(mut self, capabilities: &ExecutorCapabilities) -> Case {
         let Some(fallback) = CaseTool::ALL.into_iter().find(|tool| tool.supported_by(capabilities)) else {
             return self;
@@ -1090,12 +669,102 @@ impl Case {
             }
         }
         self.webhooks &= capabilities.webhooks;
-        if !capabilities.reconcile {
-            for action in &mut self.actions {
-                if let CaseAction::Reconcile { operation } = *action {
+        // A version change may land on any operation the case has (a fresh one is chosen
+        // when the case is played): every one's tool must be served at its other version.
+        let versions_served = self.operations.iter().all(|operation| {
+            operation.tool.new_version().is_none_or(|version| {
+                capabilities.versions.get(operation.tool.name()).is_none_or(|served| served.contains(version))
+            })
+        });
+        for action in &mut self.actions {
+            match *action {
+                CaseAction::Reconcile { operation } if !capabilities.reconcile => {
                     *action = CaseAction::Poll { operation };
                 }
+                CaseAction::NewVersion { operation, worker, variant, .. } if !versions_served => {
+                    *action = CaseAction::Call { operation, worker, variant };
+                }
+                _ => {}
             }
+            if !capabilities.poll {
+                *action = match *action {
+                    CaseAction::Poll { .. } => CaseAction::Advance { ms: POLL_WAIT_MS },
+                    CaseAction::PollWhileRunning { .. } => CaseAction::Advance { ms: 4 * POLL_WAIT_MS },
+                    CaseAction::CrashDuringCall { operation, worker, moment, .. } => {
+                        CaseAction::CrashDuringCall { operation, worker, moment, stays_down: false }
+                    }
+                    CaseAction::NoticeFault { operation, fault } => {
+                        CaseAction::FaultyCall { operation, worker: 0, fault }
+                    }
+                    other => other,
+                };
+            }
+        }
+        self
+    }
+
+    /// The case narrowed to what a world can do, `lacks` saying what it cannot
+    /// (`world::process::lacks` for the process world): while the case's scenario still needs
+    /// something it lacks, the next of these goes, in order: webhooks; the queue's duplicate
+    /// deliveries and delay; queued tools (`messages.send` becomes the first other tool the
+    /// case's executor serves, `fallback`); delayed jobs (the same); crashes, slow owners and
+    /// early upgrades (their pause points become plain calls). A case the world can run is
+    /// unchanged; one it still cannot is `not applicable` when run.
+    pub fn narrowed_to_world(
+        mut self,
+        lacks: impl Fn(&Scenario) -> Vec<String>,
+        capabilities: &ExecutorCapabilities,
+    ) -> Case {
+        let fallback = |taken: CaseTool| {
+            CaseTool::ALL
+                .into_iter()
+                .find(|tool| *tool != taken && *tool != CaseTool::Message && tool.supported_by(capabilities))
+        };
+        let steps: [&dyn Fn(&mut Case); 5] = [
+            &|case| case.webhooks = false,
+            &|case| {
+                case.duplicate_deliveries = false;
+                case.slow_queue = false;
+            },
+            &|case| {
+                for operation in &mut case.operations {
+                    if operation.tool == CaseTool::Message {
+                        if let Some(tool) = fallback(CaseTool::Message) {
+                            operation.tool = tool;
+                        }
+                    }
+                }
+            },
+            &|case| {
+                for operation in &mut case.operations {
+                    if operation.tool == CaseTool::Job {
+                        if let Some(tool) = fallback(CaseTool::Job) {
+                            operation.tool = tool;
+                        }
+                    }
+                }
+            },
+            &|case| {
+                for action in &mut case.actions {
+                    *action = match *action {
+                        CaseAction::CrashDuringCall { operation, worker, .. }
+                        | CaseAction::SlowOwner { operation, worker }
+                        | CaseAction::OverlappingOwner { operation, worker } => {
+                            CaseAction::Call { operation, worker, variant: Variant::Same }
+                        }
+                        CaseAction::NewVersion { operation, worker, variant, early: true } => {
+                            CaseAction::NewVersion { operation, worker, variant, early: false }
+                        }
+                        other => other,
+                    };
+                }
+            },
+        ];
+        for step in steps {
+            if lacks(&self.to_scenario()).is_empty() {
+                break;
+            }
+            step(&mut self);
         }
         self
     }
@@ -1120,9 +789,11 @@ pub struct Finding {
     pub seed: u64,
     /// The oracle that failed (or `crashed`).
     pub oracle: String,
+    /// The failure's [`signature`].
+    pub signature: String,
     /// The case as drawn.
     pub original: Case,
-    /// The smallest case found that still fails with the same oracle.
+    /// The smallest case found that still fails with the same signature.
     pub shrunk: Case,
     /// What the shrunk case does.
     pub result: CaseResult,
@@ -1130,46 +801,144 @@ pub struct Finding {
     pub shrink_runs: u32,
 }
 
-/// Explores seed `seed`: draws its case, runs it, and shrinks it if it fails.
+/// Explores seed `seed` against an executor in the simulation: draws its case (narrowed to
+/// the executor), runs it, and shrinks it if it fails ([`shrink::shrink`], keeping its
+/// signature).
 pub fn explore_seed(seed: u64, executor: &ExecutorSpec) -> Option<Finding> {
-    let mut runner = runner_for(seed);
-    let strategy = case_strategy_for(executor.capabilities.clone());
-    let mut tree = strategy.new_tree(&mut runner).expect("the case strategy never rejects");
-    let original = tree.current();
+    let original = case_for_seed(seed).narrowed_to(&executor.capabilities);
     let first = check_case(&original, executor);
     let oracle = first.failure()?;
-    let (shrunk, result, shrink_runs) = shrink(&mut tree, &oracle, executor, original.clone(), first);
-    Some(Finding { seed, oracle, original, shrunk, result, shrink_runs })
+    let signature = first.signature()?.to_owned();
+    let shrunk = shrink_in_simulation(original.clone(), first, &signature, executor);
+    Some(Finding {
+        seed,
+        oracle,
+        signature,
+        original,
+        shrunk: shrunk.case,
+        result: shrunk.result,
+        shrink_runs: shrunk.runs,
+    })
 }
 
-fn shrink(
-    tree: &mut impl ValueTree<Value = Case>,
-    oracle: &str,
+/// Shrinks a failing case in the simulation: one run per candidate, kept when it still fails
+/// with `signature`.
+pub fn shrink_in_simulation(
+    case: Case,
+    result: CaseResult,
+    signature: &str,
     executor: &ExecutorSpec,
-    mut best: Case,
-    mut best_result: CaseResult,
-) -> (Case, CaseResult, u32) {
-    let mut runs = 0;
-    if !tree.simplify() {
-        return (best, best_result, runs);
+) -> shrink::Shrunk<CaseResult> {
+    shrink::shrink(case, result, MAX_SHRINK_RUNS, 1, |candidates| {
+        candidates
+            .iter()
+            .map(|candidate| {
+                let result = check_case(candidate, executor);
+                result.fails_with(signature).then_some(result)
+            })
+            .collect()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use scenarios::StepKind;
+
+    /// The versions a case's calls use.
+    fn versions(case: &Case) -> std::collections::BTreeSet<(String, String)> {
+        case.to_scenario()
+            .steps
+            .iter()
+            .filter_map(|step| match &step.kind {
+                StepKind::Call(call) => Some((call.tool.clone(), call.version.clone())),
+                _ => None,
+            })
+            .collect()
     }
-    while runs < MAX_SHRINK_RUNS {
-        let candidate = tree.current();
-        let result = check_case(&candidate, executor);
-        runs += 1;
-        let still_fails = result.failure().as_deref() == Some(oracle)
-            || result.violations.iter().any(|violation| violation.oracle == oracle);
-        if still_fails {
-            if candidate.size() <= best.size() {
-                best = candidate;
-                best_result = result;
+
+    #[test]
+    fn an_executor_that_lacks_a_version_is_never_sent_it() {
+        let old_charges_only =
+            ExecutorCapabilities::all().with_versions("payments.charge", [scenarios::DEFAULT_TOOL_VERSION]);
+        let upgraded = ("payments.charge".to_owned(), "2026-10-01".to_owned());
+        let (mut drawn, mut narrowed_away) = (0, 0);
+        for seed in 0..2_000 {
+            let case = case_for_seed(seed);
+            let narrowed = case.clone().narrowed_to(&old_charges_only);
+            let needs = narrowed.to_scenario().needs(&protocol::ContractSet::builtin());
+            assert!(
+                old_charges_only.lacks(&needs).is_empty(),
+                "seed {seed}: {:?}",
+                old_charges_only.lacks(&needs)
+            );
+            assert!(!versions(&narrowed).contains(&upgraded), "seed {seed}");
+            if versions(&case).contains(&upgraded) {
+                drawn += 1;
+                narrowed_away += u32::from(narrowed != case);
             }
-            if !tree.simplify() {
-                break;
+        }
+        assert!(drawn > 10, "the premise: cases that upgrade a charge are drawn ({drawn})");
+        assert_eq!(narrowed_away, drawn, "each of them is narrowed");
+    }
+
+    #[test]
+    fn every_new_kind_is_drawn() {
+        let mut seen = std::collections::BTreeSet::new();
+        for seed in 0..500 {
+            let case = case_for_seed(seed);
+            if case.slow_queue {
+                seen.insert("slow queue");
             }
-        } else if !tree.complicate() {
-            break;
+            for action in &case.actions {
+                seen.insert(match action {
+                    CaseAction::OtherActor { .. } => "other actor",
+                    CaseAction::NewVersion { early: true, .. } => "early upgrade",
+                    CaseAction::NewVersion { .. } => "upgrade",
+                    CaseAction::LookupsDown { .. } => "lookups down",
+                    CaseAction::NoticeFault { .. } => "notice fault",
+                    CaseAction::CrashDuringCall { stays_down: true, .. } => "stays down",
+                    _ => continue,
+                });
+            }
+        }
+        assert_eq!(seen.len(), 7, "{seen:?}");
+    }
+
+    #[test]
+    fn without_a_poll_a_case_asks_for_none() {
+        let no_poll = ExecutorCapabilities::all().with_poll(false);
+        for seed in 0..300 {
+            let narrowed = case_for_seed(seed).narrowed_to(&no_poll);
+            let needs = narrowed.to_scenario().needs(&protocol::ContractSet::builtin());
+            assert!(!needs.poll, "seed {seed}");
         }
     }
-    (best, best_result, runs)
+
+    #[test]
+    fn a_world_that_lacks_a_queue_gets_no_queued_tool() {
+        // A world without a queue (as the process world said when this was written).
+        let no_queue = |scenario: &Scenario| {
+            let needs = scenario.needs(&protocol::ContractSet::builtin());
+            if needs.queue_consumer {
+                vec!["a queue".to_owned()]
+            } else {
+                Vec::new()
+            }
+        };
+        let mut changed = 0;
+        for seed in 0..200 {
+            let case = case_for_seed(seed);
+            let narrowed = case.clone().narrowed_to_world(no_queue, &ExecutorCapabilities::all());
+            assert!(no_queue(&narrowed.to_scenario()).is_empty(), "seed {seed}");
+            let sends = narrowed.to_scenario().steps.iter().any(
+                |step| matches!(&step.kind, StepKind::Call(call) if call.tool == CaseTool::Message.name()),
+            );
+            assert!(!sends, "seed {seed}");
+            changed += u32::from(narrowed != case);
+            // A world that lacks nothing changes nothing.
+            assert_eq!(case.clone().narrowed_to_world(|_| Vec::new(), &ExecutorCapabilities::all()), case);
+        }
+        assert!(changed > 20, "the premise: many cases send messages ({changed})");
+    }
 }

@@ -1,408 +1,53 @@
-//! `replaylab explore`: seeds in parallel, regressions replayed first, failures shrunk,
-//! printed and saved.
+//! `replaylab explore`: regressions replayed first, then seeds side by side; failing seeds
+//! grouped by signature, each group shrunk once, printed and saved.
+//!
+//! In the simulation a case is deterministic: one run decides it, and shrinking keeps a
+//! candidate when one run of it fails with the group's signature. Against real processes
+//! (`--executor-cmd`) it is not: a group counts only when its case fails again
+//! ([`CONFIRM_RUNS`] reruns, the rate shown), a candidate is kept when [`SHRINK_MIN_FAILS`] of
+//! [`SHRINK_RERUNS`] reruns fail with the signature, and the saved case's own rate is measured
+//! and written into its file and its reproduce command.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
+use std::time::Instant;
 
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
-use judge::oracles::ORACLES;
+use judge::text::shell_quote;
 use judge::verdict::Verdict;
 use runner::executors::ExecutorSpec;
 use runner::exit;
-use runner::RunCoverage;
 
-use crate::{self as explore, Case, Finding};
+pub use crate::coverage::{
+    oracles_beyond, shortfalls_of, Coverage, MAX_UNKNOWN_PERCENT, MIN_FAULTS_FIRED_PERCENT,
+};
+pub use crate::record::{
+    merge_records, record_verdict, render_record, seeds_text, write_record, ExploreRecord, ExploreWorld,
+    FailingSavedCase, GroupRecord, Rate, SavedCases, EXPLORE_RECORD, EXPLORE_SCHEMA_VERSION,
+};
+use crate::{self as explore, Case, CaseResult};
 
-/// The most cases that may end `unknown` (a premise that did not happen) before exploration
-/// fails: more would mean the generator asks for things that do not happen.
-pub const MAX_UNKNOWN_PERCENT: f64 = 5.0;
-/// The fewest installed faults that must fire: a fault that never fires tested nothing.
-pub const MIN_FAULTS_FIRED_PERCENT: f64 = 80.0;
-
-/// What an exploration covered, summed over its cases.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Coverage {
-    /// Cases run (those `not applicable` to the executor are not run, and not counted here).
-    pub cases: u64,
-    /// Cases not run: they needed something the executor does not declare.
-    pub not_applicable: u64,
-    /// Of those, cases whose verdict was `unknown`.
-    pub unknown: u64,
-    /// Fault rules installed, and fired as often as asked.
-    pub faults_installed: u64,
-    /// See `faults_installed`.
-    pub faults_fired: u64,
-    /// Workers crashed, and crashed right after a committed effect.
-    pub crashes: u64,
-    /// See `crashes`.
-    pub crashes_after_commit: u64,
-    /// Cases in which a stale owner wrote inside a new owner's window (see
-    /// [`runner::stale_writes`]).
-    pub stale_writes: u64,
-    /// Cases in which each oracle had something to judge.
-    pub exercised: std::collections::BTreeMap<String, u64>,
-    /// Why cases ended `unknown`: the premise that did not happen, by kind, with a count.
-    pub unknown_because: std::collections::BTreeMap<String, u64>,
-    /// Oracles no case can give anything to judge, because the executor does not support what
-    /// they judge ([`oracles_beyond`]); not counted as unexercised.
-    pub beyond_executor: Vec<String>,
-}
-
-/// The oracles that judge only what an executor with `capabilities` cannot do: O10 (one job
-/// per operation) without delayed jobs, O11 (no stale overwrite) without `tickets.set_status`.
-pub fn oracles_beyond(capabilities: &protocol::ExecutorCapabilities) -> Vec<String> {
-    let mut beyond = Vec::new();
-    if !explore::CaseTool::Job.supported_by(capabilities) {
-        beyond.push("O10".to_owned());
-    }
-    if !explore::CaseTool::SetStatus.supported_by(capabilities) {
-        beyond.push("O11".to_owned());
-    }
-    beyond
-}
-
-/// The kind of premise a note of an `unknown` run names.
-fn premise_kind(note: &str) -> &'static str {
-    if note.contains("never reached the pause point") {
-        "a pause point was never reached"
-    } else if note.contains("never fired") || note.contains("times: the fault") {
-        "a fault did not fire"
-    } else if note.contains("did not overlap") || note.contains("never reached its worker") {
-        "concurrent calls did not overlap"
-    } else if note.contains("created no ticket") {
-        "a ticket to update or edit did not exist"
-    } else {
-        "another premise"
-    }
-}
-
-fn percent(part: u64, whole: u64) -> f64 {
-    if whole == 0 {
-        0.0
-    } else {
-        part as f64 * 100.0 / whole as f64
-    }
-}
-
-impl Coverage {
-    /// Adds one case (`notes`: why it was unknown, if it was).
-    pub fn add(&mut self, verdict: Verdict, run: &RunCoverage, notes: &[String]) {
-        if verdict == Verdict::NotApplicable {
-            self.not_applicable += 1;
-            return;
-        }
-        self.cases += 1;
-        if verdict == Verdict::Unknown {
-            self.unknown += 1;
-            let kinds: std::collections::BTreeSet<&'static str> =
-                notes.iter().map(|note| premise_kind(note)).collect();
-            for kind in kinds {
-                *self.unknown_because.entry(kind.to_owned()).or_insert(0) += 1;
-            }
-        }
-        self.faults_installed += u64::from(run.faults_installed);
-        self.faults_fired += u64::from(run.faults_fired);
-        self.crashes += u64::from(run.crashes);
-        self.crashes_after_commit += u64::from(run.crashes_after_commit);
-        self.stale_writes += u64::from(run.stale_writes > 0);
-        for oracle in &run.exercised {
-            *self.exercised.entry((*oracle).to_owned()).or_insert(0) += 1;
-        }
-    }
-
-    /// Adds another part's coverage (a shard's).
-    pub fn absorb(&mut self, other: &Coverage) {
-        self.cases += other.cases;
-        self.not_applicable += other.not_applicable;
-        self.unknown += other.unknown;
-        self.faults_installed += other.faults_installed;
-        self.faults_fired += other.faults_fired;
-        self.crashes += other.crashes;
-        self.crashes_after_commit += other.crashes_after_commit;
-        self.stale_writes += other.stale_writes;
-        for (oracle, count) in &other.exercised {
-            *self.exercised.entry(oracle.clone()).or_insert(0) += count;
-        }
-        for (kind, count) in &other.unknown_because {
-            *self.unknown_because.entry(kind.clone()).or_insert(0) += count;
-        }
-    }
-
-    /// The oracles no case gave anything to judge (of those the executor can be judged by).
-    pub fn unexercised(&self) -> Vec<&'static str> {
-        self.judgeable().into_iter().filter(|id| !self.exercised.contains_key(*id)).collect()
-    }
-
-    /// The oracles the executor can be judged by: all but [`Coverage::beyond_executor`].
-    fn judgeable(&self) -> Vec<&'static str> {
-        ORACLES.iter().map(|(id, _)| *id).filter(|id| !self.beyond_executor.iter().any(|b| b == id)).collect()
-    }
-
-    /// `coverage: cases=N unknown=U% faults_fired=F% crashes_after_commit=C% stale_writes=W
-    /// oracles_exercised=K/M`, then ` not_applicable=A` when some cases were not run and
-    /// ` beyond_executor=O10,O11` when some oracles cannot judge the executor (M counts the
-    /// others).
-    pub fn line(&self) -> String {
-        let mut not_applicable = if self.not_applicable > 0 {
-            format!(" not_applicable={}", self.not_applicable)
-        } else {
-            String::new()
-        };
-        if !self.beyond_executor.is_empty() {
-            not_applicable.push_str(&format!(" beyond_executor={}", self.beyond_executor.join(",")));
-        }
-        format!(
-            "coverage: cases={} unknown={:.1}% faults_fired={:.1}% crashes_after_commit={:.1}% stale_writes={} oracles_exercised={}/{}{not_applicable}",
-            self.cases,
-            percent(self.unknown, self.cases),
-            percent(self.faults_fired, self.faults_installed),
-            percent(self.crashes_after_commit, self.crashes),
-            self.stale_writes,
-            self.judgeable().len() - self.unexercised().len(),
-            self.judgeable().len()
-        )
-    }
-
-    /// Why the coverage is not enough, if it is not.
-    pub fn shortfalls(&self) -> Vec<String> {
-        let mut shortfalls = Vec::new();
-        if self.cases == 0 && self.not_applicable > 0 {
-            shortfalls.push(format!(
-                "none of the {} cases applied to the executor (each needed something it does not declare)",
-                self.not_applicable
-            ));
-            return shortfalls;
-        }
-        let unknown = percent(self.unknown, self.cases);
-        if unknown > MAX_UNKNOWN_PERCENT {
-            shortfalls.push(format!(
-                "{unknown:.1}% of the cases ended unknown (a premise did not happen); at most {MAX_UNKNOWN_PERCENT}% may"
-            ));
-        }
-        let fired = percent(self.faults_fired, self.faults_installed);
-        if self.faults_installed > 0 && fired < MIN_FAULTS_FIRED_PERCENT {
-            shortfalls.push(format!(
-                "only {fired:.1}% of the faults installed fired; at least {MIN_FAULTS_FIRED_PERCENT}% must"
-            ));
-        }
-        let unexercised = self.unexercised();
-        if !unexercised.is_empty() {
-            shortfalls.push(format!("no case gave {} anything to judge", unexercised.join(", ")));
-        }
-        shortfalls
-    }
-}
-
-/// The version of `explore.json`'s format; bump it on any incompatible change.
-pub const EXPLORE_SCHEMA_VERSION: u32 = 1;
-
-/// `explore.json`: what an exploration (or one shard of it) ran and found, written beside the
-/// shrunk cases; shards' records merge into the whole exploration's ([`merge_records`]).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ExploreRecord {
-    /// [`EXPLORE_SCHEMA_VERSION`].
-    pub schema_version: u32,
-    /// The replaylab version that ran it.
-    pub harness_version: String,
-    /// The source commit, when known.
-    pub commit: Option<String>,
-    /// The executor's name.
-    pub executor: String,
-    /// Its version.
-    pub executor_version: String,
-    /// Seeds asked for (before sharding).
-    pub seeds: u64,
-    /// The first seed.
-    pub start: u64,
-    /// The shard run, if any.
-    pub shard: Option<reports::Shard>,
-    /// Whether every case ran twice.
-    pub check_determinism: bool,
-    /// Whether it stopped at its first failing seed (then it did not run every seed).
-    pub stopped_early: bool,
-    /// Cases per verdict.
-    pub verdicts: std::collections::BTreeMap<Verdict, u64>,
-    /// What the cases covered.
-    pub coverage: Coverage,
-    /// Why the coverage is not enough (empty when it is).
-    pub shortfalls: Vec<String>,
-    /// Seeds whose two runs differed.
-    pub nondeterministic_seeds: Vec<u64>,
-    /// Failing seeds, shrunk, in seed order.
-    pub findings: Vec<FindingRecord>,
-    /// The saved cases replayed first.
-    pub saved_cases: SavedCases,
-    /// Pass, or fail on a finding, a failing saved case, a nondeterministic seed or thin
-    /// coverage.
-    pub verdict: Verdict,
-}
-
-/// One failing seed of an exploration, shrunk.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FindingRecord {
-    /// The exploration seed.
-    pub seed: u64,
-    /// The oracle it fails.
-    pub oracle: String,
-    /// The shrunk case's scenario file, beside `explore.json`.
-    pub case_file: String,
-    /// The shrunk case's violations.
-    pub violations: Vec<reports::Violation>,
-    /// Its notes.
-    pub notes: Vec<String>,
-    /// One command that finds it again from its seed (it needs no file).
-    pub reproduce: String,
-}
-
-/// The saved cases an exploration replayed before its seeds.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SavedCases {
-    /// How many were replayed.
-    pub replayed: u64,
-    /// Those that still fail: (the seed they were found at, the executor they were found
-    /// with, the oracle that fails now).
-    pub failing: Vec<(u64, String, String)>,
-}
-
-/// The name `explore` gives its record, in its `--out` directory.
-pub const EXPLORE_RECORD: &str = "explore.json";
-
-/// Merges the records of shards 1..N of one exploration (each once) into the whole
-/// exploration's: counts summed, seeds and findings in seed order, the coverage floor judged
-/// again over the sum. Shards that do not make one exploration are an error.
-pub fn merge_records(parts: Vec<ExploreRecord>) -> Result<ExploreRecord, String> {
-    let first = parts.first().ok_or("nothing to merge")?.clone();
-    let count = match first.shard {
-        None if parts.len() == 1 => return Ok(first),
-        None => return Err("an exploration that is not a shard cannot be merged with others".into()),
-        Some(shard) => shard.count,
-    };
-    let mut indices: Vec<u64> =
-        parts.iter().filter_map(|part| part.shard.filter(|s| s.count == count)).map(|s| s.index).collect();
-    indices.sort_unstable();
-    if indices != (1..=count).collect::<Vec<_>>() || parts.len() as u64 != count {
-        let have: Vec<String> =
-            parts.iter().map(|part| part.shard.map_or("whole".into(), |s| s.to_string())).collect();
-        return Err(format!(
-            "the exploration shards must be 1/{count} to {count}/{count}, each once; got {}",
-            have.join(", ")
-        ));
-    }
-    if let Some(part) = parts.iter().find(|part| part.stopped_early) {
-        return Err(format!(
-            "exploration shard {} stopped at its first failure (--stop-at-first): it did not run all its seeds",
-            part.shard.map_or("?".into(), |s| s.to_string())
-        ));
-    }
-    for part in &parts[1..] {
-        let same = [
-            ("harness_version", part.harness_version == first.harness_version),
-            ("commit", part.commit == first.commit),
-            ("executor", part.executor == first.executor && part.executor_version == first.executor_version),
-            ("seeds", part.seeds == first.seeds && part.start == first.start),
-            ("check_determinism", part.check_determinism == first.check_determinism),
-            ("saved cases replayed", part.saved_cases == first.saved_cases),
-            (
-                "coverage's oracles beyond the executor",
-                part.coverage.beyond_executor == first.coverage.beyond_executor,
-            ),
-        ];
-        if let Some((what, _)) = same.iter().find(|(_, same)| !same) {
-            return Err(format!("the exploration shards differ in {what}: not one exploration"));
-        }
-    }
-    let mut merged = ExploreRecord {
-        shard: None,
-        verdicts: std::collections::BTreeMap::new(),
-        coverage: Coverage { beyond_executor: first.coverage.beyond_executor.clone(), ..Coverage::default() },
-        nondeterministic_seeds: Vec::new(),
-        findings: Vec::new(),
-        ..first
-    };
-    for part in &parts {
-        for (verdict, n) in &part.verdicts {
-            *merged.verdicts.entry(*verdict).or_insert(0) += n;
-        }
-        merged.coverage.absorb(&part.coverage);
-        merged.nondeterministic_seeds.extend(&part.nondeterministic_seeds);
-        merged.findings.extend(part.findings.iter().cloned());
-    }
-    merged.nondeterministic_seeds.sort_unstable();
-    merged.findings.sort_by_key(|finding| finding.seed);
-    merged.shortfalls = shortfalls_of(&merged.coverage, merged.stopped_early);
-    merged.verdict = record_verdict(&merged);
-    Ok(merged)
-}
-
-/// The coverage's shortfalls, none for an exploration that stopped early (it ran too few
-/// seeds for its coverage to say anything) or that had no case at all.
-fn shortfalls_of(coverage: &Coverage, stopped_early: bool) -> Vec<String> {
-    if stopped_early || coverage.cases + coverage.not_applicable == 0 {
-        Vec::new()
-    } else {
-        coverage.shortfalls()
-    }
-}
-
-fn record_verdict(record: &ExploreRecord) -> Verdict {
-    let failed = !record.findings.is_empty()
-        || !record.saved_cases.failing.is_empty()
-        || !record.nondeterministic_seeds.is_empty()
-        || !record.shortfalls.is_empty();
-    if failed {
-        Verdict::Fail
-    } else {
-        Verdict::Pass
-    }
-}
-
-/// The record as text for the terminal: the counts, the coverage, its shortfalls and every
-/// finding with its reproduce command.
-pub fn render_record(record: &ExploreRecord) -> String {
-    let count = |verdict| record.verdicts.get(&verdict).copied().unwrap_or(0);
-    let mut text = format!(
-        "exploration of {} seeds against {}: {} pass, {} fail, {} unknown, {} crashed, {} not applicable\n{}\n",
-        record.verdicts.values().sum::<u64>(),
-        record.executor,
-        count(Verdict::Pass),
-        count(Verdict::Fail),
-        count(Verdict::Unknown),
-        count(Verdict::Crashed),
-        count(Verdict::NotApplicable),
-        record.coverage.line()
-    );
-    for shortfall in &record.shortfalls {
-        text.push_str(&format!("coverage too thin: {shortfall}\n"));
-    }
-    if !record.nondeterministic_seeds.is_empty() {
-        let seeds: Vec<String> = record.nondeterministic_seeds.iter().map(u64::to_string).collect();
-        text.push_str(&format!("determinism: seeds whose histories differed: {}\n", seeds.join(", ")));
-    }
-    for (seed, found_with, oracle) in &record.saved_cases.failing {
-        text.push_str(&format!("saved case (seed {seed}, found with {found_with}) FAILS: {oracle}\n"));
-    }
-    for finding in &record.findings {
-        text.push_str(&format!(
-            "seed {} fails {} ({}); reproduce: {}\n",
-            finding.seed, finding.oracle, finding.case_file, finding.reproduce
-        ));
-    }
-    text.push_str(&format!("verdict: {}\n", record.verdict));
-    text
-}
+/// Real processes: how many times a failing case is run again to confirm it (and its shrunk
+/// case to state its rate).
+pub const CONFIRM_RUNS: u64 = 10;
+/// Real processes: how many times each shrinking candidate runs.
+pub const SHRINK_RERUNS: u64 = 3;
+/// Real processes: how many of a candidate's [`SHRINK_RERUNS`] must fail with the group's
+/// signature for shrinking to keep it.
+pub const SHRINK_MIN_FAILS: u64 = 2;
+/// Real processes: how many candidates one shrink tries at most (each is [`SHRINK_RERUNS`]
+/// real runs of several seconds).
+pub const MAX_PROCESS_SHRINK_CANDIDATES: u32 = 60;
 
 /// What `replaylab explore` was asked.
 #[derive(Debug, Clone)]
 pub struct ExploreConfig {
-    /// The executor under test.
+    /// The executor under test (a black-box one runs in the process world).
     pub executor: ExecutorSpec,
     /// How many seeds (before sharding).
     pub seeds: u64,
@@ -410,7 +55,7 @@ pub struct ExploreConfig {
     pub start: u64,
     /// Shard (1-based index, count).
     pub shard: Option<(u64, u64)>,
-    /// Threads.
+    /// Runs side by side.
     pub jobs: usize,
     /// The regressions file.
     pub regressions: PathBuf,
@@ -418,7 +63,7 @@ pub struct ExploreConfig {
     pub out: PathBuf,
     /// Stop at the first failing seed.
     pub stop_at_first: bool,
-    /// Run every case twice and fail on any history difference.
+    /// Run every case twice and fail on any history difference (the simulation only).
     pub check_determinism: bool,
     /// The source commit, for `explore.json`.
     pub commit: Option<String>,
@@ -459,6 +104,9 @@ pub struct Regression {
     pub executor: String,
     /// The oracle that failed.
     pub oracle: String,
+    /// The failure's signature (absent in cases saved before signatures).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
     /// The exploration seed.
     pub seed: u64,
     /// The shrunk case.
@@ -492,19 +140,37 @@ fn append_regression(path: &Path, regression: &Regression) -> anyhow::Result<()>
     writeln!(file, "{line}").with_context(|| format!("failed to write {}", path.display()))
 }
 
-/// Writes the shrunk case as a scenario file and returns its path.
-fn write_case(out: &Path, finding: &Finding) -> anyhow::Result<PathBuf> {
+/// Writes `case` as a scenario file named `name` into `out`, `header` as comment lines above
+/// it, and returns its path.
+fn write_case(out: &Path, name: &str, header: &[String], case: &Case) -> anyhow::Result<PathBuf> {
     std::fs::create_dir_all(out).with_context(|| format!("failed to create {}", out.display()))?;
-    let path = out.join(format!("case-seed-{}-{}.toml", finding.seed, finding.oracle));
-    let text = format!(
-        "# Found by `replaylab explore` at seed {} ({}), shrunk in {} runs.\n{}",
-        finding.seed,
-        finding.oracle,
-        finding.shrink_runs,
-        finding.shrunk.to_scenario().to_toml()
-    );
+    let path = out.join(name);
+    let mut text = String::new();
+    for line in header {
+        text.push_str(&format!("# {line}\n"));
+    }
+    text.push_str(&case.to_scenario().to_toml());
     std::fs::write(&path, text).with_context(|| format!("failed to write {}", path.display()))?;
     Ok(path)
+}
+
+/// The one command that runs a saved case file against `executor`: with the process world's
+/// arguments and `--repeat` for a black box (its rate is what reproduces, not one run).
+fn reproduce_case(executor: &ExecutorSpec, path: &Path) -> String {
+    let file = shell_quote(&path.display().to_string());
+    reproduce_with(executor, &file)
+}
+
+/// [`reproduce_case`] with the case file already quoted.
+fn reproduce_with(executor: &ExecutorSpec, file: &str) -> String {
+    match &executor.black_box {
+        Some(spec) => format!(
+            "{} run --case {file} {} --repeat {CONFIRM_RUNS}",
+            executor.program,
+            spec.reproduce_arguments()
+        ),
+        None => format!("{} run --case {file} --executor {}", executor.program, shell_quote(&executor.name)),
+    }
 }
 
 /// The seeds an exploration covers: `seeds` from `start` (none past the largest seed), of
@@ -541,9 +207,253 @@ impl SeedRange {
     }
 }
 
+/// How many unknown seeds the terminal names, with the premise that did not happen.
+const UNKNOWN_SHOWN: usize = 5;
+
+/// The oracles that cannot judge `executor` ([`oracles_beyond`]) and, for an MCP server
+/// without the `replaylab://executor` manifest (its capabilities read from its tool list: it
+/// speaks none of replaylab's conventions, so its answers are bare success claims, naming no
+/// label, reference or result), those that need an outcome to hold the answer to: O4, O8, O9.
+pub fn oracles_beyond_executor(executor: &ExecutorSpec) -> Vec<String> {
+    let mut beyond = oracles_beyond(&executor.capabilities);
+    let conventions = executor.black_box.as_ref().is_none_or(|spec| spec.capabilities_from == "manifest");
+    if !conventions {
+        beyond.extend(["O4", "O8", "O9"].map(str::to_owned));
+    }
+    beyond.sort_by_key(|oracle| oracle.trim_start_matches('O').parse::<u32>().unwrap_or(u32::MAX));
+    beyond.dedup();
+    beyond
+}
+
+/// A seed whose case failed, as first run.
+struct Failing {
+    seed: u64,
+    case: Case,
+    result: CaseResult,
+}
+
+/// What a group of failing seeds came to: its case shrunk (and, with real processes, how often
+/// it failed again).
+struct GroupOutcome {
+    signature: String,
+    oracle: String,
+    seeds: Vec<u64>,
+    shrunk_seed: u64,
+    original: Case,
+    shrunk: Case,
+    result: CaseResult,
+    shrink_runs: u32,
+    confirmation: Option<Rate>,
+    reproduced: Option<Rate>,
+    confirmed: bool,
+}
+
+/// Room for real runs side by side: each run of a black box takes a slot while it runs, so
+/// that confirming and shrinking several groups at once never runs more than `--jobs`.
+struct Slots {
+    free: Mutex<usize>,
+    freed: Condvar,
+}
+
+/// A taken slot, given back when dropped (also when the run panics).
+struct Slot<'a>(&'a Slots);
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        *self.0.free.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        self.0.freed.notify_one();
+    }
+}
+
+impl Slots {
+    fn new(count: usize) -> Self {
+        Self { free: Mutex::new(count.max(1)), freed: Condvar::new() }
+    }
+
+    fn take(&self) -> Slot<'_> {
+        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        while *free == 0 {
+            free = self.freed.wait(free).unwrap_or_else(|p| p.into_inner());
+        }
+        *free -= 1;
+        Slot(self)
+    }
+}
+
+/// The case seed `seed` draws for `executor`: narrowed to what it declares, and for a black
+/// box to what the process world can do.
+fn draw(seed: u64, executor: &ExecutorSpec) -> Case {
+    let case = explore::case_for_seed(seed).narrowed_to(&executor.capabilities);
+    if executor.black_box.is_some() {
+        case.narrowed_to_world(world::process::lacks, &executor.capabilities)
+    } else {
+        case
+    }
+}
+
+/// Runs `case` `times` times side by side, each run in a slot.
+fn reruns(case: &Case, times: u64, executor: &ExecutorSpec, slots: &Slots) -> Vec<CaseResult> {
+    std::thread::scope(|scope| {
+        let runs: Vec<_> = (0..times)
+            .map(|_| {
+                scope.spawn(|| {
+                    let _slot = slots.take();
+                    explore::check_case(case, executor)
+                })
+            })
+            .collect();
+        runs.into_iter().map(|run| run.join().expect("a case run does not panic")).collect()
+    })
+}
+
+/// Whether a shrinking candidate still fails with `signature` against real processes: when
+/// [`SHRINK_MIN_FAILS`] of [`SHRINK_RERUNS`] runs do. The first [`SHRINK_MIN_FAILS`] run side by
+/// side, and the rest only while they can still change the answer. Returns a failing run.
+fn still_fails(
+    candidate: &Case,
+    signature: &str,
+    executor: &ExecutorSpec,
+    slots: &Slots,
+) -> Option<CaseResult> {
+    let mut results = reruns(candidate, SHRINK_MIN_FAILS, executor, slots);
+    for _ in SHRINK_MIN_FAILS..SHRINK_RERUNS {
+        let failed = rate(&results, signature).failed;
+        let left = SHRINK_RERUNS - results.len() as u64;
+        if failed >= SHRINK_MIN_FAILS || failed + left < SHRINK_MIN_FAILS {
+            break;
+        }
+        results.extend(reruns(candidate, 1, executor, slots));
+    }
+    let kept = rate(&results, signature).failed >= SHRINK_MIN_FAILS;
+    results.into_iter().find(|result| kept && result.fails_with(signature))
+}
+
+/// How many of `results` failed with `signature`.
+fn rate(results: &[CaseResult], signature: &str) -> Rate {
+    Rate {
+        failed: results.iter().filter(|result| result.fails_with(signature)).count() as u64,
+        runs: results.len() as u64,
+    }
+}
+
+/// Shrinks one group's case: the smallest drawn case of the group (the first seed among
+/// equals). In the simulation one run decides each candidate; with real processes (`slots`)
+/// the drawn case must first fail again, and each candidate is run [`SHRINK_RERUNS`] times,
+/// `batch` candidates at once.
+fn settle_group(
+    signature: String,
+    failing: Vec<Failing>,
+    executor: &ExecutorSpec,
+    slots: Option<&Slots>,
+    batch: usize,
+) -> GroupOutcome {
+    let mut seeds: Vec<u64> = failing.iter().map(|failing| failing.seed).collect();
+    seeds.sort_unstable();
+    let drawn = failing
+        .into_iter()
+        .min_by_key(|failing| (failing.case.size(), failing.seed))
+        .expect("a group has a failing seed");
+    let oracle = drawn.result.failure().unwrap_or_default();
+    let outcome =
+        |shrunk: Case, result: CaseResult, shrink_runs, confirmation, reproduced, confirmed| GroupOutcome {
+            signature: signature.clone(),
+            oracle: oracle.clone(),
+            seeds: seeds.clone(),
+            shrunk_seed: drawn.seed,
+            original: drawn.case.clone(),
+            shrunk,
+            result,
+            shrink_runs,
+            confirmation,
+            reproduced,
+            confirmed,
+        };
+    let Some(slots) = slots else {
+        let shrunk =
+            explore::shrink_in_simulation(drawn.case.clone(), drawn.result.clone(), &signature, executor);
+        return outcome(shrunk.case, shrunk.result, shrunk.runs, None, None, true);
+    };
+    let again = reruns(&drawn.case, CONFIRM_RUNS, executor, slots);
+    let confirmation = rate(&again, &signature);
+    if confirmation.failed == 0 {
+        return outcome(
+            drawn.case.clone(),
+            drawn.result.clone(),
+            0,
+            Some(confirmation),
+            Some(confirmation),
+            false,
+        );
+    }
+    let shrunk = crate::shrink::shrink(
+        drawn.case.clone(),
+        drawn.result.clone(),
+        MAX_PROCESS_SHRINK_CANDIDATES,
+        batch,
+        |candidates| {
+            std::thread::scope(|scope| {
+                let checks: Vec<_> = candidates
+                    .iter()
+                    .map(|candidate| {
+                        let signature = &signature;
+                        scope.spawn(move || still_fails(candidate, signature, executor, slots))
+                    })
+                    .collect();
+                checks.into_iter().map(|check| check.join().expect("a shrink check does not panic")).collect()
+            })
+        },
+    );
+    let (reproduced, result) = if shrunk.case == drawn.case {
+        (confirmation, shrunk.result)
+    } else {
+        let again = reruns(&shrunk.case, CONFIRM_RUNS, executor, slots);
+        let reproduced = rate(&again, &signature);
+        let failing = again.into_iter().find(|result| result.fails_with(&signature));
+        (reproduced, failing.unwrap_or(shrunk.result))
+    };
+    outcome(shrunk.case, result, shrunk.runs, Some(confirmation), Some(reproduced), true)
+}
+
+/// Settles every group, several at once: in the simulation on `jobs` threads; with real
+/// processes all groups at once, their runs sharing `jobs` slots.
+fn settle_groups(
+    groups: BTreeMap<String, Vec<Failing>>,
+    executor: &ExecutorSpec,
+    jobs: usize,
+) -> Vec<GroupOutcome> {
+    let real = executor.black_box.is_some();
+    let count = groups.len();
+    let slots = Slots::new(jobs);
+    let threads = if real { count } else { jobs.clamp(1, count.max(1)) };
+    // Candidates tried at once per group, each run SHRINK_MIN_FAILS times at first.
+    let batch = (jobs / (SHRINK_MIN_FAILS as usize * count.clamp(1, jobs.max(1)))).max(1);
+    let queue = Mutex::new(groups.into_iter().collect::<Vec<_>>());
+    let outcomes = Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| loop {
+                let Some((signature, failing)) = queue.lock().unwrap_or_else(|p| p.into_inner()).pop() else {
+                    break;
+                };
+                let outcome = settle_group(signature, failing, executor, real.then_some(&slots), batch);
+                outcomes.lock().unwrap_or_else(|p| p.into_inner()).push(outcome);
+            });
+        }
+    });
+    let mut outcomes = outcomes.into_inner().unwrap_or_else(|p| p.into_inner());
+    outcomes.sort_by(|a, b| (a.seeds.first(), &a.signature).cmp(&(b.seeds.first(), &b.signature)));
+    outcomes
+}
+
 /// Runs the exploration and returns the exit code.
 pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
     let executor = &config.executor;
+    let real = executor.black_box.is_some();
+    if real && config.check_determinism {
+        anyhow::bail!(
+            "--check-determinism needs the simulated world: real processes on real time are not deterministic, so no two runs could be compared"
+        );
+    }
     let mut failed = false;
 
     let regressions = read_regressions(&config.regressions)?;
@@ -566,14 +476,27 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
             result.failure().map(|first| if saved_oracle { regression.oracle.clone() } else { first });
         if let Some(oracle) = failure {
             failed = true;
+            let name = format!("saved-case-seed-{}-{oracle}.toml", regression.seed);
+            let header = [format!(
+                "A saved case (found at seed {} with {}) that fails again: {oracle}.",
+                regression.seed, regression.executor
+            )];
+            let path = write_case(&config.out, &name, &header, &regression.case)?;
             println!(
                 "saved case (seed {}, found with {}) FAILS: {oracle}",
                 regression.seed, regression.executor
             );
-            saved_failing.push((regression.seed, regression.executor.clone(), oracle.clone()));
             for violation in &result.violations {
                 println!("  violation: {violation}");
             }
+            println!("  reproduce: {}", reproduce_case(executor, &path));
+            saved_failing.push(FailingSavedCase {
+                seed: regression.seed,
+                found_with: regression.executor.clone(),
+                oracle,
+                reproduce: reproduce_case(executor, Path::new(&name)),
+                case_file: name,
+            });
         }
     }
 
@@ -582,15 +505,13 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
         indicatif::ProgressBar::with_draw_target(Some(seeds.len), indicatif::ProgressDrawTarget::stderr());
     let next = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
-    let findings: Mutex<Vec<Finding>> = Mutex::new(Vec::new());
+    let failing: Mutex<Vec<Failing>> = Mutex::new(Vec::new());
     let nondeterministic: Mutex<Vec<u64>> = Mutex::new(Vec::new());
-    let verdicts: Mutex<std::collections::BTreeMap<Verdict, u64>> =
-        Mutex::new(std::collections::BTreeMap::new());
-    let coverage: Mutex<Coverage> = Mutex::new(Coverage {
-        beyond_executor: oracles_beyond(&executor.capabilities),
-        ..Coverage::default()
-    });
-    let started = std::time::Instant::now();
+    let verdicts: Mutex<BTreeMap<Verdict, u64>> = Mutex::new(BTreeMap::new());
+    let unknown: Mutex<Vec<(u64, String)>> = Mutex::new(Vec::new());
+    let coverage: Mutex<Coverage> =
+        Mutex::new(Coverage { beyond_executor: oracles_beyond_executor(executor), ..Coverage::default() });
+    let started = Instant::now();
     std::thread::scope(|scope| {
         for _ in 0..config.jobs.max(1) {
             scope.spawn(|| loop {
@@ -599,7 +520,7 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
                 }
                 let position = next.fetch_add(1, Ordering::Relaxed);
                 let Some(seed) = seeds.get(position) else { break };
-                let case = explore::case_for_seed(seed).narrowed_to(&executor.capabilities);
+                let case = draw(seed, executor);
                 let result = explore::check_case(&case, executor);
                 if config.check_determinism
                     && explore::check_case(&case, executor).history_digest != result.history_digest
@@ -607,17 +528,19 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
                     nondeterministic.lock().unwrap_or_else(|p| p.into_inner()).push(seed);
                 }
                 *verdicts.lock().unwrap_or_else(|p| p.into_inner()).entry(result.verdict).or_insert(0) += 1;
+                if result.verdict == Verdict::Unknown {
+                    let note = result.notes.first().cloned().unwrap_or_default();
+                    unknown.lock().unwrap_or_else(|p| p.into_inner()).push((seed, note));
+                }
                 coverage.lock().unwrap_or_else(|p| p.into_inner()).add(
                     result.verdict,
                     &result.coverage,
                     &result.notes,
                 );
                 if result.failure().is_some() {
-                    if let Some(finding) = explore::explore_seed(seed, executor) {
-                        findings.lock().unwrap_or_else(|p| p.into_inner()).push(finding);
-                        if config.stop_at_first {
-                            stop.store(true, Ordering::Relaxed);
-                        }
+                    failing.lock().unwrap_or_else(|p| p.into_inner()).push(Failing { seed, case, result });
+                    if config.stop_at_first {
+                        stop.store(true, Ordering::Relaxed);
                     }
                 }
                 progress.inc(1);
@@ -626,15 +549,15 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
     });
     progress.finish_and_clear();
     let elapsed = started.elapsed();
-    let mut findings = findings.into_inner().unwrap_or_else(|p| p.into_inner());
-    findings.sort_by_key(|finding| finding.seed);
     let verdicts = verdicts.into_inner().unwrap_or_else(|p| p.into_inner());
     let ran: u64 = verdicts.values().sum();
     let count = |verdict| verdicts.get(&verdict).copied().unwrap_or(0);
     println!(
-        "explored {ran} seeds against {} in {:.1}s: {} pass, {} fail, {} unknown, {} crashed, {} not applicable",
+        "explored {ran} seeds against {} in {:.1}s ({:.2} cases/s{}): {} pass, {} fail, {} unknown, {} crashed, {} not applicable",
         executor.name,
         elapsed.as_secs_f64(),
+        ran as f64 / elapsed.as_secs_f64().max(f64::EPSILON),
+        if real { format!(", {} side by side, real processes", config.jobs) } else { String::new() },
         count(Verdict::Pass),
         count(Verdict::Fail),
         count(Verdict::Unknown),
@@ -648,6 +571,14 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
             let reasons: Vec<String> =
                 coverage.unknown_because.iter().map(|(kind, count)| format!("{kind} ({count})")).collect();
             println!("unknown because: {}", reasons.join(", "));
+            let mut unknown = unknown.into_inner().unwrap_or_else(|p| p.into_inner());
+            unknown.sort_unstable();
+            for (seed, note) in unknown.iter().take(UNKNOWN_SHOWN) {
+                println!("  unknown: seed {seed}: {note}");
+            }
+            if unknown.len() > UNKNOWN_SHOWN {
+                println!("  unknown: and {} more", unknown.len() - UNKNOWN_SHOWN);
+            }
         }
     }
     let shortfalls = shortfalls_of(&coverage, config.stop_at_first);
@@ -669,54 +600,138 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
             );
         }
     }
-    let mut finding_records = Vec::new();
-    for finding in &findings {
-        failed = true;
-        let path = write_case(&config.out, finding)?;
-        finding_records.push(FindingRecord {
-            seed: finding.seed,
-            oracle: finding.oracle.clone(),
-            case_file: path.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default(),
-            violations: finding.result.violations.clone(),
-            notes: finding.result.notes.clone(),
-            reproduce: format!(
-                "{} explore --start {} --seeds 1 --executor {}",
-                executor.program,
-                finding.seed,
-                judge::text::shell_quote(&executor.name)
-            ),
-        });
-        append_regression(
-            &config.regressions,
-            &Regression {
-                executor: executor.name.clone(),
-                oracle: finding.oracle.clone(),
-                seed: finding.seed,
-                case: finding.shrunk.clone(),
-            },
-        )?;
+
+    let mut groups: BTreeMap<String, Vec<Failing>> = BTreeMap::new();
+    for failing in failing.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        let signature = failing.result.signature().unwrap_or("a failure with no signature").to_owned();
+        groups.entry(signature).or_default().push(failing);
+    }
+    let failing_seeds: usize = groups.values().map(Vec::len).sum();
+    if !groups.is_empty() {
         println!(
-            "\nseed {} fails {}; shrunk from {} to {} (operations + actions + workers) in {} runs:",
-            finding.seed,
-            finding.oracle,
-            finding.original.size(),
-            finding.shrunk.size(),
-            finding.shrink_runs
+            "\n{failing_seeds} failing seed(s) in {} group(s) by signature (oracle and the shape of what failed); one shrink per group{}",
+            groups.len(),
+            if real {
+                format!(
+                    ", confirmed by {CONFIRM_RUNS} reruns; a shrinking step is kept when {SHRINK_MIN_FAILS} of {SHRINK_RERUNS} reruns fail"
+                )
+            } else {
+                String::new()
+            }
         );
-        for violation in &finding.result.violations {
+    }
+    let settling = Instant::now();
+    let outcomes = settle_groups(groups, executor, config.jobs);
+    if !outcomes.is_empty() {
+        let runs: u64 = outcomes.iter().map(|outcome| u64::from(outcome.shrink_runs)).sum();
+        println!(
+            "shrank {} group(s) in {:.1}s ({runs} candidates{})",
+            outcomes.len(),
+            settling.elapsed().as_secs_f64(),
+            if real { format!(", {SHRINK_MIN_FAILS} to {SHRINK_RERUNS} runs each") } else { String::new() }
+        );
+    }
+    let mut group_records = Vec::new();
+    for (index, outcome) in outcomes.iter().enumerate() {
+        let name = format!("case-seed-{}-{}.toml", outcome.shrunk_seed, outcome.oracle);
+        let path = config.out.join(&name);
+        let reproduce = reproduce_case(executor, &path);
+        let mut header = vec![
+            format!(
+                "Found by `replaylab explore` against {} at seed {}: {}.",
+                executor.name, outcome.shrunk_seed, outcome.signature
+            ),
+            format!(
+                "Shrunk from {} to {} (operations + actions + workers), {} candidates tried.",
+                outcome.original.size(),
+                outcome.shrunk.size(),
+                outcome.shrink_runs
+            ),
+        ];
+        if let Some(reproduced) = outcome.reproduced {
+            header.push(format!(
+                "Real processes on real time, not deterministic: this case failed again with this signature in {reproduced} reruns."
+            ));
+            header.push(format!(
+                "Reproduce, from this file's directory: {}",
+                reproduce_case(executor, Path::new(&name))
+            ));
+        }
+        write_case(&config.out, &name, &header, &outcome.shrunk)?;
+        if outcome.confirmed {
+            failed = true;
+            append_regression(
+                &config.regressions,
+                &Regression {
+                    executor: executor.name.clone(),
+                    oracle: outcome.oracle.clone(),
+                    signature: Some(outcome.signature.clone()),
+                    seed: outcome.shrunk_seed,
+                    case: outcome.shrunk.clone(),
+                },
+            )?;
+        }
+        println!(
+            "\ngroup {} of {}: {}\n  {} failing seed(s): {}",
+            index + 1,
+            outcomes.len(),
+            outcome.signature,
+            outcome.seeds.len(),
+            seeds_text(&outcome.seeds)
+        );
+        if let Some(confirmation) = outcome.confirmation.filter(|_| !outcome.confirmed) {
+            println!(
+                "  NOT CONFIRMED: seed {}'s case failed again in {confirmation} reruns; not counted as a finding (a failure that does not repeat, on real time)",
+                outcome.shrunk_seed
+            );
+        } else {
+            println!(
+                "  seed {}'s case shrunk from {} to {} (operations + actions + workers) in {} candidate runs{}",
+                outcome.shrunk_seed,
+                outcome.original.size(),
+                outcome.shrunk.size(),
+                outcome.shrink_runs,
+                if real {
+                    format!(" (each kept when {SHRINK_MIN_FAILS} of {SHRINK_RERUNS} runs failed)")
+                } else {
+                    String::new()
+                }
+            );
+        }
+        if let (Some(confirmation), Some(reproduced)) = (outcome.confirmation, outcome.reproduced) {
+            println!(
+                "  failed again: the drawn case in {confirmation} reruns, the saved case in {reproduced} reruns"
+            );
+        }
+        for violation in &outcome.result.violations {
             println!("  violation: {violation}");
         }
-        for note in &finding.result.notes {
+        for note in &outcome.result.notes {
             println!("  note: {note}");
         }
-        println!("{}", finding.shrunk.to_scenario().to_toml().trim_end());
+        println!("{}", outcome.shrunk.to_scenario().to_toml().trim_end());
         println!("  saved: {}", path.display());
-        println!(
-            "  reproduce: {} run --case {} --executor {}",
-            executor.program,
-            judge::text::shell_quote(&path.display().to_string()),
-            judge::text::shell_quote(&executor.name)
-        );
+        match outcome.reproduced {
+            Some(reproduced) => println!("  reproduce (it failed again in {reproduced} reruns): {reproduce}"),
+            None => println!("  reproduce: {reproduce}"),
+        }
+        group_records.push(GroupRecord {
+            signature: outcome.signature.clone(),
+            oracle: outcome.oracle.clone(),
+            count: outcome.seeds.len() as u64,
+            seeds: outcome.seeds.clone(),
+            shrunk_seed: outcome.shrunk_seed,
+            original_size: outcome.original.size() as u64,
+            shrunk_size: outcome.shrunk.size() as u64,
+            shrink_runs: u64::from(outcome.shrink_runs),
+            reproduce: reproduce_case(executor, Path::new(&name)),
+            case_file: name,
+            violations: outcome.result.violations.clone(),
+            notes: outcome.result.notes.clone(),
+            confirmation: outcome.confirmation,
+            reproduced: outcome.reproduced,
+            confirmed: outcome.confirmed,
+        });
     }
     let record = ExploreRecord {
         schema_version: EXPLORE_SCHEMA_VERSION,
@@ -724,6 +739,8 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
         commit: config.commit.clone(),
         executor: executor.name.clone(),
         executor_version: executor.version.clone(),
+        world: if real { ExploreWorld::Process } else { ExploreWorld::Simulated },
+        deterministic: !real,
         seeds: config.seeds,
         start: config.start,
         shard: config.shard.map(|(index, count)| reports::Shard { index, count }),
@@ -733,23 +750,13 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
         coverage,
         shortfalls,
         nondeterministic_seeds: nondeterministic,
-        findings: finding_records,
+        groups: group_records,
         saved_cases: SavedCases { replayed: regressions.len() as u64, failing: saved_failing },
         verdict: if failed { Verdict::Fail } else { Verdict::Pass },
     };
     let path = write_record(&config.out, &record)?;
     println!("wrote {}", path.display());
     Ok(if failed { exit::CHECK_FAILED } else { exit::SUCCESS })
-}
-
-/// Writes `explore.json` into `out`.
-pub fn write_record(out: &Path, record: &ExploreRecord) -> anyhow::Result<PathBuf> {
-    std::fs::create_dir_all(out).with_context(|| format!("failed to create {}", out.display()))?;
-    let path = out.join(EXPLORE_RECORD);
-    let mut text = serde_json::to_string_pretty(record).expect("an exploration record serialises");
-    text.push('\n');
-    std::fs::write(&path, text).with_context(|| format!("failed to write {}", path.display()))?;
-    Ok(path)
 }
 
 #[cfg(test)]
@@ -767,98 +774,5 @@ mod tests {
         assert_eq!(all(SeedRange::new(u64::MAX - 1, 1, Some((2, 2)))), Vec::<u64>::new());
         let long = SeedRange::new(0, u64::MAX, Some((3, 3)));
         assert_eq!((long.len, long.get(0), long.get(1)), (u64::MAX / 3, Some(2), Some(5)));
-    }
-
-    fn run(
-        faults_installed: u32,
-        faults_fired: u32,
-        crashes: u32,
-        after: u32,
-        exercised: &[&'static str],
-    ) -> RunCoverage {
-        RunCoverage {
-            faults_installed,
-            faults_fired,
-            crashes,
-            crashes_after_commit: after,
-            exercised: exercised.iter().copied().collect(),
-            stale_writes: after,
-        }
-    }
-
-    #[test]
-    fn the_coverage_line_sums_the_cases() {
-        let mut coverage = Coverage::default();
-        let every: Vec<&'static str> = ORACLES.iter().map(|(id, _)| *id).collect();
-        coverage.add(Verdict::Pass, &run(2, 2, 2, 1, &every), &[]);
-        coverage.add(Verdict::Pass, &run(2, 1, 0, 0, &[]), &[]);
-        coverage.add(
-            Verdict::Unknown,
-            &run(0, 0, 0, 0, &[]),
-            &["line 3: fault rule 1 (x) never fired: ...".into()],
-        );
-        coverage.add(Verdict::Fail, &run(0, 0, 2, 2, &[]), &[]);
-        assert_eq!(
-            coverage.line(),
-            "coverage: cases=4 unknown=25.0% faults_fired=75.0% crashes_after_commit=75.0% stale_writes=2 oracles_exercised=13/13"
-        );
-        assert_eq!(coverage.unknown_because.get("a fault did not fire"), Some(&1));
-        let shortfalls = coverage.shortfalls();
-        assert_eq!(shortfalls.len(), 2, "{shortfalls:?}");
-        assert!(shortfalls[0].contains("25.0% of the cases ended unknown"), "{shortfalls:?}");
-        assert!(shortfalls[1].contains("75.0% of the faults"), "{shortfalls:?}");
-    }
-
-    #[test]
-    fn an_oracle_with_nothing_to_judge_is_a_shortfall() {
-        let mut coverage = Coverage::default();
-        coverage.add(Verdict::Pass, &run(1, 1, 0, 0, &["O1", "O2"]), &[]);
-        assert!(coverage.line().ends_with("oracles_exercised=2/13"), "{}", coverage.line());
-        let shortfalls = coverage.shortfalls();
-        assert_eq!(shortfalls.len(), 1, "{shortfalls:?}");
-        assert!(shortfalls[0].starts_with("no case gave O3, O4"), "{shortfalls:?}");
-    }
-}
-
-#[cfg(test)]
-mod capability_tests {
-    use super::*;
-    use protocol::ExecutorCapabilities;
-
-    #[test]
-    fn oracles_beyond_a_narrow_executor_are_named_not_counted_as_unexercised() {
-        assert!(oracles_beyond(&ExecutorCapabilities::all()).is_empty());
-        let tickets = ExecutorCapabilities::tools(["tickets.create"]);
-        assert_eq!(oracles_beyond(&tickets), ["O10", "O11"]);
-        let mut coverage = Coverage { beyond_executor: oracles_beyond(&tickets), ..Coverage::default() };
-        let every: std::collections::BTreeSet<&'static str> =
-            ORACLES.iter().map(|(id, _)| *id).filter(|id| !["O10", "O11"].contains(id)).collect();
-        let run = RunCoverage { exercised: every, ..RunCoverage::default() };
-        coverage.add(Verdict::Pass, &run, &[]);
-        coverage.add(Verdict::NotApplicable, &RunCoverage::default(), &[]);
-        assert!(coverage.shortfalls().is_empty(), "{:?}", coverage.shortfalls());
-        assert!(
-            coverage.line().ends_with("oracles_exercised=11/11 not_applicable=1 beyond_executor=O10,O11"),
-            "{}",
-            coverage.line()
-        );
-        // Nothing applied: that is a shortfall, never a pass.
-        let nothing = Coverage { not_applicable: 3, ..Coverage::default() };
-        assert_eq!(nothing.shortfalls().len(), 1);
-    }
-
-    #[test]
-    fn a_case_narrowed_to_a_narrow_executor_applies_to_it() {
-        let tickets = ExecutorCapabilities::tools(["tickets.create"]);
-        let needs_of = |case: &explore::Case| case.to_scenario().needs(&protocol::ContractSet::builtin());
-        let mut narrowed_away = 0;
-        for seed in 0..200 {
-            let case = explore::case_for_seed(seed);
-            let narrowed = case.clone().narrowed_to(&tickets);
-            assert!(tickets.lacks(&needs_of(&narrowed)).is_empty(), "seed {seed}: {:?}", needs_of(&narrowed));
-            narrowed_away += u32::from(narrowed != case);
-            assert_eq!(case.clone().narrowed_to(&ExecutorCapabilities::all()), case, "all narrows nothing");
-        }
-        assert!(narrowed_away > 100, "most random cases use more than tickets: {narrowed_away}");
     }
 }

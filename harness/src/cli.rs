@@ -146,11 +146,17 @@ enum Command {
         /// Run it twice and fail if the histories differ.
         #[arg(long)]
         check_determinism: bool,
+        /// With --executor-cmd: run it this many times and say how many failed (a real run is
+        /// not deterministic: a saved case fails at a rate).
+        #[arg(long, requires = "executor_cmd", conflicts_with_all = ["check_determinism", "trace", "log"])]
+        repeat: Option<u64>,
         #[command(flatten)]
         black_box: BlackBoxArgs,
     },
-    /// Random workloads under random faults, checked by every oracle; failures are shrunk,
-    /// printed with a reproduce command, and saved to the regressions file.
+    /// Random workloads under random faults, checked by every oracle; failing seeds are grouped
+    /// by signature, one case of each group shrunk, printed with a reproduce command, and saved
+    /// to the regressions file. With --executor-cmd, against real processes: a group counts when
+    /// its case fails again, and the saved case states its rate.
     Explore {
         /// How many seeds.
         #[arg(long, default_value_t = 100)]
@@ -162,9 +168,11 @@ enum Command {
         #[arg(long)]
         shard: Option<String>,
         /// The executor under test.
-        #[arg(long, default_value = "reference")]
+        #[arg(long, default_value = "reference", conflicts_with = "executor_cmd")]
         executor: String,
-        /// Threads (default and most: the machine's cores; no more than there are runs).
+        /// Runs side by side (default and most: the machine's cores; with --executor-cmd, two to
+        /// eight per core, by how long the server's one process took to start; no more than
+        /// there are cases).
         #[arg(long)]
         jobs: Option<usize>,
         /// Saved failing cases: replayed first, new ones appended.
@@ -177,9 +185,11 @@ enum Command {
         /// Stop at the first failing seed.
         #[arg(long)]
         stop_at_first: bool,
-        /// Run every case twice and fail on any history difference.
+        /// Run every case twice and fail on any history difference (the simulation only).
         #[arg(long)]
         check_determinism: bool,
+        #[command(flatten)]
+        black_box: BlackBoxArgs,
     },
     /// Merge the reports of a run's shards (`matrix --shard I/N`, `explore --shard I/N` on N
     /// machines) into the whole run's: the same bytes the unsharded run writes (with
@@ -771,13 +781,18 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
                 code = code.max(write_matrix_reports(&result, &out, &formats, &render_options)?);
             }
             if let Some((dirs, record)) = exploration {
-                print!("{}", crate::explore_cli::render_record(&record));
-                // The shrunk cases the findings name, beside the merged record.
-                for finding in &record.findings {
-                    let source =
-                        dirs.iter().map(|dir| dir.join(&finding.case_file)).find(|path| path.is_file());
+                print!("{}", crate::explore_cli::render_record(&record, &out));
+                // The shrunk cases the groups name (and the failing saved cases), beside the
+                // merged record.
+                let files = record
+                    .groups
+                    .iter()
+                    .map(|group| &group.case_file)
+                    .chain(record.saved_cases.failing.iter().map(|saved| &saved.case_file));
+                for case_file in files {
+                    let source = dirs.iter().map(|dir| dir.join(case_file)).find(|path| path.is_file());
                     if let Some(source) = source {
-                        std::fs::copy(&source, out.join(&finding.case_file))
+                        std::fs::copy(&source, out.join(case_file))
                             .with_context(|| format!("failed to copy {}", source.display()))
                             .map_err(|error| Failure { code: exit::CHECK_FAILED, error })?;
                     }
@@ -800,8 +815,17 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
             log,
             scenario_files,
             check_determinism,
+            repeat,
             black_box,
         } => {
+            if repeat == Some(0) {
+                return Err(bad_input(anyhow::anyhow!("--repeat must be at least 1")));
+            }
+            if let Some(repeat) = repeat.filter(|repeat| *repeat > MAX_RUN_REPEATS) {
+                return Err(bad_input(anyhow::anyhow!(
+                    "--repeat {repeat}: at most {MAX_RUN_REPEATS} (each is a real run of seconds)"
+                )));
+            }
             let executor = registry.resolve(&executor, &black_box)?;
             if executor.black_box.is_some() && (check_determinism || log.is_some()) {
                 return Err(bad_input(anyhow::anyhow!(
@@ -838,6 +862,9 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
                 _ => return Err(bad_input(anyhow::anyhow!("give a scenario and --seed, or --case FILE"))),
             };
             let chosen = &chosen;
+            if let Some(repeat) = repeat {
+                return Ok(run_repeated(chosen, seed, &executor, repeat));
+            }
             let record = runner::run_logged(chosen, seed, &executor, log.as_ref());
             if trace {
                 print!("{}", trace_text(&record));
@@ -874,11 +901,34 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
             out,
             stop_at_first,
             check_determinism,
+            black_box,
         } => {
-            let executor = registry.find(&executor)?;
+            // Everything the flags can say wrong is said before a black-box command is started
+            // to read its manifest.
+            if black_box.executor_cmd.is_some() && check_determinism {
+                return Err(bad_input(anyhow::anyhow!(
+                    "--check-determinism needs the simulated world: with --executor-cmd the cases run as real processes on real time, which are not deterministic (a finding is confirmed by running it again instead)"
+                )));
+            }
             last_seed(start, seeds.max(1), "--start and --seeds")?;
             let shard = shard.as_deref().map(parse_shard).transpose()?;
-            let jobs = jobs_for(jobs, seeds)?;
+            if jobs == Some(0) {
+                return Err(bad_input(anyhow::anyhow!("--jobs must be at least 1")));
+            }
+            check_report_dir(&out, &[crate::explore_cli::EXPLORE_RECORD])?;
+            let executor = registry.resolve(&executor, &black_box)?;
+            let jobs = match &executor.black_box {
+                Some(spec) => {
+                    let sized = black_box_jobs(jobs, seeds, spec)?;
+                    eprintln!(
+                        "{sized} case(s) side by side: the server's one process started in {} ms{}",
+                        spec.measured_start.as_millis(),
+                        if jobs.is_some() { " (--jobs)" } else { "; --jobs says otherwise" }
+                    );
+                    sized
+                }
+                None => jobs_for(jobs, seeds)?,
+            };
             let config = crate::explore_cli::ExploreConfig {
                 executor,
                 seeds,
@@ -1115,6 +1165,51 @@ fn say_build() {
         println!(
             "build: the dev profile (replaylab's crates unoptimised): compare ratios, not rates; for rates, cargo run --release"
         );
+    }
+}
+
+/// The most times `run --repeat` runs a black-box scenario.
+const MAX_RUN_REPEATS: u64 = 1_000;
+
+/// `run --repeat N` of a black box: the scenario run `repeat` times one after another, a line
+/// per run, then how many failed and the first failing run whole (else the last run); exit 1
+/// unless every run passed.
+fn run_repeated(scenario: &Scenario, seed: u64, executor: &ExecutorSpec, repeat: u64) -> u8 {
+    let mut counts: std::collections::BTreeMap<Verdict, u64> = std::collections::BTreeMap::new();
+    let mut shown: Option<RunResult> = None;
+    for run in 1..=repeat {
+        let record = runner::run(scenario, seed, executor);
+        let result = record.result;
+        let oracles: Vec<&str> =
+            result.violations.iter().map(|violation| violation.oracle.as_str()).collect();
+        let oracles = if oracles.is_empty() { String::new() } else { format!(" ({})", oracles.join(", ")) };
+        println!("run {run} of {repeat}: {}{oracles}", result.verdict);
+        *counts.entry(result.verdict).or_insert(0) += 1;
+        let failed = matches!(result.verdict, Verdict::Fail | Verdict::Crashed);
+        if shown
+            .as_ref()
+            .is_none_or(|kept| failed && !matches!(kept.verdict, Verdict::Fail | Verdict::Crashed))
+        {
+            shown = Some(result);
+        }
+    }
+    let count = |verdict| counts.get(&verdict).copied().unwrap_or(0);
+    let failed = count(Verdict::Fail) + count(Verdict::Crashed);
+    println!();
+    if let Some(result) = &shown {
+        print!("{}", render_run(result));
+    }
+    println!(
+        "failed {failed} of {repeat} runs ({} pass, {} fail, {} unknown, {} crashed)",
+        count(Verdict::Pass),
+        count(Verdict::Fail),
+        count(Verdict::Unknown),
+        count(Verdict::Crashed)
+    );
+    if count(Verdict::Pass) == repeat {
+        exit::SUCCESS
+    } else {
+        exit::CHECK_FAILED
     }
 }
 

@@ -241,6 +241,12 @@ pub enum EventKind {
         worker: String,
         /// The point.
         point: String,
+        /// At a downstream point: the operations whose calls carried the held request's
+        /// business content (`tenant/environment/workflow/step`). A worker that reached it
+        /// while serving a call of one of them acted on that call, though it may have left no
+        /// other trace (a process's claim is in its own store).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        operations: Vec<String>,
     },
     /// A paused worker was let go.
     Released {
@@ -575,7 +581,7 @@ impl Event {
             EventKind::FaultInstalled { rule } => format!("fault installed: {rule}"),
             EventKind::HoldReleased { name } => format!("held requests of {} released", quoted(name)),
             EventKind::FaultsHealed => "all faults healed".to_owned(),
-            EventKind::Paused { name, worker, point } => {
+            EventKind::Paused { name, worker, point, .. } => {
                 format!("{worker} PAUSED at {point} ({})", quoted(name))
             }
             EventKind::Released { name } => format!("pause {} released", quoted(name)),

@@ -117,6 +117,8 @@ struct Facts<'a> {
     calls: Vec<CallFact>,
     /// label -> (operation, tenant)
     requests: BTreeMap<String, (String, String)>,
+    /// label -> the actor a call, poll or reconciliation was made by.
+    request_actors: BTreeMap<String, String>,
     answers: Vec<AnswerFact>,
     /// Business effects (human edits are not an operation's effects), as committed.
     effects: Vec<EffectFact>,
@@ -132,7 +134,7 @@ struct Facts<'a> {
     settled: bool,
     attribution: Attribution,
     /// Labels of the agent requests a worker acted on: answered, or served by a store call or
-    /// a downstream request.
+    /// a downstream request (one held at a pause point included).
     acted_on: BTreeSet<String>,
     /// (tenant, operation key) of every reconciliation entry an executor filed for people.
     handed_over: BTreeSet<(String, String)>,
@@ -152,6 +154,7 @@ impl<'a> Facts<'a> {
             evidence,
             calls: Vec::new(),
             requests: BTreeMap::new(),
+            request_actors: BTreeMap::new(),
             answers: Vec::new(),
             effects: Vec::new(),
             observed: Vec::new(),
@@ -168,7 +171,41 @@ impl<'a> Facts<'a> {
             concluded: BTreeMap::new(),
         };
         let mut sent_at: BTreeMap<&str, u64> = BTreeMap::new();
+        // The calls each worker is serving (received, neither answered nor given up on), with
+        // their operations.
+        let mut serving: BTreeMap<&str, Vec<(&str, &str)>> = BTreeMap::new();
+        let mut call_operations: BTreeMap<&str, &str> = BTreeMap::new();
         for event in evidence.history {
+            match &event.kind {
+                EventKind::CallSent { label, operation, .. } => {
+                    call_operations.insert(label, operation);
+                }
+                EventKind::CallReceived { label, worker } => {
+                    if let Some(operation) = call_operations.get(label.as_str()) {
+                        serving.entry(worker).or_default().push((label, operation));
+                    }
+                }
+                EventKind::Answered { label, .. } | EventKind::AgentGotNoAnswer { label, .. } => {
+                    for calls in serving.values_mut() {
+                        calls.retain(|(served, _)| served != label);
+                    }
+                }
+                // A worker held at a downstream request carrying an operation's content, while
+                // it served one call of that operation, acted on that call.
+                EventKind::Paused { worker, operations, .. } => {
+                    let held: Vec<&str> = serving
+                        .get(worker.as_str())
+                        .into_iter()
+                        .flatten()
+                        .filter(|(_, operation)| operations.iter().any(|held| held == operation))
+                        .map(|(label, _)| *label)
+                        .collect();
+                    if let [label] = held[..] {
+                        facts.acted_on.insert(label.to_owned());
+                    }
+                }
+                _ => {}
+            }
             match &event.kind {
                 EventKind::CallSent {
                     label,
@@ -183,6 +220,7 @@ impl<'a> Facts<'a> {
                     ..
                 } => {
                     facts.requests.insert(label.clone(), (operation.clone(), tenant.clone()));
+                    facts.request_actors.insert(label.clone(), actor.clone());
                     facts.asked.insert(label.clone(), (event.seq, true));
                     facts.calls.push(CallFact {
                         seq: event.seq,
@@ -197,8 +235,9 @@ impl<'a> Facts<'a> {
                         content: content.clone(),
                     });
                 }
-                EventKind::OperationQuery { label, operation, tenant, .. } => {
+                EventKind::OperationQuery { label, operation, tenant, actor, .. } => {
                     facts.requests.insert(label.clone(), (operation.clone(), tenant.clone()));
+                    facts.request_actors.insert(label.clone(), actor.clone());
                     facts.asked.insert(label.clone(), (event.seq, false));
                 }
                 EventKind::StoreCommitted { serving: Some(label), .. } => {
@@ -301,6 +340,15 @@ impl<'a> Facts<'a> {
 
     fn request_of(&self, label: &str) -> Option<&(String, String)> {
         self.requests.get(label)
+    }
+
+    /// Whether the actor the request `label` was made by lost its permission for the
+    /// operation's tool (its first call's) at some point: a refusal for that says nothing of
+    /// the operation. (Calls of one operation can come from several actors; a poll is made by
+    /// the operation's actor.)
+    fn requester_revoked(&self, label: &str, operation: &str) -> bool {
+        let tool = self.first_call_of(operation).map(|call| call.tool.as_str());
+        self.request_actors.get(label).zip(tool).is_some_and(|(actor, tool)| self.revoked(actor, tool))
     }
 
     /// The operation's original call: its first valid call that the executor acted on
@@ -1456,8 +1504,6 @@ fn rejections_keep_their_reason(facts: &Facts<'_>, judgement: &mut Judgement) {
             continue;
         };
         let (reason, request) = (first.outcome.reason, fingerprint_of(&first.label).flatten());
-        let actor = facts.first_call_of(operation).map(|call| (call.actor.as_str(), call.tool.as_str()));
-        let revoked = actor.is_some_and(|(actor, tool)| facts.revoked(actor, tool));
         for later in answers.iter().filter(|answer| answer.seq > first.seq) {
             let same_request = match fingerprint_of(&later.label) {
                 None => true,
@@ -1467,7 +1513,8 @@ fn rejections_keep_their_reason(facts: &Facts<'_>, judgement: &mut Judgement) {
                 continue;
             }
             judgement.exercise(8);
-            let earned = revoked && later.outcome.reason == Some(ReasonCode::Unauthorized);
+            let earned = facts.requester_revoked(&later.label, operation)
+                && later.outcome.reason == Some(ReasonCode::Unauthorized);
             if later.outcome.reason != reason && !earned {
                 judgement.violate(
                     8,
@@ -1651,8 +1698,10 @@ fn no_stale_overwrite(facts: &Facts<'_>, judgement: &mut Judgement) {
 }
 
 /// O12: an operation whose own effect is in the ledger does not end `rejected` at the
-/// harness's final poll: the executor owns what it did. (A final poll refused because the
-/// actor's permission was revoked says nothing of the operation, and is not judged.)
+/// harness's final poll: the executor owns what it did. (A final poll refused because its
+/// actor's permission was revoked says nothing of the operation, and is not judged; the final
+/// poll is made by the operation's actor, which may not be the actor whose call made the
+/// effect.)
 fn no_disowned_effect(facts: &Facts<'_>, judgement: &mut Judgement) {
     if !facts.settled {
         return;
@@ -1662,7 +1711,7 @@ fn no_disowned_effect(facts: &Facts<'_>, judgement: &mut Judgement) {
         let Some(answer) = facts.final_poll(operation) else { continue };
         let outcome = &answer.outcome;
         let refused_poll = outcome.reason == Some(ReasonCode::Unauthorized)
-            && facts.first_call_of(operation).is_some_and(|call| facts.revoked(&call.actor, &call.tool));
+            && facts.requester_revoked(&answer.label, operation);
         if refused_poll {
             continue;
         }

@@ -633,10 +633,15 @@ impl Runner {
                     ));
                     return Ok(());
                 };
+                let operations = match &triggered.point {
+                    world::Reached::Downstream { operations, .. } => operations.clone(),
+                    _ => Vec::new(),
+                };
                 self.record(EventKind::Paused {
                     name: name.clone(),
                     worker: triggered.worker.clone(),
                     point: triggered.describe(),
+                    operations,
                 });
                 self.reached.insert(name.clone(), triggered.worker.clone());
                 self.paused.insert(name.clone(), triggered);
@@ -992,15 +997,26 @@ impl Runner {
             return Ok(());
         }
         let first_worker = self.scenario.worker_names().into_iter().next().expect("a scenario has a worker");
-        for name in &names {
-            let label = format!("{FINAL_POLL_PREFIX}{}", self.operation(name, None).path());
-            self.query(&label, RequestKind::Poll, name, &first_worker);
-        }
         let labels: Vec<String> = names
             .iter()
             .map(|name| format!("{FINAL_POLL_PREFIX}{}", self.operation(name, None).path()))
             .collect();
-        self.wait_within(&labels, FINAL_QUERY_PATIENCE)
+        // A world on real time tells which agent request a worker's downstream request serves
+        // only while the worker serves one (the process world's origin tag): there, the final
+        // polls go one at a time, so that what a poll makes the executor send (a job's
+        // completion notice, a resend) belongs to its operation. The simulation tags the
+        // sending task itself, and polls all at once.
+        if self.world.skips_idle_time() {
+            for (name, label) in names.iter().zip(&labels) {
+                self.query(label, RequestKind::Poll, name, &first_worker);
+            }
+            return self.wait_within(&labels, FINAL_QUERY_PATIENCE);
+        }
+        for (name, label) in names.iter().zip(&labels) {
+            self.query(label, RequestKind::Poll, name, &first_worker);
+            self.wait_within(std::slice::from_ref(label), FINAL_QUERY_PATIENCE)?;
+        }
+        Ok(())
     }
 
     /// Lets the scenario's settle time pass after the last work that is legitimately still
@@ -1290,6 +1306,14 @@ fn describe_rule(rule: &FaultRule) -> String {
 pub fn reproduce_command(scenario: &Scenario, seed: u64, executor: &ExecutorSpec) -> String {
     let (program, name) = (&executor.program, shell_quote(&executor.name));
     if let Some(spec) = &executor.black_box {
+        // A saved case (a scenario file with its seed) is run from its file.
+        if scenario.seed.is_some() {
+            return format!(
+                "{program} run --case {} {}",
+                shell_quote(&scenario.source),
+                spec.reproduce_arguments()
+            );
+        }
         let mut command =
             format!("{program} run {} --seed {seed} {}", scenario.id, spec.reproduce_arguments());
         if !scenario.source.starts_with(scenarios::BUILTIN_SOURCE_PREFIX) {

@@ -10,6 +10,7 @@ mod allowed;
 mod black_box;
 mod cli;
 mod corpus;
+mod explore;
 mod fuzz;
 mod idle;
 mod merge;

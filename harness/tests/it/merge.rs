@@ -197,11 +197,13 @@ fn shards_that_do_not_make_one_run_are_refused_with_exit_2() {
 }
 
 /// `explore --shard I/N` too: the merged `explore.json` is the unsharded exploration's, byte
-/// for byte (counts summed, findings in seed order, the coverage floor judged over the sum),
-/// with the shrunk cases its findings name beside it.
+/// for byte, whether the seeds were split in two shards or three (counts summed, failing seeds
+/// grouped by signature across the shards, each group's shrunk case the one of its smallest
+/// drawn case, the coverage floor judged over the sum), with the shrunk cases its groups name
+/// beside it.
 #[test]
 fn merged_exploration_shards_equal_the_unsharded_exploration() {
-    const EXPLORER: &str = "mutant:no_auth_recheck";
+    const EXPLORER: &str = "mutant:blind_retry";
     let root = scratch("explore");
     let explore = |name: &str, shard: Option<&str>| {
         let out = root.join(name);
@@ -211,7 +213,7 @@ fn merged_exploration_shards_equal_the_unsharded_exploration() {
             "--executor".into(),
             EXPLORER.into(),
             "--seeds".into(),
-            "40".into(),
+            "60".into(),
             "--jobs".into(),
             "2".into(),
             "--out".into(),
@@ -229,31 +231,39 @@ fn merged_exploration_shards_equal_the_unsharded_exploration() {
     };
     let whole = explore("whole", None);
     let record: serde_json::Value = serde_json::from_slice(&read(&whole, "explore.json")).expect("JSON");
-    let findings = record["findings"].as_array().expect("findings");
-    assert!(findings.len() >= 2, "the premise: several failing seeds ({})", findings.len());
-    let one = explore("one", Some("1/2"));
-    let two = explore("two", Some("2/2"));
-    let merged = root.join("merged");
-    let (code, stdout, stderr) = replaylab(&[
-        "merge",
-        &two.display().to_string(),
-        &one.display().to_string(),
-        "--out",
-        &merged.display().to_string(),
-    ]);
-    assert_eq!(code, 1, "the findings fail the merged exploration\n{stdout}\n{stderr}");
+    let groups = record["groups"].as_array().expect("groups");
+    assert!(groups.len() >= 2, "the premise: several groups ({})", groups.len());
     assert!(
-        read(&merged, "explore.json") == read(&whole, "explore.json"),
-        "explore.json differs from the unsharded one\n{stdout}"
+        groups.iter().any(|group| group["count"].as_u64().is_some_and(|count| count >= 3)),
+        "the premise: a group of several seeds, which the shards split: {groups:#?}"
     );
-    for finding in findings {
-        let file = finding["case_file"].as_str().expect("a case file");
+    for count in [2, 3] {
+        let shards: Vec<PathBuf> = (1..=count)
+            .map(|index| explore(&format!("{index}-of-{count}"), Some(&format!("{index}/{count}"))))
+            .collect();
+        let merged = root.join(format!("merged-{count}"));
+        let mut args: Vec<String> = vec!["merge".into()];
+        // In another order than the shards' own: the merge does not depend on it.
+        args.extend(shards.iter().rev().map(|shard| shard.display().to_string()));
+        args.extend(["--out".into(), merged.display().to_string()]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, stdout, stderr) = replaylab(&args);
+        assert_eq!(code, 1, "the groups fail the merged exploration\n{stdout}\n{stderr}");
         assert!(
-            read(&merged, file) == read(&whole, file),
-            "{file}: the shrunk case beside the merged record"
+            read(&merged, "explore.json") == read(&whole, "explore.json"),
+            "{count} shards: explore.json differs from the unsharded one\n{stdout}"
         );
+        for group in groups {
+            let file = group["case_file"].as_str().expect("a case file");
+            assert!(
+                read(&merged, file) == read(&whole, file),
+                "{count} shards: {file}: the shrunk case beside the merged record"
+            );
+        }
     }
     // A shard alone does not make the exploration.
+    let merged = root.join("merged-2");
+    let one = root.join("1-of-2");
     let (code, _, stderr) =
         replaylab(&["merge", &one.display().to_string(), "--out", &merged.display().to_string()]);
     assert_eq!(code, 2);

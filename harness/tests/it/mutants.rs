@@ -149,12 +149,14 @@ fn exploration_finds_a_mutant_and_its_reproduce_command_reproduces_it() {
         .expect("replaylab runs");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert_eq!(output.status.code(), Some(1), "{stdout}");
+    // `group 1 of 1: O1 single_effect (ticket_created)`: the signature starts with the oracle.
     let oracle = stdout
         .lines()
         .find_map(|line| {
-            line.split_once(" fails ").map(|(_, rest)| rest.split(';').next().unwrap_or_default().to_owned())
+            line.strip_prefix("group 1 of 1: ")
+                .map(|signature| signature.split(' ').next().unwrap_or_default().to_owned())
         })
-        .unwrap_or_else(|| panic!("no finding in {stdout}"));
+        .unwrap_or_else(|| panic!("no group in {stdout}"));
     let command = stdout
         .lines()
         .find_map(|line| line.trim().strip_prefix("reproduce: "))
@@ -198,6 +200,7 @@ fn a_stale_update_case_calls_the_creator_edits_then_updates_and_catches_lost_upd
         duplicate_deliveries: false,
         webhooks: false,
         long_jobs: false,
+        slow_queue: false,
         operations: vec![
             CaseOperation { tenant: 0, step: 0, tool: CaseTool::Ticket, content: 0 },
             // Content 0: the update is based on version 1, the version before the edit.

@@ -1452,3 +1452,54 @@ fn a_refused_operation_is_no_candidate_in_an_attribution_tie() {
     world.settled_with(OP, Outcome::rejected(ReasonCode::InvalidRequest, "no operation with this key"));
     assert_eq!(world.fired(), none());
 }
+
+/// A worker held at a downstream pause point with a request carrying its call's content, and
+/// killed there, had acted on that call, though it left no other trace (a process's claim is
+/// in its own store): the call is the operation's original, so a later changed request is the
+/// one refused, and the original request, resent by the executor's recovery and replayed, is
+/// no changed request carried out (O3). Without the operation on the pause, the changed call
+/// was taken for the original, and the reference over MCP failed O3 in exploration.
+#[test]
+fn a_call_held_at_a_pause_point_was_acted_on() {
+    let changed = r#"{"queue": "billing", "subject": "Refund", "body": "Twice charged"}"#;
+    let held_then_killed = |operations: Vec<String>| {
+        let mut world = World::default();
+        world.call("first");
+        world.push(EventKind::CallReceived { label: "first".into(), worker: "worker-1".into() });
+        world.push(EventKind::Paused {
+            name: "held".into(),
+            worker: "worker-1".into(),
+            point: "downstream:before POST /v1/tickets".into(),
+            operations,
+        });
+        world.push(EventKind::Crashed {
+            worker: "worker-1".into(),
+            paused_at: Some("downstream:before POST /v1/tickets".into()),
+            after_commit: false,
+        });
+        world.push(EventKind::AgentGotNoAnswer { label: "first".into(), reason: "connection_closed".into() });
+        world.call_on("changed", OP, changed).answer_with(
+            "changed",
+            Outcome::rejected(ReasonCode::IdempotencyKeyReusedWithDifferentRequest, "mismatch"),
+        );
+        // The restarted worker's recovery resends the first call's request under its key.
+        let content = world.content_of("first");
+        let committed = json!({"ticket_id": "ticket_1", "version": 1, "status": "open"});
+        world.request_full(
+            None,
+            None,
+            "POST",
+            "/v1/tickets",
+            Some(KEY),
+            content,
+            Handling::Commit("ticket_1", committed),
+        );
+        world.call("again").answer("again", OutcomeStatus::Replayed, Some("ticket_1"));
+        world.settled(OP, OutcomeStatus::Replayed, Some("ticket_1"));
+        world
+    };
+    assert_eq!(held_then_killed(vec![OP.to_owned()]).fired(), none());
+    assert!(held_then_killed(Vec::new()).fired().contains(&"O3".to_owned()), "the premise of the test");
+    // Held with another operation's content: that says nothing of this call.
+    assert!(held_then_killed(vec![OTHER.to_owned()]).fired().contains(&"O3".to_owned()));
+}
