@@ -203,9 +203,10 @@ fn operation_weight(operation: &CaseOperation) -> u64 {
     tool + u64::from(operation.content) + u64::from(operation.tenant) + u64::from(operation.step)
 }
 
-/// The operation an action names, if it names one.
-fn operation_of(action: &CaseAction) -> Option<u8> {
-    match *action {
+/// The operation an action names, where it can be read or changed; `None` for an action that
+/// names none.
+fn operation_slot(action: &mut CaseAction) -> Option<&mut u8> {
+    match action {
         CaseAction::Call { operation, .. }
         | CaseAction::Concurrent { operation }
         | CaseAction::FaultyCall { operation, .. }
@@ -226,6 +227,12 @@ fn operation_of(action: &CaseAction) -> Option<u8> {
     }
 }
 
+/// The operation an action names, if it names one.
+fn operation_of(action: &CaseAction) -> Option<u8> {
+    let mut action = *action;
+    operation_slot(&mut action).copied()
+}
+
 /// The worker an action names, if it names one.
 fn worker_of(action: &CaseAction) -> Option<u8> {
     match *action {
@@ -244,24 +251,8 @@ fn worker_of(action: &CaseAction) -> Option<u8> {
 /// The action naming another operation.
 fn with_operation(action: CaseAction, to: u8) -> CaseAction {
     let mut action = action;
-    match &mut action {
-        CaseAction::Call { operation, .. }
-        | CaseAction::Concurrent { operation }
-        | CaseAction::FaultyCall { operation, .. }
-        | CaseAction::CrashDuringCall { operation, .. }
-        | CaseAction::SlowOwner { operation, .. }
-        | CaseAction::OverlappingOwner { operation, .. }
-        | CaseAction::LateRetry { operation }
-        | CaseAction::RevokeAndRetry { operation }
-        | CaseAction::Revoke { operation }
-        | CaseAction::Poll { operation }
-        | CaseAction::Reconcile { operation }
-        | CaseAction::PollWhileRunning { operation }
-        | CaseAction::OtherActor { operation, .. }
-        | CaseAction::NewVersion { operation, .. }
-        | CaseAction::LookupsDown { operation, .. }
-        | CaseAction::NoticeFault { operation, .. } => *operation = to,
-        CaseAction::Advance { .. } | CaseAction::HumanEdit | CaseAction::StaleUpdate => {}
+    if let Some(operation) = operation_slot(&mut action) {
+        *operation = to;
     }
     action
 }
