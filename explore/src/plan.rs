@@ -374,10 +374,7 @@ impl Case {
             return;
         };
         let pause = plan.label("pause-");
-        let mut point = PausePoint::downstream(Moment::After, true);
-        if let PausePoint::Downstream { filter, .. } = &mut point {
-            filter.operation = Some(name.clone());
-        }
+        let point = effect_point(Moment::After, &name);
         plan.push(StepKind::Pause { name: pause.clone(), worker: Some(owner), point });
         self.mark_called(plan, &name, &op, false);
         let first_id = first.id.clone();
@@ -437,10 +434,7 @@ impl Case {
             return;
         };
         let pause = plan.label("pause-");
-        let mut point = PausePoint::downstream(Moment::Before, true);
-        if let PausePoint::Downstream { filter, .. } = &mut point {
-            filter.operation = Some(name.to_owned());
-        }
+        let point = effect_point(Moment::Before, name);
         plan.push(StepKind::Pause { name: pause.clone(), worker: Some(owner), point });
         self.mark_called(plan, name, op, false);
         let first_id = first.id.clone();
@@ -536,11 +530,7 @@ impl Case {
                     CrashMoment::AfterCommit if op.tool != CaseTool::SetStatus => Moment::After,
                     _ => Moment::Before,
                 };
-                let effect = true;
-                let mut point = PausePoint::downstream(moment, effect);
-                if let PausePoint::Downstream { filter, .. } = &mut point {
-                    filter.operation = Some(name.clone());
-                }
+                let point = effect_point(moment, &name);
                 // A queued tool's effect is sent by whichever worker consumes it.
                 let paused_worker = (!op.tool.queued()).then(|| caller.clone());
                 plan.push(StepKind::Pause { name: pause.clone(), worker: paused_worker, point });
@@ -814,6 +804,15 @@ impl Case {
     pub fn size(&self) -> usize {
         self.operations.len() + self.actions.len() + usize::from(self.workers)
     }
+}
+
+/// The pause point `moment` a request that can commit an effect for `operation`.
+fn effect_point(moment: Moment, operation: &str) -> PausePoint {
+    let mut point = PausePoint::downstream(moment, true);
+    if let PausePoint::Downstream { filter, .. } = &mut point {
+        filter.operation = Some(operation.to_owned());
+    }
+    point
 }
 
 #[cfg(test)]

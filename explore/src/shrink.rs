@@ -233,9 +233,10 @@ fn operation_of(action: &CaseAction) -> Option<u8> {
     operation_slot(&mut action).copied()
 }
 
-/// The worker an action names, if it names one.
-fn worker_of(action: &CaseAction) -> Option<u8> {
-    match *action {
+/// The worker an action names, where it can be read or changed; `None` for an action that
+/// names none.
+fn worker_slot(action: &mut CaseAction) -> Option<&mut u8> {
+    match action {
         CaseAction::Call { worker, .. }
         | CaseAction::FaultyCall { worker, .. }
         | CaseAction::CrashDuringCall { worker, .. }
@@ -246,6 +247,12 @@ fn worker_of(action: &CaseAction) -> Option<u8> {
         | CaseAction::LookupsDown { worker, .. } => Some(worker),
         _ => None,
     }
+}
+
+/// The worker an action names, if it names one.
+fn worker_of(action: &CaseAction) -> Option<u8> {
+    let mut action = *action;
+    worker_slot(&mut action).copied()
 }
 
 /// The action naming another operation.
@@ -260,16 +267,8 @@ fn with_operation(action: CaseAction, to: u8) -> CaseAction {
 /// The action sent to another worker.
 fn with_worker(action: CaseAction, to: u8) -> CaseAction {
     let mut action = action;
-    match &mut action {
-        CaseAction::Call { worker, .. }
-        | CaseAction::FaultyCall { worker, .. }
-        | CaseAction::CrashDuringCall { worker, .. }
-        | CaseAction::SlowOwner { worker, .. }
-        | CaseAction::OverlappingOwner { worker, .. }
-        | CaseAction::OtherActor { worker, .. }
-        | CaseAction::NewVersion { worker, .. }
-        | CaseAction::LookupsDown { worker, .. } => *worker = to,
-        _ => {}
+    if let Some(worker) = worker_slot(&mut action) {
+        *worker = to;
     }
     action
 }
