@@ -168,6 +168,9 @@ pub struct SavedCases {
 /// depend on how the seeds were sharded). Shards that do not make one exploration are an error.
 pub fn merge_records(parts: Vec<ExploreRecord>) -> Result<ExploreRecord, String> {
     let first = parts.first().ok_or("nothing to merge")?.clone();
+    for part in &parts {
+        check_record(part)?;
+    }
     let count = match first.shard {
         None if parts.len() == 1 => return Ok(first),
         None => return Err("an exploration that is not a shard cannot be merged with others".into()),
@@ -249,6 +252,134 @@ pub fn merge_records(parts: Vec<ExploreRecord>) -> Result<ExploreRecord, String>
     merged.shortfalls = shortfalls_of(&merged.coverage, merged.stopped_early);
     merged.verdict = record_verdict(&merged);
     Ok(merged)
+}
+
+/// Refuses a record that contradicts itself, naming its shard and every contradiction.
+pub fn check_record(record: &ExploreRecord) -> Result<(), String> {
+    let problems = contradictions(record);
+    if problems.is_empty() {
+        return Ok(());
+    }
+    let which =
+        record.shard.map_or("the exploration".to_owned(), |shard| format!("exploration shard {shard}"));
+    Err(format!(
+        "{which} contradicts itself, so it was edited or cut short ({} problem(s)):\n  {}",
+        problems.len(),
+        problems.join("\n  ")
+    ))
+}
+
+/// What in an exploration's record its own numbers contradict, one sentence each with the
+/// values. A record holds no per-seed evidence (an exploration runs thousands of seeds), so this
+/// checks what must hold between its counts: the seeds it ran, the fractions no more than
+/// whole, the groups' seeds in its shard, the verdict judged again.
+pub fn contradictions(record: &ExploreRecord) -> Vec<String> {
+    let mut found = Vec::new();
+    let seeds: Vec<u64> = (0..record.seeds)
+        .map_while(|offset| record.start.checked_add(offset))
+        .filter(|seed| record.shard.is_none_or(|shard| shard.contains(*seed)))
+        .collect();
+    let count = |verdict| record.verdicts.get(&verdict).copied().unwrap_or(0);
+    let ran: u64 = record.verdicts.values().sum();
+    let coverage = &record.coverage;
+    if record.stopped_early {
+        if ran > seeds.len() as u64 {
+            found.push(format!("verdicts count {ran} case(s) but its seeds are {}", seeds.len()));
+        }
+    } else if ran != seeds.len() as u64 {
+        found.push(format!("verdicts count {ran} case(s) but it ran {} seed(s)", seeds.len()));
+    }
+    let mut must = |what: String, holds: bool| {
+        if !holds {
+            found.push(what);
+        }
+    };
+    must(
+        format!(
+            "coverage counts {} case(s) and {} not applicable but verdicts count {} and {}",
+            coverage.cases,
+            coverage.not_applicable,
+            ran - count(Verdict::NotApplicable),
+            count(Verdict::NotApplicable)
+        ),
+        coverage.cases == ran - count(Verdict::NotApplicable)
+            && coverage.not_applicable == count(Verdict::NotApplicable),
+    );
+    must(
+        format!(
+            "coverage counts {} unknown case(s) but verdicts count {}",
+            coverage.unknown,
+            count(Verdict::Unknown)
+        ),
+        coverage.unknown == count(Verdict::Unknown),
+    );
+    must(
+        format!("faults_fired is {} of {} installed", coverage.faults_fired, coverage.faults_installed),
+        coverage.faults_fired <= coverage.faults_installed,
+    );
+    must(
+        format!("crashes_after_commit is {} of {} crashes", coverage.crashes_after_commit, coverage.crashes),
+        coverage.crashes_after_commit <= coverage.crashes,
+    );
+    must(
+        format!("stale_writes counts {} case(s) of {}", coverage.stale_writes, coverage.cases),
+        coverage.stale_writes <= coverage.cases,
+    );
+    for (oracle, n) in &coverage.exercised {
+        must(format!("{oracle} is exercised in {n} case(s) of {}", coverage.cases), *n <= coverage.cases);
+    }
+    let in_shard = |seed: &u64| seeds.binary_search(seed).is_ok();
+    let mut grouped: Vec<u64> = Vec::new();
+    for group in &record.groups {
+        must(
+            format!(
+                "group {} counts {} seed(s) but lists {}",
+                group.signature,
+                group.count,
+                group.seeds.len()
+            ),
+            group.count == group.seeds.len() as u64,
+        );
+        let outside: Vec<u64> = group.seeds.iter().copied().filter(|seed| !in_shard(seed)).collect();
+        must(
+            format!("group {} lists seed(s) {} that it did not run", group.signature, seeds_text(&outside)),
+            outside.is_empty(),
+        );
+        must(
+            format!(
+                "group {} was shrunk from seed {}, which is not among its seeds",
+                group.signature, group.shrunk_seed
+            ),
+            group.seeds.contains(&group.shrunk_seed),
+        );
+        grouped.extend(&group.seeds);
+    }
+    let failed = count(Verdict::Fail) + count(Verdict::Crashed) + count(Verdict::Unknown);
+    must(
+        format!("its groups hold {} seed(s) but only {failed} case(s) did not pass", grouped.len()),
+        grouped.len() as u64 <= failed,
+    );
+    grouped.sort_unstable();
+    let before = grouped.len();
+    grouped.dedup();
+    must(format!("{} seed(s) are in more than one group", before - grouped.len()), before == grouped.len());
+    let outside: Vec<u64> =
+        record.nondeterministic_seeds.iter().copied().filter(|seed| !in_shard(seed)).collect();
+    must(
+        format!("nondeterministic_seeds lists seed(s) {} that it did not run", seeds_text(&outside)),
+        outside.is_empty(),
+    );
+    let shortfalls = shortfalls_of(&record.coverage, record.stopped_early);
+    must(
+        format!("its shortfalls say {:?} but its coverage gives {:?}", record.shortfalls, shortfalls),
+        record.shortfalls == shortfalls,
+    );
+    let verdict = record_verdict(record);
+    must(
+        format!("its verdict says {} but its groups and coverage give {verdict}", record.verdict),
+        record.verdict == verdict,
+    );
+    found
 }
 
 /// Groups in the order of their first seed (then by signature): an order that does not depend

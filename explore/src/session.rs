@@ -581,7 +581,7 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
             }
         }
     }
-    let shortfalls = shortfalls_of(&coverage, config.stop_at_first);
+    let shortfalls = shortfalls_of(&coverage, config.stop_at_first && stop.load(Ordering::Relaxed));
     for shortfall in &shortfalls {
         failed = true;
         println!("coverage too thin: {shortfall}");

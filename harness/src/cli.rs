@@ -206,6 +206,24 @@ enum Command {
         #[arg(long, default_value = "all")]
         format: String,
     },
+    /// Re-derive a matrix report: check every count against the runs it records, that it was
+    /// made by this replaylab at this commit, and run a sample of its runs again, comparing
+    /// their history digests and verdicts. Exit 0 for a genuine report, 1 for a forged, edited
+    /// or stale one.
+    Verify {
+        /// The report's directory (holding `matrix.json`), or the file.
+        report: PathBuf,
+        /// How many runs to run again besides the one each scenario shows, drawn at random;
+        /// or `all`.
+        #[arg(long, default_value = "50")]
+        sample: String,
+        /// The seed the sample is drawn from (default: drawn from the clock, and printed).
+        #[arg(long)]
+        sample_seed: Option<u64>,
+        /// Threads (default and most: the machine's cores; no more than there are runs).
+        #[arg(long)]
+        jobs: Option<usize>,
+    },
     /// Run the matrix against the reference and every mutant of the zoo; exit 0 only when the
     /// reference passes every row and every mutant is killed.
     Mutants {
@@ -715,6 +733,9 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
                 println!("no scenario applied to executor {}: nothing was checked", result.executor);
             }
             write_matrix_reports(&result, &out, &formats, &render_options)
+        }
+        Command::Verify { report, sample, sample_seed, jobs } => {
+            verify_report(registry, &report, &sample, sample_seed, jobs)
         }
         Command::Merge { shards, out, format } => {
             let formats = reports::Format::parse_list(&format).map_err(|error| bad_input(error.into()))?;
@@ -1347,6 +1368,99 @@ fn parse_shard(text: &str) -> Result<(u64, u64), Failure> {
     Ok((index, count))
 }
 
+/// `replaylab verify`: see [`crate::verify`]. Bad input (no report, an executor or scenario
+/// this binary does not have) exits 2 before any run.
+fn verify_report(
+    registry: &Registry,
+    report: &std::path::Path,
+    sample: &str,
+    sample_seed: Option<u64>,
+    jobs: Option<usize>,
+) -> Result<u8, Failure> {
+    use crate::verify;
+    let sample = verify::Sample::parse(sample).map_err(|error| bad_input(anyhow::anyhow!(error)))?;
+    let result = crate::merge::read_unchecked(report).map_err(|error| bad_input(error.into()))?;
+    let file = if report.is_dir() { report.join("matrix.json") } else { report.to_path_buf() };
+    println!(
+        "verifying {}: {} of {}, {} scenario(s), {} run(s)",
+        file.display(),
+        result.executor,
+        result.commit.as_deref().map_or("an unknown commit".to_owned(), |commit| format!("commit {commit}")),
+        result.scenarios.len(),
+        result.scenarios.iter().map(|s| s.runs.len()).sum::<usize>()
+    );
+    let contradictions = runner::evidence::contradictions(&result);
+    if !contradictions.is_empty() {
+        println!(
+            "FORGED OR EDITED: the report contradicts its own runs ({} problem(s)):",
+            contradictions.len()
+        );
+        for problem in &contradictions {
+            println!("  {problem}");
+        }
+        return Ok(exit::CHECK_FAILED);
+    }
+    println!("consistent: every count, failure, row and the runs shown agree with the recorded runs");
+    if let Some(black_box) = &result.black_box {
+        println!(
+            "black-box report ({}): real processes on real time are not deterministic, so its runs cannot be re-derived; checked its consistency only",
+            black_box.command
+        );
+        return Ok(exit::SUCCESS);
+    }
+    let executor = registry.find(&result.executor).map_err(|failure| Failure {
+        code: exit::BAD_INPUT,
+        error: failure.error.context("the report's executor: verify with the binary that ran the matrix"),
+    })?;
+    let stale = verify::provenance_mismatches(
+        &result,
+        env!("CARGO_PKG_VERSION"),
+        source_commit().as_deref(),
+        &executor,
+    );
+    if !stale.is_empty() {
+        println!("STALE: the report is not of this code, so its runs cannot be re-derived here:");
+        for line in &stale {
+            println!("  {line}");
+        }
+        return Ok(exit::CHECK_FAILED);
+    }
+    let scenarios = verify::scenarios_of(&result).map_err(|error| bad_input(anyhow::anyhow!(error)))?;
+    let seed = sample_seed.unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+            ^ u64::from(std::process::id())
+    });
+    let planned = verify::plan(&result, sample, seed);
+    let jobs = jobs_for(jobs, planned.len() as u64)?;
+    println!(
+        "running {} of {} run(s) again ({}; sample seed {seed}: --sample-seed {seed} draws the same)",
+        planned.len(),
+        result.scenarios.iter().map(|s| s.runs.len()).sum::<usize>(),
+        match sample {
+            verify::Sample::All => "all".to_owned(),
+            verify::Sample::Count(count) => format!("each scenario's shown run and {count} drawn at random"),
+        }
+    );
+    let mismatches = verify::rerun(&planned, &scenarios, &executor, jobs, result.determinism_checked);
+    if mismatches.is_empty() {
+        println!(
+            "VERIFIED: {} run(s) of {} scenario(s) gave the recorded history digests and verdicts again",
+            planned.len(),
+            result.scenarios.len()
+        );
+        return Ok(exit::SUCCESS);
+    }
+    println!(
+        "NOT RE-DERIVED: {} of {} run(s) run again differ from the report:",
+        mismatches.len(),
+        planned.len()
+    );
+    for mismatch in &mismatches {
+        println!("  {mismatch}");
+    }
+    Ok(exit::CHECK_FAILED)
+}
+
 /// The source commit: `REPLAYLAB_COMMIT`, else `GITHUB_SHA`, else `git rev-parse HEAD` in the
 /// current directory, else unknown.
 fn source_commit() -> Option<String> {
@@ -1526,9 +1640,12 @@ fn read_explore_record(path: &std::path::Path) -> Result<crate::explore_cli::Exp
             crate::explore_cli::EXPLORE_SCHEMA_VERSION
         )));
     }
-    serde_json::from_value(value)
+    let record: crate::explore_cli::ExploreRecord = serde_json::from_value(value)
         .with_context(|| format!("{}: not a valid explore.json", path.display()))
-        .map_err(bad_input)
+        .map_err(bad_input)?;
+    crate::explore::record::check_record(&record)
+        .map_err(|error| bad_input(anyhow::anyhow!("{}: {error}", path.display())))?;
+    Ok(record)
 }
 
 /// Writes a matrix result's reports, appends the Markdown to `$GITHUB_STEP_SUMMARY` when set,

@@ -65,3 +65,4 @@ pub mod bench;
 pub mod cli;
 pub mod merge;
 pub mod mutants;
+pub mod verify;

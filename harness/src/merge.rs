@@ -4,10 +4,9 @@
 //! result is the unsharded run's, byte for byte once rendered; the rows are rolled up again by
 //! [`crate::matrix::assemble`], the one roll-up.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use reports::{MatrixResult, ScenarioSummary, Verdict, SCHEMA_VERSION};
+use reports::{MatrixResult, ScenarioSummary, SCHEMA_VERSION};
 
 use crate::matrix::{assemble, Header};
 
@@ -23,6 +22,13 @@ pub enum MergeError {
     },
     /// The shards do not make one run.
     Mismatch(String),
+    /// A shard contradicts its own evidence (its runs): edited, cut short or forged.
+    Inconsistent {
+        /// `shard 2/3` (or `the result`, unsharded).
+        shard: String,
+        /// Every contradiction, naming the scenario and both values.
+        problems: Vec<String>,
+    },
 }
 
 impl std::fmt::Display for MergeError {
@@ -30,6 +36,17 @@ impl std::fmt::Display for MergeError {
         match self {
             MergeError::Unreadable { path, message } => write!(f, "{}: {message}", path.display()),
             MergeError::Mismatch(message) => f.write_str(message),
+            MergeError::Inconsistent { shard, problems } => {
+                write!(
+                    f,
+                    "{shard} contradicts its own runs, so it was edited or cut short ({} problem(s)):",
+                    problems.len()
+                )?;
+                for problem in problems {
+                    write!(f, "\n  {problem}")?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -37,8 +54,18 @@ impl std::fmt::Display for MergeError {
 impl std::error::Error for MergeError {}
 
 /// Reads `DIR/matrix.json` (or the file itself, when `path` is a file), refusing another
-/// schema version with a message that says which.
+/// schema version with a message that says which, and a result that contradicts its own runs
+/// ([`check`]).
 pub fn read(path: &Path) -> Result<MatrixResult, MergeError> {
+    let result = read_unchecked(path)?;
+    let file = if path.is_dir() { path.join("matrix.json") } else { path.to_path_buf() };
+    check(&result).map_err(|error| MergeError::Unreadable { path: file, message: error.to_string() })?;
+    Ok(result)
+}
+
+/// Reads `DIR/matrix.json` (or the file) as [`read`] does, without checking it against its own
+/// runs (`verify` reports a contradiction as a failed check, not as bad input).
+pub fn read_unchecked(path: &Path) -> Result<MatrixResult, MergeError> {
     let file = if path.is_dir() { path.join("matrix.json") } else { path.to_path_buf() };
     let unreadable = |message: String| MergeError::Unreadable { path: file.clone(), message };
     let text = std::fs::read_to_string(&file).map_err(|error| unreadable(error.to_string()))?;
@@ -61,6 +88,9 @@ pub fn read(path: &Path) -> Result<MatrixResult, MergeError> {
 pub fn merge(parts: Vec<MatrixResult>) -> Result<MatrixResult, MergeError> {
     let mismatch = |message: String| Err(MergeError::Mismatch(message));
     let Some(first) = parts.first() else { return mismatch("nothing to merge".into()) };
+    for part in &parts {
+        check(part)?;
+    }
     match first.shard {
         None if parts.len() == 1 => return Ok(parts.into_iter().next().expect("one part")),
         None => {
@@ -96,32 +126,35 @@ pub fn merge(parts: Vec<MatrixResult>) -> Result<MatrixResult, MergeError> {
         }
     }
     for part in &parts[1..] {
-        let differs = |what: &str| MergeError::Mismatch(format!("the shards differ in {what}: not one run"));
-        let same = [
-            ("harness_version", part.harness_version == first.harness_version),
-            ("commit", part.commit == first.commit),
-            ("parameters", part.parameters == first.parameters),
-            ("executor", part.executor == first.executor),
-            ("executor_version", part.executor_version == first.executor_version),
-            ("seeds", part.seeds == first.seeds && part.first_seed == first.first_seed),
-            ("determinism_checked", part.determinism_checked == first.determinism_checked),
-            (
-                "world",
-                part.black_box.as_ref().map(|b| (&b.command, b.workers, &b.transport))
-                    == first.black_box.as_ref().map(|b| (&b.command, b.workers, &b.transport)),
-            ),
-            (
-                "scenarios",
-                part.scenarios.len() == first.scenarios.len()
-                    && part
-                        .scenarios
-                        .iter()
-                        .zip(&first.scenarios)
-                        .all(|(a, b)| a.id == b.id && a.name == b.name),
-            ),
-        ];
-        if let Some((what, _)) = same.iter().find(|(_, same)| !same) {
-            return Err(differs(what));
+        let world = |result: &MatrixResult| {
+            result.black_box.as_ref().map_or("the simulation".to_owned(), |b| {
+                format!("{} x{} over {}", b.command, b.workers, b.transport)
+            })
+        };
+        let scenario_ids = |result: &MatrixResult| {
+            result.scenarios.iter().map(|s| format!("{} {}", s.id, s.name)).collect::<Vec<_>>().join(", ")
+        };
+        let values = |result: &MatrixResult| {
+            [
+                ("harness_version", result.harness_version.clone()),
+                ("commit", result.commit.clone().unwrap_or_else(|| "none".into())),
+                ("parameters", format!("{:?}", result.parameters)),
+                ("executor", result.executor.clone()),
+                ("executor_version", result.executor_version.clone()),
+                ("seeds", format!("{} from {}", result.seeds, result.first_seed)),
+                ("determinism_checked", result.determinism_checked.to_string()),
+                ("world", world(result)),
+                ("scenarios", scenario_ids(result)),
+            ]
+        };
+        for ((what, theirs), (_, ours)) in values(part).into_iter().zip(values(first)) {
+            if theirs != ours {
+                return mismatch(format!(
+                    "the shards differ in {what}: shard {} has {theirs}, shard {} has {ours}; not one run",
+                    shard_name(part),
+                    shard_name(first)
+                ));
+            }
         }
     }
     let header = Header {
@@ -169,30 +202,18 @@ pub fn merge(parts: Vec<MatrixResult>) -> Result<MatrixResult, MergeError> {
     let mut result = assemble(header, summaries);
     result.harness_version = harness_version;
     result.parameters = parameters;
+    check(&result)?;
     Ok(result)
 }
 
-/// One scenario's summaries from every shard, as the unsharded run would have summarised it.
+/// One scenario's summaries from every shard, as the unsharded run would have summarised it:
+/// its runs joined in seed order, and every count recomputed from them.
 fn merge_scenario(parts: Vec<ScenarioSummary>) -> ScenarioSummary {
-    fn add<K: Ord + Clone>(into: &mut BTreeMap<K, u64>, from: &BTreeMap<K, u64>) {
-        for (key, count) in from {
-            *into.entry(key.clone()).or_insert(0) += count;
-        }
-    }
-    let mut counts = BTreeMap::new();
-    let mut oracle_counts = BTreeMap::new();
-    let mut statuses = BTreeMap::new();
-    let mut failures = Vec::new();
-    let mut nondeterministic_seeds = Vec::new();
-    for part in &parts {
-        add(&mut counts, &part.counts);
-        add(&mut oracle_counts, &part.oracle_counts);
-        add(&mut statuses, &part.statuses);
-        failures.extend(part.failures.iter().cloned());
-        nondeterministic_seeds.extend(part.nondeterministic_seeds.iter().copied());
-    }
+    let mut runs: Vec<reports::RunDigest> = parts.iter().flat_map(|part| part.runs.iter().cloned()).collect();
+    runs.sort_by_key(|run| run.seed);
+    let mut failures: Vec<reports::FailedRun> =
+        parts.iter().flat_map(|part| part.failures.iter().cloned()).collect();
     failures.sort_by_key(|failure| failure.seed);
-    nondeterministic_seeds.sort_unstable();
     // The run shown: the first failing seed's, else the first seed's, as in `matrix::run`.
     let shows = |part: &ScenarioSummary| match part.failures.first() {
         Some(failure) => (0, failure.seed),
@@ -200,7 +221,7 @@ fn merge_scenario(parts: Vec<ScenarioSummary>) -> ScenarioSummary {
     };
     let shown_by = parts.iter().min_by_key(|part| shows(part)).expect("every scenario has a shard");
     let (shown, timeline) = (shown_by.shown.clone(), shown_by.timeline.clone());
-    let verdict = parts.iter().fold(Verdict::NotApplicable, |worst, part| worst.worst(part.verdict));
+    let tally = runner::matrix::Tally::of(&runs);
     let first = &parts[0];
     ScenarioSummary {
         id: first.id.clone(),
@@ -210,16 +231,35 @@ fn merge_scenario(parts: Vec<ScenarioSummary>) -> ScenarioSummary {
         rows: first.rows.clone(),
         summary: first.summary.clone(),
         expected: first.expected.clone(),
-        verdict,
-        seeds_run: parts.iter().map(|part| part.seeds_run).sum(),
-        counts,
-        oracle_counts,
-        effects_min: parts.iter().map(|part| part.effects_min).min().unwrap_or(0),
-        effects_max: parts.iter().map(|part| part.effects_max).max().unwrap_or(0),
-        statuses,
+        verdict: tally.verdict,
+        seeds_run: tally.seeds_run,
+        counts: tally.counts,
+        oracle_counts: tally.oracle_counts,
+        effects_min: tally.effects_min,
+        effects_max: tally.effects_max,
+        statuses: tally.statuses,
         failures,
+        runs,
         shown,
-        nondeterministic_seeds,
+        nondeterministic_seeds: tally.nondeterministic_seeds,
         timeline,
     }
+}
+
+/// `2/3`, or `(whole run)`.
+fn shard_name(result: &MatrixResult) -> String {
+    result.shard.map_or("(whole run)".to_owned(), |shard| shard.to_string())
+}
+
+/// Refuses a result that contradicts its own runs, naming its shard and every contradiction.
+pub fn check(result: &MatrixResult) -> Result<(), MergeError> {
+    let problems = runner::evidence::contradictions(result);
+    if problems.is_empty() {
+        return Ok(());
+    }
+    let shard = match result.shard {
+        Some(shard) => format!("shard {shard}"),
+        None => "the result".to_owned(),
+    };
+    Err(MergeError::Inconsistent { shard, problems })
 }

@@ -36,6 +36,6 @@ pub use junit::render_junit;
 pub use markdown::render_markdown;
 pub use model::{
     Answer, Band, BlackBox, FailedRun, Lane, LedgerEntry, Mark, MarkKind, MatrixResult, OperationRecord,
-    RealTime, RequestKind, RowSummary, RunResult, ScenarioSummary, Shard, Timeline, Verdict, Violation,
-    WorldParameters, SCHEMA_VERSION,
+    RealTime, RequestKind, RowSummary, RunDigest, RunResult, ScenarioSummary, Shard, Timeline, Verdict,
+    Violation, WorldParameters, SCHEMA_VERSION,
 };

@@ -368,12 +368,63 @@ pub struct ScenarioSummary {
     pub statuses: BTreeMap<String, u64>,
     /// Every run that did not pass (fail, crashed, unknown), in seed order.
     pub failures: Vec<FailedRun>,
+    /// Every run, in seed order: the evidence every count above is recomputed from (`merge`)
+    /// and each run re-run and compared against (`verify`).
+    pub runs: Vec<RunDigest>,
     /// The run the reports show: the first that did not pass, else the first seed's.
     pub shown: RunResult,
     /// Seeds whose two runs gave different histories (with `--check-determinism`).
     pub nondeterministic_seeds: Vec<u64>,
     /// The shown run drawn as a timeline.
     pub timeline: Timeline,
+}
+
+/// One run of a scenario as evidence: what its summary counts, and the digest of its history,
+/// which a re-run of the same seed, scenario, executor and commit gives again (in the
+/// simulation).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunDigest {
+    /// The seed (the repeat, in the black-box world).
+    pub seed: u64,
+    /// Its verdict (`fail` for a seed whose two runs differed, with `--check-determinism`).
+    pub verdict: Verdict,
+    /// `sha256:` of the history's JSON lines.
+    #[schemars(regex(pattern = r"^sha256:[0-9a-f]{64}$"))]
+    pub history_digest: String,
+    /// Business effects in the ledger.
+    pub effects: u64,
+    /// The oracles (and `expect`) that fired, each once, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(inner(regex(pattern = r"^(O([1-9]|1[0-3])|expect)$")))]
+    pub oracles: Vec<String>,
+    /// The statuses the executor answered, with how many times.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub statuses: BTreeMap<String, u64>,
+    /// Whether its two runs gave different histories (with `--check-determinism`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub nondeterministic: bool,
+}
+
+impl RunDigest {
+    /// A run as evidence; `deterministic` is false when a second run of its seed differed.
+    pub fn of(result: &RunResult, deterministic: bool) -> Self {
+        let mut statuses = BTreeMap::new();
+        for answer in result.answers() {
+            if let Some(status) = &answer.status {
+                *statuses.entry(status.clone()).or_insert(0) += 1;
+            }
+        }
+        Self {
+            seed: result.seed,
+            verdict: if deterministic { result.verdict } else { Verdict::Fail },
+            history_digest: result.history_digest.clone(),
+            effects: result.effects,
+            oracles: result.oracles(),
+            statuses,
+            nondeterministic: !deterministic,
+        }
+    }
 }
 
 /// A row's roll-up.
@@ -399,15 +450,16 @@ pub struct RowSummary {
 /// failing seed (`failures`), per-oracle counts, the per-operation answers beside the ledger,
 /// violations marked on the timeline, one shape for a failure (`FailedRun`), the shard a
 /// partial run covers, and no unknown fields. 4: the black-box world (`black_box`, each run's
-/// `real_time`).
-pub const SCHEMA_VERSION: u32 = 4;
+/// `real_time`). 5: every run's evidence (`runs`: verdict, history digest, what it counted), from
+/// which `merge` recomputes and `verify` re-runs.
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// The result of a matrix run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MatrixResult {
     /// [`SCHEMA_VERSION`].
-    #[schemars(range(min = 4, max = 4))]
+    #[schemars(range(min = 5, max = 5))]
     pub schema_version: u32,
     /// The replaylab version that ran it.
     pub harness_version: String,

@@ -16,6 +16,7 @@
 #![deny(missing_docs)]
 #![warn(clippy::unwrap_used)]
 
+pub mod evidence;
 pub mod executors;
 pub mod exit;
 pub mod log;

@@ -314,30 +314,16 @@ struct Finished {
 }
 
 fn summarise(scenario: &Scenario, runs: &[&Finished]) -> ScenarioSummary {
-    let mut counts = BTreeMap::new();
-    let mut oracle_counts = BTreeMap::new();
-    let mut statuses = BTreeMap::new();
-    let mut verdict = Verdict::NotApplicable;
     let mut failures = Vec::new();
     let mut shown: Option<(RunResult, Option<Timeline>)> = None;
-    let mut nondeterministic_seeds = Vec::new();
+    let mut digests = Vec::new();
     for finished in runs {
         let mut result = finished.result.clone();
         if !finished.deterministic {
-            nondeterministic_seeds.push(finished.seed);
             result.verdict = Verdict::Fail;
             result.notes.push("two runs of this seed gave different histories".into());
         }
-        *counts.entry(result.verdict).or_insert(0) += 1;
-        for oracle in result.oracles() {
-            *oracle_counts.entry(oracle).or_insert(0) += 1;
-        }
-        for answer in result.answers() {
-            if let Some(status) = &answer.status {
-                *statuses.entry(status.clone()).or_insert(0) += 1;
-            }
-        }
-        verdict = verdict.worst(result.verdict);
+        digests.push(reports::RunDigest::of(&finished.result, finished.deterministic));
         if !matches!(result.verdict, Verdict::Pass | Verdict::NotApplicable) {
             failures.push(result.failed_run());
             if failures.len() == 1 {
@@ -353,6 +339,7 @@ fn summarise(scenario: &Scenario, runs: &[&Finished]) -> ScenarioSummary {
         marks: Vec::new(),
         bands: Vec::new(),
     });
+    let tally = Tally::of(&digests);
     ScenarioSummary {
         id: scenario.id.clone(),
         name: scenario.name.clone(),
@@ -361,16 +348,70 @@ fn summarise(scenario: &Scenario, runs: &[&Finished]) -> ScenarioSummary {
         rows: scenario.rows.iter().map(ToString::to_string).collect(),
         summary: scenario.summary.clone(),
         expected: scenario.expected.clone(),
-        verdict,
-        seeds_run: runs.iter().filter(|r| r.result.verdict != Verdict::NotApplicable).count() as u64,
-        counts,
-        oracle_counts,
-        effects_min: runs.iter().map(|r| r.result.effects).min().unwrap_or(0),
-        effects_max: runs.iter().map(|r| r.result.effects).max().unwrap_or(0),
-        statuses,
+        verdict: tally.verdict,
+        seeds_run: tally.seeds_run,
+        counts: tally.counts,
+        oracle_counts: tally.oracle_counts,
+        effects_min: tally.effects_min,
+        effects_max: tally.effects_max,
+        statuses: tally.statuses,
         failures,
+        runs: digests,
         shown,
-        nondeterministic_seeds,
+        nondeterministic_seeds: tally.nondeterministic_seeds,
         timeline,
+    }
+}
+
+/// What a scenario's summary counts, computed from its runs' evidence alone: the one
+/// computation behind [`run`]'s summaries and `merge`'s and `verify`'s checks of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tally {
+    /// The worst verdict.
+    pub verdict: Verdict,
+    /// Runs that applied.
+    pub seeds_run: u64,
+    /// Runs per verdict.
+    pub counts: BTreeMap<Verdict, u64>,
+    /// Runs per oracle that fired.
+    pub oracle_counts: BTreeMap<String, u64>,
+    /// The fewest effects of a run.
+    pub effects_min: u64,
+    /// The most.
+    pub effects_max: u64,
+    /// Answers per status.
+    pub statuses: BTreeMap<String, u64>,
+    /// Seeds whose two runs differed.
+    pub nondeterministic_seeds: Vec<u64>,
+}
+
+impl Tally {
+    /// The counts of these runs.
+    pub fn of(runs: &[reports::RunDigest]) -> Self {
+        let mut tally = Tally {
+            verdict: Verdict::NotApplicable,
+            seeds_run: 0,
+            counts: BTreeMap::new(),
+            oracle_counts: BTreeMap::new(),
+            effects_min: runs.iter().map(|run| run.effects).min().unwrap_or(0),
+            effects_max: runs.iter().map(|run| run.effects).max().unwrap_or(0),
+            statuses: BTreeMap::new(),
+            nondeterministic_seeds: Vec::new(),
+        };
+        for run in runs {
+            tally.verdict = tally.verdict.worst(run.verdict);
+            tally.seeds_run += u64::from(run.verdict != Verdict::NotApplicable);
+            *tally.counts.entry(run.verdict).or_insert(0) += 1;
+            for oracle in &run.oracles {
+                *tally.oracle_counts.entry(oracle.clone()).or_insert(0) += 1;
+            }
+            for (status, n) in &run.statuses {
+                *tally.statuses.entry(status.clone()).or_insert(0) += n;
+            }
+            if run.nondeterministic {
+                tally.nondeterministic_seeds.push(run.seed);
+            }
+        }
+        tally
     }
 }

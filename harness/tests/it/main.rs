@@ -10,6 +10,7 @@ mod allowed;
 mod black_box;
 mod cli;
 mod corpus;
+mod evidence;
 mod explore;
 mod fuzz;
 mod idle;
