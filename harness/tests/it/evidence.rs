@@ -356,3 +356,88 @@ fn verify_passes_a_genuine_report_and_fails_forged_edited_and_stale_ones() {
         assert!(stderr.contains(says), "{args:?}\n{stderr}");
     }
 }
+
+/// An exploration's shards hold no per-seed runs (thousands of seeds), but what must hold
+/// between their numbers is checked: a forged fraction, group or verdict is refused by name.
+#[test]
+fn merge_refuses_an_exploration_shard_that_contradicts_its_numbers() {
+    let root = scratch("explore");
+    let shards: Vec<PathBuf> = (1..=2)
+        .map(|index| {
+            let out = root.join(format!("shard-{index}"));
+            let regressions = root.join(format!("shard-{index}.jsonl"));
+            let (code, stdout, stderr) = replaylab(&[
+                "explore",
+                "--executor",
+                "mutant:blind_retry",
+                "--seeds",
+                "16",
+                "--jobs",
+                "2",
+                "--shard",
+                &format!("{index}/2"),
+                "--out",
+                &out.display().to_string(),
+                "--regressions",
+                &regressions.display().to_string(),
+            ]);
+            assert!(code == 0 || code == 1, "exit {code}\n{stdout}\n{stderr}");
+            out
+        })
+        .collect();
+    let out = root.join("merged");
+    let merge = |dirs: &[PathBuf]| {
+        let mut args: Vec<String> = vec!["merge".into()];
+        args.extend(dirs.iter().map(|dir| dir.display().to_string()));
+        args.extend(["--out".into(), out.display().to_string()]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        replaylab(&args)
+    };
+    let (code, stdout, stderr) = merge(&shards);
+    assert!(code == 0 || code == 1, "the genuine shards merge\n{stdout}\n{stderr}");
+    let genuine: Value =
+        serde_json::from_slice(&std::fs::read(shards[0].join("explore.json")).expect("explore.json"))
+            .expect("JSON");
+    assert!(
+        genuine["coverage"]["faults_installed"].as_u64().is_some_and(|n| n > 0),
+        "the premise: faults were installed"
+    );
+    type Forgery = (&'static str, Box<dyn Fn(&mut Value)>, &'static str);
+    let forgeries: Vec<Forgery> = vec![
+        (
+            "faults fired beyond those installed",
+            Box::new(|r: &mut Value| {
+                let installed = r["coverage"]["faults_installed"].as_u64().expect("installed");
+                r["coverage"]["faults_fired"] = (installed * 2 + 1).into();
+            }),
+            "faults_fired is",
+        ),
+        (
+            "a pass count of 999",
+            Box::new(|r: &mut Value| r["verdicts"]["pass"] = 999.into()),
+            "verdicts count",
+        ),
+        (
+            "a verdict forged to pass",
+            Box::new(|r: &mut Value| {
+                r["verdict"] = if r["verdict"] == "pass" { "fail" } else { "pass" }.into();
+            }),
+            "its verdict says",
+        ),
+    ];
+    for (what, forge, says) in &forgeries {
+        let mut forged = genuine.clone();
+        forge(&mut forged);
+        let dir = root.join("forged").join(what.replace(' ', "-"));
+        std::fs::create_dir_all(&dir).expect("a directory");
+        std::fs::write(dir.join("explore.json"), serde_json::to_string_pretty(&forged).expect("JSON"))
+            .expect("written");
+        let (code, _, stderr) = merge(&[dir.clone(), shards[1].clone()]);
+        assert_eq!(code, 2, "{what}\n{stderr}");
+        assert!(
+            stderr.contains("exploration shard 1/2 contradicts itself") && stderr.contains(says),
+            "{what}\n{stderr}"
+        );
+        assert!(stderr.contains(&dir.display().to_string()), "{what}: names the file\n{stderr}");
+    }
+}
