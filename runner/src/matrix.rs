@@ -133,9 +133,16 @@ pub fn run(config: &MatrixConfig) -> MatrixResult {
                 let timeline = keep_timeline.then(|| {
                     timeline::draw(seed, &scenario.worker_names(), &record.history, &record.result.violations)
                 });
+                // Real time for a process's run; simulated time (its last event's) for a
+                // simulated one, so that the reports stay the same for the same seeds.
+                let time_ms = match record.result.real_time {
+                    Some(real) => real.wall_ms,
+                    None => record.history.last().map_or(0, |event| event.at_ms),
+                };
                 let finished = Finished {
                     index,
                     seed,
+                    time_ms,
                     result: record.result,
                     deterministic,
                     timeline,
@@ -306,6 +313,8 @@ fn attach_log(
 struct Finished {
     index: usize,
     seed: u64,
+    /// The time the run spanned: real for a process's run, simulated otherwise.
+    time_ms: u64,
     result: RunResult,
     deterministic: bool,
     timeline: Option<Timeline>,
@@ -358,6 +367,7 @@ fn summarise(scenario: &Scenario, runs: &[&Finished]) -> ScenarioSummary {
         name: scenario.name.clone(),
         source: scenario.source.clone(),
         line: scenario.line as u64,
+        builtin: scenario.source.starts_with(scenarios::BUILTIN_SOURCE_PREFIX),
         rows: scenario.rows.iter().map(ToString::to_string).collect(),
         summary: scenario.summary.clone(),
         expected: scenario.expected.clone(),
@@ -365,6 +375,7 @@ fn summarise(scenario: &Scenario, runs: &[&Finished]) -> ScenarioSummary {
         seeds_run: runs.iter().filter(|r| r.result.verdict != Verdict::NotApplicable).count() as u64,
         counts,
         oracle_counts,
+        time_ms: runs.iter().map(|r| r.time_ms).sum(),
         effects_min: runs.iter().map(|r| r.result.effects).min().unwrap_or(0),
         effects_max: runs.iter().map(|r| r.result.effects).max().unwrap_or(0),
         statuses,

@@ -798,6 +798,7 @@ impl Runner {
             operation: None,
             positions: Vec::new(),
             explanation,
+            line: Some(line as u64),
         }
     }
 
