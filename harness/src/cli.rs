@@ -1228,11 +1228,13 @@ fn required_rows(names: &[String], scenarios: &[Scenario]) -> Result<Option<Requ
             }
             "seed-rows" => reports::SEED_ROWS.iter().map(|row| (*row).to_owned()).collect(),
             row if reports::SEED_ROWS.contains(&row) || prose.contains(&row) => vec![row.to_owned()],
-            unknown => return Err(bad_input(anyhow::anyhow!(
+            unknown => {
+                return Err(bad_input(anyhow::anyhow!(
                 "--require: no row {}: name C1..C10, F1..F9, a prose scenario's row ({}), seed-rows or all",
                 quoted(unknown),
                 prose.join(", ")
-            ))),
+            )))
+            }
         };
         for row in named {
             if !rows.contains(&row) {

@@ -183,8 +183,10 @@ fn shards_that_do_not_make_one_run_are_refused_with_exit_2() {
     std::fs::write(old.join("matrix.json"), json.to_string()).expect("written");
     let (code, _, stderr) = merge(&[&one, &old]);
     assert_eq!(code, 2);
-    assert!(stderr.contains("schema version 99; this replaylab reads version 4"), "{stderr}");
-    std::fs::write(old.join("matrix.json"), "{\"schema_version\": 4}").expect("written");
+    let reads = format!("schema version 99; this replaylab reads version {}", reports::SCHEMA_VERSION);
+    assert!(stderr.contains(&reads), "{stderr}");
+    let bare = format!("{{\"schema_version\": {}}}", reports::SCHEMA_VERSION);
+    std::fs::write(old.join("matrix.json"), bare).expect("written");
     let (code, _, stderr) = merge(&[&one, &old]);
     assert_eq!(code, 2);
     assert!(stderr.contains("not a valid matrix.json"), "{stderr}");
