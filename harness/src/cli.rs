@@ -835,6 +835,11 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
                 let path = crate::explore_cli::write_record(&out, &record)
                     .map_err(|error| Failure { code: exit::CHECK_FAILED, error })?;
                 println!("wrote {}", path.display());
+                if reports::github_actions() {
+                    for line in crate::explore_cli::record_annotations(&record, &out) {
+                        println!("{line}");
+                    }
+                }
                 if record.verdict != Verdict::Pass {
                     code = exit::CHECK_FAILED;
                 }
@@ -1333,6 +1338,11 @@ fn run_repeated(scenario: &Scenario, seed: u64, executor: &ExecutorSpec, repeat:
         count(Verdict::Unknown),
         count(Verdict::Crashed)
     );
+    if let Some(result) = shown.as_ref().filter(|result| result.verdict != Verdict::Pass) {
+        if reports::github_actions() {
+            println!("{}", run_annotation(scenario, result, result.verdict));
+        }
+    }
     if count(Verdict::Pass) == repeat {
         exit::SUCCESS
     } else {
