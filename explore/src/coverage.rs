@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use judge::oracles::ORACLES;
@@ -18,7 +19,7 @@ pub const MAX_UNKNOWN_PERCENT: f64 = 5.0;
 pub const MIN_FAULTS_FIRED_PERCENT: f64 = 80.0;
 
 /// What an exploration covered, summed over its cases.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Coverage {
     /// Cases run (those `not applicable` to the executor are not run, and not counted here).
@@ -39,8 +40,10 @@ pub struct Coverage {
     /// [`runner::stale_writes`]).
     pub stale_writes: u64,
     /// Cases in which each oracle had something to judge.
+    #[schemars(extend("propertyNames" = {"pattern": "^O([1-9]|1[0-3])$"}))]
     pub exercised: BTreeMap<String, u64>,
     /// Why cases ended `unknown`: the premise that did not happen, by kind, with a count.
+    #[schemars(extend("propertyNames" = {"enum": PREMISE_KINDS}))]
     pub unknown_because: BTreeMap<String, u64>,
     /// Oracles no case can give anything to judge, because the executor does not support what
     /// they judge ([`oracles_beyond`]); not counted as unexercised.
@@ -70,18 +73,28 @@ pub fn oracles_beyond(capabilities: &protocol::ExecutorCapabilities) -> Vec<Stri
 
 /// The kind of premise a note of an `unknown` run names.
 fn premise_kind(note: &str) -> &'static str {
+    let [pause, fault, overlap, ticket, other] = PREMISE_KINDS;
     if note.contains("never reached the pause point") {
-        "a pause point was never reached"
+        pause
     } else if note.contains("never fired") || note.contains("times: the fault") {
-        "a fault did not fire"
+        fault
     } else if note.contains("did not overlap") || note.contains("never reached its worker") {
-        "concurrent calls did not overlap"
+        overlap
     } else if note.contains("created no ticket") {
-        "a ticket to update or edit did not exist"
+        ticket
     } else {
-        "another premise"
+        other
     }
 }
+
+/// The kinds of premise that did not happen ([`Coverage::unknown_because`]'s keys).
+pub const PREMISE_KINDS: [&str; 5] = [
+    "a pause point was never reached",
+    "a fault did not fire",
+    "concurrent calls did not overlap",
+    "a ticket to update or edit did not exist",
+    "another premise",
+];
 
 fn percent(part: u64, whole: u64) -> f64 {
     if whole == 0 {

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use judge::text::shell_quote;
@@ -22,7 +23,7 @@ pub const EXPLORE_SCHEMA_VERSION: u32 = 2;
 pub const EXPLORE_RECORD: &str = "explore.json";
 
 /// Where an exploration's cases ran.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ExploreWorld {
     /// The simulation: deterministic, a seed gives the same history every time.
@@ -33,10 +34,11 @@ pub enum ExploreWorld {
 }
 
 /// `explore.json`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExploreRecord {
     /// [`EXPLORE_SCHEMA_VERSION`].
+    #[schemars(range(min = 2, max = 2))]
     pub schema_version: u32,
     /// The replaylab version that ran it.
     pub harness_version: String,
@@ -62,6 +64,7 @@ pub struct ExploreRecord {
     /// Whether it stopped at its first failing seed (then it did not run every seed).
     pub stopped_early: bool,
     /// Cases per verdict (of each seed's first run).
+    #[schemars(extend("propertyNames" = {"enum": ["not_applicable", "pass", "unknown", "crashed", "fail"]}))]
     pub verdicts: BTreeMap<Verdict, u64>,
     /// What the cases covered.
     pub coverage: Coverage,
@@ -80,7 +83,7 @@ pub struct ExploreRecord {
 }
 
 /// How often a case failed again, with the same signature, when it was run again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Rate {
     /// Runs that failed with the signature.
@@ -96,7 +99,7 @@ impl std::fmt::Display for Rate {
 }
 
 /// The failing seeds of one signature, and the one shrunk case that stands for them.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GroupRecord {
     /// The oracle and the shape of what failed (`explore::signature`).
@@ -135,7 +138,7 @@ pub struct GroupRecord {
 }
 
 /// One saved case that fails again.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FailingSavedCase {
     /// The seed it was found at.
@@ -152,13 +155,22 @@ pub struct FailingSavedCase {
 }
 
 /// The saved cases an exploration replayed before its seeds.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SavedCases {
     /// How many were replayed.
     pub replayed: u64,
     /// Those that still fail.
     pub failing: Vec<FailingSavedCase>,
+}
+
+/// The JSON Schema of `explore.json`, generated from the types, as pretty JSON with a trailing
+/// newline (the bytes of `explore/schema/explore.schema.json`).
+pub fn explore_schema() -> String {
+    let schema = schemars::schema_for!(ExploreRecord);
+    let mut text = serde_json::to_string_pretty(&schema).expect("a JSON Schema serialises");
+    text.push('\n');
+    text
 }
 
 /// Merges the records of shards 1..N of one exploration (each once) into the whole
@@ -420,6 +432,55 @@ fn command_in(dir: &Path, reproduce: &str, case_file: &str) -> String {
     let relative = format!("--case {}", shell_quote(case_file));
     let whole = format!("--case {}", shell_quote(&dir.join(case_file).display().to_string()));
     reproduce.replacen(&relative, &whole, 1)
+}
+
+/// GitHub annotations (`::error` workflow commands, printed under `GITHUB_ACTIONS=true`): one
+/// per confirmed group and per failing saved case, at its case file in `dir` (as `--out` was
+/// given; explore wrote it there), with its reproduce command; and one, at no file, for thin
+/// coverage or nondeterministic seeds.
+pub fn record_annotations(record: &ExploreRecord, dir: &Path) -> Vec<String> {
+    let file = |case_file: &str| dir.join(case_file).display().to_string();
+    let mut lines = Vec::new();
+    for group in record.groups.iter().filter(|group| group.confirmed) {
+        let case = file(&group.case_file);
+        let mut message = format!(
+            "{} failing seed(s): {}; seed {} shrunk from {} to {}",
+            group.count,
+            seeds_text(&group.seeds),
+            group.shrunk_seed,
+            group.original_size,
+            group.shrunk_size
+        );
+        if let Some(violation) = group.violations.first() {
+            message.push_str(&format!("\n{violation}"));
+        }
+        message.push_str(&format!("\nreproduce: {}", command_in(dir, &group.reproduce, &group.case_file)));
+        let title = format!("replaylab explore: {}", group.signature);
+        lines.push(reports::error_annotation(Some((&case, None)), &title, &message));
+    }
+    for failing in &record.saved_cases.failing {
+        let case = file(&failing.case_file);
+        let title =
+            format!("replaylab explore: saved case (seed {}) fails: {}", failing.seed, failing.oracle);
+        let message = format!(
+            "found with {}; reproduce: {}",
+            failing.found_with,
+            command_in(dir, &failing.reproduce, &failing.case_file)
+        );
+        lines.push(reports::error_annotation(Some((&case, None)), &title, &message));
+    }
+    let mut other: Vec<String> =
+        record.shortfalls.iter().map(|shortfall| format!("coverage too thin: {shortfall}")).collect();
+    if !record.nondeterministic_seeds.is_empty() {
+        other.push(format!(
+            "seeds whose two runs gave different histories: {}",
+            seeds_text(&record.nondeterministic_seeds)
+        ));
+    }
+    if !other.is_empty() {
+        lines.push(reports::error_annotation(None, "replaylab explore", &other.join("\n")));
+    }
+    lines
 }
 
 /// The record as text for the terminal: the counts, the coverage, its shortfalls and every

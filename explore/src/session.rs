@@ -27,8 +27,9 @@ pub use crate::coverage::{
     oracles_beyond, shortfalls_of, Coverage, MAX_UNKNOWN_PERCENT, MIN_FAULTS_FIRED_PERCENT,
 };
 pub use crate::record::{
-    merge_records, record_verdict, render_record, seeds_text, write_record, ExploreRecord, ExploreWorld,
-    FailingSavedCase, GroupRecord, Rate, SavedCases, EXPLORE_RECORD, EXPLORE_SCHEMA_VERSION,
+    explore_schema, merge_records, record_annotations, record_verdict, render_record, seeds_text,
+    write_record, ExploreRecord, ExploreWorld, FailingSavedCase, GroupRecord, Rate, SavedCases,
+    EXPLORE_RECORD, EXPLORE_SCHEMA_VERSION,
 };
 use crate::{self as explore, Case, CaseResult};
 
@@ -756,6 +757,11 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
     };
     let path = write_record(&config.out, &record)?;
     println!("wrote {}", path.display());
+    if reports::github_actions() {
+        for line in record_annotations(&record, &config.out) {
+            println!("{line}");
+        }
+    }
     Ok(if failed { exit::CHECK_FAILED } else { exit::SUCCESS })
 }
 

@@ -121,6 +121,7 @@ mod tests {
             operation: Some("acme/production/run_1/step_0".into()),
             positions: positions.to_vec(),
             explanation: "anything; the signature never reads it".into(),
+            line: None,
         }
     }
 

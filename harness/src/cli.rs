@@ -114,6 +114,12 @@ enum Command {
         /// With --executor-cmd: runs per scenario (real runs are not seeded; they repeat).
         #[arg(long, requires = "executor_cmd", conflicts_with_all = ["seeds", "first_seed", "check_determinism", "log"])]
         repeat: Option<u64>,
+        /// Rows a release gate requires (comma-separated): `C2,C3,F2`, a prose scenario's row
+        /// (`S13`), `seed-rows` (the source document's C1..C10 and F1..F9) or `all` (every row of
+        /// the run). Exit 1 when one of them is not applicable or did not pass, with a line per
+        /// row saying why.
+        #[arg(long, value_delimiter = ',')]
+        require: Vec<String>,
         #[command(flatten)]
         black_box: BlackBoxArgs,
     },
@@ -651,6 +657,7 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
             log,
             only,
             repeat,
+            require,
             black_box,
         } => {
             // The runs per scenario the user asked for are checked before a black-box command
@@ -658,6 +665,9 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
             if let Some(asked) = repeat.or(seeds) {
                 check_matrix_seeds(asked, if repeat.is_some() { "--repeat" } else { "--seeds" })?;
             }
+            // Scenario files and required rows are read before a black-box command is started.
+            let all_scenarios = load_scenarios(&scenario_files)?;
+            let required = required_rows(&require, &all_scenarios)?;
             let executor = registry.resolve(&executor, &black_box)?;
             // Black-box runs take real seconds each: three repeats unless told.
             let default = if executor.black_box.is_some() { BLACK_BOX_REPEATS } else { MATRIX_SEEDS };
@@ -683,7 +693,7 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
                     shard.count
                 )));
             }
-            let scenarios = only_these(load_scenarios(&scenario_files)?, &only)?;
+            let scenarios = only_these(all_scenarios, &only)?;
             let seeds_here = shard.map_or(seeds, |shard| {
                 (first_seed..first_seed + seeds).filter(|seed| shard.contains(*seed)).count() as u64
             });
@@ -732,7 +742,27 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
             if result.verdict == Verdict::NotApplicable {
                 println!("no scenario applied to executor {}: nothing was checked", result.executor);
             }
-            write_matrix_reports(&result, &out, &formats, &render_options)
+            if reports::github_actions() {
+                for line in reports::matrix_annotations(&result) {
+                    println!("{line}");
+                }
+            }
+            let code = write_matrix_reports(&result, &out, &formats, &render_options)?;
+            let required = match required {
+                Some(Required::All) => result.rows.iter().map(|row| row.row.clone()).collect(),
+                Some(Required::Rows(rows)) => rows,
+                None => return Ok(code),
+            };
+            let unmet = reports::unmet_requirements(&result, &required);
+            if unmet.is_empty() {
+                println!("required rows: all {} passed", required.len());
+                return Ok(code);
+            }
+            println!("required rows: {} of {} did not pass:", unmet.len(), required.len());
+            for line in &unmet {
+                println!("  {line}");
+            }
+            Ok(exit::CHECK_FAILED)
         }
         Command::Verify { report, sample, sample_seed, jobs } => {
             verify_report(registry, &report, &sample, sample_seed, jobs)
@@ -799,6 +829,11 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
                 print!("{}", render_matrix(&result));
                 let ran = result.scenarios.iter().map(|s| s.seeds_run).sum::<u64>();
                 println!("merged the matrix of {} shard(s): {ran} runs", shards.len());
+                if reports::github_actions() {
+                    for line in reports::matrix_annotations(&result) {
+                        println!("{line}");
+                    }
+                }
                 code = code.max(write_matrix_reports(&result, &out, &formats, &render_options)?);
             }
             if let Some((dirs, record)) = exploration {
@@ -821,6 +856,11 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
                 let path = crate::explore_cli::write_record(&out, &record)
                     .map_err(|error| Failure { code: exit::CHECK_FAILED, error })?;
                 println!("wrote {}", path.display());
+                if reports::github_actions() {
+                    for line in crate::explore_cli::record_annotations(&record, &out) {
+                        println!("{line}");
+                    }
+                }
                 if record.verdict != Verdict::Pass {
                     code = exit::CHECK_FAILED;
                 }
@@ -910,6 +950,9 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
                 }
             }
             print!("{}", render_run(&record.result));
+            if verdict != Verdict::Pass && reports::github_actions() {
+                println!("{}", run_annotation(chosen, &record.result, verdict));
+            }
             Ok(if verdict == Verdict::Pass { exit::SUCCESS } else { exit::CHECK_FAILED })
         }
         Command::Explore {
@@ -936,6 +979,7 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
             if jobs == Some(0) {
                 return Err(bad_input(anyhow::anyhow!("--jobs must be at least 1")));
             }
+            let out = explore_out_dir(out)?;
             check_report_dir(&out, &[crate::explore_cli::EXPLORE_RECORD])?;
             let executor = registry.resolve(&executor, &black_box)?;
             let jobs = match &executor.black_box {
@@ -1178,6 +1222,94 @@ fn only_these(scenarios: Vec<Scenario>, only: &[String]) -> Result<Vec<Scenario>
     Ok(scenarios.into_iter().filter(|scenario| only.iter().any(|name| named(scenario, name))).collect())
 }
 
+/// What `matrix --require` asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Required {
+    /// Every row of the run (`all`).
+    All,
+    /// These rows, in the order named, each once.
+    Rows(Vec<String>),
+}
+
+/// `--require`'s names checked before any work: table rows (`C1`..`C10`, `F1`..`F9`), a prose
+/// scenario's row (its id, `S13`), `seed-rows` or `all`; `None` when nothing is required.
+fn required_rows(names: &[String], scenarios: &[Scenario]) -> Result<Option<Required>, Failure> {
+    if names.is_empty() {
+        return Ok(None);
+    }
+    let prose: Vec<&str> = scenarios
+        .iter()
+        .filter(|scenario| scenario.rows.contains(&scenarios::Row::Prose))
+        .map(|scenario| scenario.id.as_str())
+        .collect();
+    let mut rows: Vec<String> = Vec::new();
+    for name in names {
+        let name = name.trim();
+        let named: Vec<String> = match name {
+            "all" if names.len() == 1 => return Ok(Some(Required::All)),
+            "all" => {
+                return Err(bad_input(anyhow::anyhow!(
+                    "--require all already requires every row: name nothing beside it"
+                )))
+            }
+            "seed-rows" => reports::SEED_ROWS.iter().map(|row| (*row).to_owned()).collect(),
+            row if reports::SEED_ROWS.contains(&row) || prose.contains(&row) => vec![row.to_owned()],
+            unknown => {
+                return Err(bad_input(anyhow::anyhow!(
+                "--require: no row {}: name C1..C10, F1..F9, a prose scenario's row ({}), seed-rows or all",
+                quoted(unknown),
+                prose.join(", ")
+            )))
+            }
+        };
+        for row in named {
+            if !rows.contains(&row) {
+                rows.push(row);
+            }
+        }
+    }
+    Ok(Some(Required::Rows(rows)))
+}
+
+/// `explore --out`: a directory, where the shrunk cases and `explore.json` go. A path ending in
+/// `explore.json` (`--out DIR/explore.json`) names the record itself: its directory is `DIR`.
+/// Any other `.json` path is refused, for the record is always named `explore.json` (which
+/// `merge` looks for).
+fn explore_out_dir(out: PathBuf) -> Result<PathBuf, Failure> {
+    let record = crate::explore_cli::EXPLORE_RECORD;
+    if out.file_name().is_some_and(|name| name == record) {
+        let parent = out.parent().filter(|parent| !parent.as_os_str().is_empty());
+        return Ok(parent.map_or_else(|| PathBuf::from("."), PathBuf::from));
+    }
+    if out.extension().is_some_and(|extension| extension.eq_ignore_ascii_case("json")) {
+        return Err(bad_input(anyhow::anyhow!(
+            "--out {}: explore takes a directory (it writes {record} and the shrunk cases into it); \
+             name the directory, or DIR/{record}",
+            out.display()
+        )));
+    }
+    Ok(out)
+}
+
+/// The GitHub annotation of a failing `run`: at the scenario file as given and the failing
+/// `expect`'s line (else its `id` line), or at no file for a built-in scenario.
+fn run_annotation(scenario: &Scenario, result: &RunResult, verdict: Verdict) -> String {
+    let builtin = scenario.source.starts_with(scenarios::BUILTIN_SOURCE_PREFIX);
+    let line = reports::annotation_line(&result.violations, scenario.line as u64);
+    let location = (!builtin).then_some((scenario.source.as_str(), Some(line)));
+    let reason = result
+        .violations
+        .first()
+        .map(ToString::to_string)
+        .or_else(|| result.notes.first().cloned())
+        .unwrap_or_else(|| verdict.label().to_owned());
+    reports::error_annotation(
+        location,
+        &format!("replaylab: {}_{} seed {}: {verdict}", result.scenario, result.scenario_name, result.seed),
+        &format!("{reason}\nreproduce: {}", result.reproduce),
+    )
+}
+
 /// A benchmark first says what it runs on: the figures of a build whose own crates are not
 /// optimised (the dev profile, as the tests and CI build) do not compare with a release build's;
 /// the ratios between two paths of one build still do.
@@ -1227,6 +1359,11 @@ fn run_repeated(scenario: &Scenario, seed: u64, executor: &ExecutorSpec, repeat:
         count(Verdict::Unknown),
         count(Verdict::Crashed)
     );
+    if let Some(result) = shown.as_ref().filter(|result| result.verdict != Verdict::Pass) {
+        if reports::github_actions() {
+            println!("{}", run_annotation(scenario, result, result.verdict));
+        }
+    }
     if count(Verdict::Pass) == repeat {
         exit::SUCCESS
     } else {
@@ -1619,7 +1756,8 @@ fn render_matrix(result: &MatrixResult) -> String {
             text.push_str(&format!("  reproduce: {}\n", failure.reproduce));
         }
     }
-    text.push_str(&format!("\nverdict: {}\n", result.verdict));
+    text.push_str(&format!("\n{}\n", reports::rows_applied_text(result)));
+    text.push_str(&format!("verdict: {}\n", result.verdict));
     text
 }
 

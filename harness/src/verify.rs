@@ -166,7 +166,7 @@ pub fn rerun(
                 let deterministic = !(determinism_checked && planned.recorded.nondeterministic)
                     || runner::run(scenario, seed, executor).result.history_digest
                         == record.result.history_digest;
-                let again = RunDigest::of(&record.result, deterministic);
+                let again = RunDigest::of(&record.result, deterministic, runner::time_ms(&record));
                 if again != planned.recorded {
                     let mismatch = Mismatch {
                         recorded: planned.recorded.clone(),

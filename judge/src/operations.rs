@@ -153,6 +153,7 @@ mod tests {
             operation: None,
             positions: positions.to_vec(),
             explanation: "e".into(),
+            line: None,
         };
         let marks =
             violated_positions(&[violation("O1", &[3, 7]), violation("O8", &[7]), violation("O1", &[7])]);

@@ -520,6 +520,7 @@ impl Judgement {
             operation: operation.map(str::to_owned),
             positions,
             explanation,
+            line: None,
         });
     }
 }

@@ -120,6 +120,17 @@ pub(crate) fn not_applicable_text(result: &MatrixResult) -> String {
     )
 }
 
+/// How many rows applied to the executor, always said (a gate must see how little was
+/// checked): `12 of 31 rows applied; 19 not applicable`.
+pub fn rows_applied_text(result: &MatrixResult) -> String {
+    let not_applicable = result.rows.iter().filter(|row| row.verdict == Verdict::NotApplicable).count();
+    format!(
+        "{} of {} rows applied; {not_applicable} not applicable",
+        result.rows.len() - not_applicable,
+        result.rows.len()
+    )
+}
+
 /// How many rows and scenarios passed: `(rows passed, rows, scenarios passed, scenarios)`.
 pub(crate) fn pass_counts(result: &MatrixResult) -> (usize, usize, usize, usize) {
     let rows_passed = result.rows.iter().filter(|row| row.verdict == Verdict::Pass).count();

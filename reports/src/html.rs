@@ -77,6 +77,8 @@ struct Page {
     scenarios_passed: usize,
     /// `; N rows and M scenarios are not applicable to it (not run)`, or empty.
     not_applicable: String,
+    /// `12 of 31 rows applied; 19 not applicable`.
+    rows_applied: String,
     scenarios_total: usize,
     rows: Vec<RowView>,
     /// Every scenario, in matrix order (the index table).
@@ -280,6 +282,7 @@ fn page(result: &MatrixResult, options: &RenderOptions) -> Page {
         rows_total,
         scenarios_passed,
         not_applicable: crate::evidence::not_applicable_text(result),
+        rows_applied: crate::evidence::rows_applied_text(result),
         scenarios_total,
         rows: result
             .rows

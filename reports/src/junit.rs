@@ -24,13 +24,22 @@
 //!
 //! # Where to look, when
 //!
-//! Each scenario test case has `file` (the scenario file: relative to the workspace root for a
-//! built-in, as given for a user's file) and `line` (the line of its `id`), which CI
-//! annotation tools read (GitHub annotation actions, GitLab's test report, pytest's `xunit1`
-//! flavour writes the same two). replaylab is deterministic and its reports are byte-identical
-//! for the same seeds, so every `time` is `0` (durations would differ from run to run); a
-//! suite has a `timestamp` only when `SOURCE_DATE_EPOCH` is set ([`RenderOptions`]), in UTC
-//! and without a zone (`2023-11-14T22:13:20`), as the Ant format asks.
+//! Each scenario test case of a user's scenario file has `file` (the path as it was given on
+//! the command line) and `line`, which CI annotation tools read (GitHub annotation actions,
+//! GitLab's test report; pytest's `xunit1` flavour writes the same two): the line of the
+//! failing `expect` step when the failure shown is an expectation, else the line of the
+//! scenario's `id` (an oracle's failure is the scenario's as a whole). A built-in scenario
+//! ([`ScenarioSummary::builtin`]) has neither: its file is in replaylab's own tree, not in the
+//! user's repository, so an annotation would point at a file that is not there; its
+//! `system-out` names it as built in.
+//!
+//! Every `time` is in seconds: a test case's is the time its scenario's runs spanned
+//! ([`ScenarioSummary::time_ms`]), a suite's the sum of its test cases'. For black-box runs
+//! that is real (wall) time; for simulated runs it is *simulated* time, so that the same seeds
+//! give the same bytes (the host's time would differ from run to run); the suite property
+//! `time` says which. A suite has a `timestamp` only when `SOURCE_DATE_EPOCH` is set
+//! ([`RenderOptions`]), in UTC and without a zone (`2023-11-14T22:13:20`), as the Ant format
+//! asks.
 //!
 //! # Schema
 //!
@@ -53,8 +62,25 @@ use crate::format::RenderOptions;
 use crate::json::matrix_sha256;
 use crate::model::{FailedRun, MatrixResult, RowSummary, ScenarioSummary, Verdict};
 
-/// Every `time` attribute: replaylab's reports carry no durations (see the module docs).
-const TIME: &str = "0";
+/// The `time` of a test case that stands for no runs (a row's own test case).
+const NO_TIME_MS: u64 = 0;
+
+/// Milliseconds as JUnit's seconds with three decimals (`4.200`).
+fn seconds(time_ms: u64) -> String {
+    format!("{}.{:03}", time_ms / 1000, time_ms % 1000)
+}
+
+/// Where a scenario's test case points a CI annotation: none for a built-in (its file is not
+/// in the user's repository); else its file as given, at the failing `expect`'s line when the
+/// failure shown is an expectation, else at its `id` line.
+pub(crate) fn scenario_location(scenario: &ScenarioSummary) -> Option<(String, u64)> {
+    if scenario.builtin {
+        return None;
+    }
+    let violations = failing_run(scenario).map_or(&[][..], |run| run.violations.as_slice());
+    let line = crate::annotations::annotation_line(violations, scenario.line);
+    Some((scenario.source.clone(), line))
+}
 
 /// `junit.xml`: the suites `rows` (test cases only for rows no scenario decides) and
 /// `scenarios` (one test case per scenario), as the module docs describe.
@@ -76,6 +102,7 @@ pub fn render_junit(result: &MatrixResult, options: &RenderOptions) -> String {
                 name,
                 classname: "replaylab.rows",
                 location: None,
+                time_ms: NO_TIME_MS,
                 status,
                 system_out: None,
             });
@@ -89,7 +116,8 @@ pub fn render_junit(result: &MatrixResult, options: &RenderOptions) -> String {
         scenarios.cases.push(Case {
             name: format!("{} ({})", scenario_title(scenario), scenario.rows.join(", ")),
             classname: "replaylab.scenarios",
-            location: Some((scenario.source.clone(), scenario.line)),
+            location: scenario_location(scenario),
+            time_ms: scenario.time_ms,
             status: scenario_status(scenario),
             system_out: Some(scenario_out(result, scenario)),
         });
@@ -108,7 +136,7 @@ pub fn render_junit(result: &MatrixResult, options: &RenderOptions) -> String {
             ("tests", &suites.iter().map(|suite| suite.cases.len()).sum::<usize>().to_string()),
             ("failures", &count(Status::is_failure).to_string()),
             ("errors", &count(Status::is_error).to_string()),
-            ("time", TIME),
+            ("time", &seconds(suites.iter().map(Suite::time_ms).sum())),
         ],
     );
     for suite in &suites {
@@ -130,6 +158,7 @@ fn matrix_properties(result: &MatrixResult) -> Vec<(String, String)> {
         ("determinism_checked", result.determinism_checked.to_string()),
         ("matrix_json_sha256", matrix_sha256(result)),
         ("verdict", result.verdict.as_str().to_owned()),
+        ("time", time_basis(result).to_owned()),
     ]
     .into_iter()
     .map(|(name, value)| (name.to_owned(), value))
@@ -139,6 +168,15 @@ fn matrix_properties(result: &MatrixResult) -> Vec<(String, String)> {
             .then(|| ("black_box".to_owned(), crate::evidence::black_box_text(result).join(" "))),
     )
     .collect()
+}
+
+/// What the `time` attributes measure (see the module docs).
+fn time_basis(result: &MatrixResult) -> &'static str {
+    if result.black_box.is_some() {
+        "real: each test case's time is the wall time its scenario's runs took"
+    } else {
+        "simulated: each test case's time is the simulated time its scenario's runs spanned (deterministic), not the host's"
+    }
 }
 
 /// ` (topic)` for a row with a topic, else empty.
@@ -193,7 +231,7 @@ fn row_status(result: &MatrixResult, row: &RowSummary) -> Option<Status> {
 /// The run a scenario's test case reports: its first run with the scenario's verdict (the
 /// first failing one of a failing scenario, not an earlier unknown), else its first that did
 /// not pass.
-fn failing_run(scenario: &ScenarioSummary) -> Option<&FailedRun> {
+pub(crate) fn failing_run(scenario: &ScenarioSummary) -> Option<&FailedRun> {
     scenario.failures.iter().find(|run| run.verdict == scenario.verdict).or(scenario.failures.first())
 }
 
@@ -241,6 +279,12 @@ fn run_text(scenario: &ScenarioSummary, run: &FailedRun) -> String {
 /// What a scenario's test case prints: its contract, rows, runs and evidence.
 fn scenario_out(result: &MatrixResult, scenario: &ScenarioSummary) -> String {
     let mut text = format!("{}\n", scenario.expected);
+    if scenario.builtin {
+        text.push_str(&format!(
+            "file: built into replaylab ({} in replaylab's source tree)\n",
+            scenario.source
+        ));
+    }
     text.push_str(&format!("rows: {}\n", scenario.rows.join(", ")));
     text.push_str(&format!("seeds: {}; runs: {}\n", seeds_text(result), counts_text(&scenario.counts)));
     if let Some(run) = failing_run(scenario) {
@@ -299,6 +343,8 @@ struct Case {
     classname: &'static str,
     /// The file and line a CI annotation points at.
     location: Option<(String, u64)>,
+    /// The time its runs spanned.
+    time_ms: u64,
     status: Status,
     system_out: Option<String>,
 }
@@ -317,8 +363,14 @@ impl Suite {
         Suite { name, timestamp, properties: Vec::new(), cases: Vec::new(), system_out: None }
     }
 
+    /// The sum of its test cases' times.
+    fn time_ms(&self) -> u64 {
+        self.cases.iter().map(|case| case.time_ms).sum()
+    }
+
     fn write(&self, xml: &mut Xml) {
         let count = |kind: fn(&Status) -> bool| self.cases.iter().filter(|case| kind(&case.status)).count();
+        let time = seconds(self.time_ms());
         let (tests, failures, errors, skipped) = (
             self.cases.len().to_string(),
             count(Status::is_failure).to_string(),
@@ -331,7 +383,7 @@ impl Suite {
             ("failures", failures.as_str()),
             ("errors", errors.as_str()),
             ("skipped", skipped.as_str()),
-            ("time", TIME),
+            ("time", time.as_str()),
         ];
         if let Some(timestamp) = &self.timestamp {
             attributes.push(("timestamp", timestamp.as_str()));
@@ -357,8 +409,9 @@ impl Suite {
 impl Case {
     fn write(&self, xml: &mut Xml) {
         let line;
+        let time = seconds(self.time_ms);
         let mut attributes =
-            vec![("name", self.name.as_str()), ("classname", self.classname), ("time", TIME)];
+            vec![("name", self.name.as_str()), ("classname", self.classname), ("time", time.as_str())];
         if let Some((file, at)) = &self.location {
             line = at.to_string();
             attributes.push(("file", file.as_str()));
@@ -459,6 +512,13 @@ const IN_MEMORY: &str = "writing XML into memory cannot fail";
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn milliseconds_are_seconds_with_three_decimals() {
+        assert_eq!(seconds(0), "0.000");
+        assert_eq!(seconds(4_200), "4.200");
+        assert_eq!(seconds(61_007), "61.007");
+    }
 
     #[test]
     fn messages_are_one_line() {

@@ -12,11 +12,15 @@
 //!   decides; valid against the Jenkins `junit-10.xsd` but for `file` and `line`;
 //! - `report.html` ([`render_html`]): one self-contained page with a timeline per scenario.
 //!
+//! Under GitHub Actions, [`matrix_annotations`] gives one `::error` workflow command per failing
+//! scenario (its file and line for a user's scenario file).
+//!
 //! Every text report names the SHA-256 of the `matrix.json` bytes ([`matrix_sha256`]), so
 //! a reader can tie it to the canonical record. [`write_reports`] writes the chosen formats.
 #![deny(missing_docs)]
 #![warn(clippy::unwrap_used)]
 
+mod annotations;
 mod evidence;
 mod format;
 mod html;
@@ -24,8 +28,12 @@ mod json;
 mod junit;
 mod markdown;
 mod model;
+mod require;
 
-pub use evidence::black_box_text;
+pub use annotations::{
+    annotation_line, error_annotation, github_actions, matrix_annotations, GITHUB_ACTIONS_VARIABLE,
+};
+pub use evidence::{black_box_text, rows_applied_text};
 pub use format::{
     append_step_summary, render, write_reports, write_reports_with, Format, RenderOptions, ReportError,
     STEP_SUMMARY_VARIABLE,
@@ -39,3 +47,4 @@ pub use model::{
     RealTime, RequestKind, RowSummary, RunDigest, RunResult, ScenarioSummary, Shard, Timeline, Verdict,
     Violation, WorldParameters, SCHEMA_VERSION,
 };
+pub use require::{unmet_requirements, SEED_ROWS};

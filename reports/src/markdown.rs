@@ -33,6 +33,8 @@ fn write_markdown(out: &mut String, result: &MatrixResult, options: &RenderOptio
         crate::evidence::not_applicable_text(result)
     )?;
     writeln!(out)?;
+    writeln!(out, "**{}.**", crate::evidence::rows_applied_text(result))?;
+    writeln!(out)?;
     writeln!(out, "| | |")?;
     writeln!(out, "|---|---|")?;
     writeln!(out, "| executor | `{}` {} |", code(&result.executor), text(&result.executor_version))?;

@@ -315,6 +315,10 @@ pub struct Violation {
     pub positions: Vec<u64>,
     /// What went wrong, in one sentence.
     pub explanation: String,
+    /// For `expect`: the 1-based line of the failing `expect` step in the scenario's file
+    /// (where a CI annotation points); none for an oracle's violation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<u64>,
 }
 
 impl std::fmt::Display for Violation {
@@ -343,8 +347,12 @@ pub struct ScenarioSummary {
     /// The scenario's file: relative to the workspace root for a built-in
     /// (`scenarios/matrix/S02_lost_response_after_commit.toml`), as given for a user's file.
     pub source: String,
-    /// The 1-based line of the scenario's `id` key in `source` (where a CI annotation points).
+    /// The 1-based line of the scenario's `id` key in `source` (where a CI annotation points
+    /// for an oracle's failure; an `expect`'s failure points at its own line).
     pub line: u64,
+    /// A scenario built into replaylab (`source` is then a path in replaylab's own tree, not
+    /// in the user's repository: reports and CI annotations name no file for it).
+    pub builtin: bool,
     /// Rows it covers (`C1`..`C10`, `F1`..`F9`, or `prose`).
     #[schemars(inner(regex(pattern = r"^(C([1-9]|10)|F[1-9]|prose)$")))]
     pub rows: Vec<String>,
@@ -357,14 +365,21 @@ pub struct ScenarioSummary {
     /// Seeds run (a scenario not applicable to the executor runs none).
     pub seeds_run: u64,
     /// Runs per verdict.
+    #[schemars(extend("propertyNames" = {"enum": ["not_applicable", "pass", "unknown", "crashed", "fail"]}))]
     pub counts: BTreeMap<Verdict, u64>,
     /// In how many runs each oracle (or `expect`) fired.
+    #[schemars(extend("propertyNames" = {"pattern": "^(O([1-9]|1[0-3])|expect)$"}))]
     pub oracle_counts: BTreeMap<String, u64>,
+    /// The time its runs spanned, summed over them, in milliseconds: real (wall) time for
+    /// black-box runs; simulated time for simulated runs (from the run's start to its last
+    /// event, so that the same seeds give the same number and the reports stay byte-stable).
+    pub time_ms: u64,
     /// Effects in the ledger, per seed (min and max).
     pub effects_min: u64,
     /// Effects in the ledger, per seed (max).
     pub effects_max: u64,
     /// Every status the executor answered, with how many times.
+    #[schemars(extend("propertyNames" = {"enum": ["applied", "replayed", "in_flight", "rejected", "unknown", "expired"]}))]
     pub statuses: BTreeMap<String, u64>,
     /// Every run that did not pass (fail, crashed, unknown), in seed order.
     pub failures: Vec<FailedRun>,
@@ -404,11 +419,15 @@ pub struct RunDigest {
     /// Whether its two runs gave different histories (with `--check-determinism`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub nondeterministic: bool,
+    /// The time it spanned, in milliseconds: real (wall) time for a black-box run, simulated
+    /// time (to its last event) for a simulated one.
+    pub time_ms: u64,
 }
 
 impl RunDigest {
-    /// A run as evidence; `deterministic` is false when a second run of its seed differed.
-    pub fn of(result: &RunResult, deterministic: bool) -> Self {
+    /// A run as evidence; `deterministic` is false when a second run of its seed differed;
+    /// `time_ms` as [`RunDigest::time_ms`] says.
+    pub fn of(result: &RunResult, deterministic: bool, time_ms: u64) -> Self {
         let mut statuses = BTreeMap::new();
         for answer in result.answers() {
             if let Some(status) = &answer.status {
@@ -423,6 +442,7 @@ impl RunDigest {
             oracles: result.oracles(),
             statuses,
             nondeterministic: !deterministic,
+            time_ms,
         }
     }
 }
@@ -451,7 +471,9 @@ pub struct RowSummary {
 /// violations marked on the timeline, one shape for a failure (`FailedRun`), the shard a
 /// partial run covers, and no unknown fields. 4: the black-box world (`black_box`, each run's
 /// `real_time`). 5: every run's evidence (`runs`: verdict, history digest, what it counted), from
-/// which `merge` recomputes and `verify` re-runs.
+/// which `merge` recomputes and `verify` re-runs; where CI annotations point (`line` of an
+/// `expect` violation, `builtin` scenarios), each scenario's `time_ms`, and count maps whose
+/// keys the schema checks.
 pub const SCHEMA_VERSION: u32 = 5;
 
 /// The result of a matrix run.

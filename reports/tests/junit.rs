@@ -1,5 +1,6 @@
 //! `junit.xml`: one failure per defect, rows shown without being counted twice, `file` and
-//! `line` for CI annotations, deterministic times, and validity against the Jenkins xUnit
+//! `line` for CI annotations (none for a built-in), the runs' times, GitHub annotations, and
+//! validity against the Jenkins xUnit
 //! plugin's `junit-10.xsd` (with `xmllint`, when the schema is at hand).
 
 mod fixture;
@@ -175,38 +176,103 @@ fn a_row_no_scenario_decides_is_an_error_of_its_own() {
     }
 }
 
+/// The fixture with its scenarios read from a user's files (as given on the command line),
+/// rather than built in.
+fn from_user_files(mut result: MatrixResult) -> MatrixResult {
+    for scenario in &mut result.scenarios {
+        scenario.builtin = false;
+        scenario.source = format!("ci/scenarios/{}.toml", scenario.id);
+    }
+    result
+}
+
+fn location<'a>(case: roxmltree::Node<'a, 'a>) -> (Option<&'a str>, Option<&'a str>) {
+    (case.attribute("file"), case.attribute("line"))
+}
+
 #[test]
-fn scenario_cases_name_their_file_and_line() {
-    let mut result = fixture::matrix();
+fn a_users_scenario_points_at_its_file_and_the_failing_line_and_a_builtin_at_none() {
+    // Built in: the file is in replaylab's tree, not the user's repository: no file, no line,
+    // and the test case says where it is.
+    let builtin = fixture::matrix();
+    let xml = render_junit(&builtin, &RenderOptions::new());
+    let document = parse(&xml);
+    for case in cases(suite(&document, "scenarios")) {
+        assert_eq!(location(case), (None, None), "{xml}");
+        let out = case.children().find(|n| n.has_tag_name("system-out")).unwrap().text().unwrap();
+        assert!(out.contains("file: built into replaylab (scenarios/matrix/S0"), "{out}");
+    }
+
+    // A user's file: its path as given. S02's first violation is an oracle's (O1): the
+    // scenario's `id` line; S01 passes: its `id` line.
+    let mut result = from_user_files(fixture::matrix());
     result.scenarios[1].line = 7;
     let xml = render_junit(&result, &RenderOptions::new());
     let document = parse(&xml);
     let scenario_cases = cases(suite(&document, "scenarios"));
-    assert_eq!(scenario_cases.len(), result.scenarios.len());
-    for (case, scenario) in scenario_cases.iter().zip(&result.scenarios) {
-        assert_eq!(case.attribute("file"), Some(scenario.source.as_str()), "{}", scenario.id);
-        assert_eq!(case.attribute("line"), Some(scenario.line.to_string().as_str()), "{}", scenario.id);
+    assert_eq!(location(scenario_cases[0]), (Some("ci/scenarios/S01.toml"), Some("1")));
+    assert_eq!(location(scenario_cases[1]), (Some("ci/scenarios/S02.toml"), Some("7")));
+    assert!(!xml.contains("built into replaylab"), "{xml}");
+
+    // When the failure shown is an expectation, the line is the failing `expect`'s.
+    for failure in &mut result.scenarios[1].failures {
+        failure.violations.retain(|violation| violation.oracle == "expect");
     }
-    assert_eq!(scenario_cases[1].attribute("line"), Some("7"));
-    assert_eq!(
-        scenario_cases[1].attribute("file"),
-        Some("scenarios/matrix/S02_lost_response_after_commit.toml")
-    );
+    let xml = render_junit(&result, &RenderOptions::new());
+    let document = parse(&xml);
+    let case = cases(suite(&document, "scenarios"))[1];
+    assert_eq!(location(case), (Some("ci/scenarios/S02.toml"), Some("40")), "{xml}");
+    let failure = case.children().find(|n| n.has_tag_name("failure")).unwrap();
+    assert!(failure.attribute("message").unwrap().starts_with("expect "), "{xml}");
 }
 
 #[test]
-fn times_are_zero_and_the_timestamp_is_utc_without_a_zone() {
+fn times_are_the_runs_time_and_the_timestamp_is_utc_without_a_zone() {
     let result = fixture::matrix();
     let plain = render_junit(&result, &RenderOptions::new());
     let document = parse(&plain);
-    for tag in ["testsuites", "testsuite", "testcase"] {
-        let nodes = elements(&document, tag);
-        assert!(!nodes.is_empty());
-        for node in nodes {
-            assert_eq!(node.attribute("time"), Some("0"), "{tag} {:?}", node.attribute("name"));
-            assert_eq!(node.attribute("timestamp"), None, "no time stamp without SOURCE_DATE_EPOCH");
-        }
+    let scenario_cases = cases(suite(&document, "scenarios"));
+    let times: Vec<&str> = scenario_cases.iter().filter_map(|case| case.attribute("time")).collect();
+    let expected: Vec<String> = result
+        .scenarios
+        .iter()
+        .map(|scenario| format!("{}.{:03}", scenario.time_ms / 1000, scenario.time_ms % 1000))
+        .collect();
+    assert_eq!(times, expected);
+    assert!(result.scenarios.iter().all(|scenario| scenario.time_ms > 0), "the fixture has times");
+    let total_ms: u64 = result.scenarios.iter().map(|scenario| scenario.time_ms).sum();
+    let total = format!("{}.{:03}", total_ms / 1000, total_ms % 1000);
+    assert_eq!(suite(&document, "scenarios").attribute("time"), Some(total.as_str()));
+    assert_eq!(suite(&document, "rows").attribute("time"), Some("0.000"), "a row's case stands for no runs");
+    assert_eq!(document.root_element().attribute("time"), Some(total.as_str()));
+    for node in elements(&document, "testsuite") {
+        assert_eq!(node.attribute("timestamp"), None, "no time stamp without SOURCE_DATE_EPOCH");
     }
+    // The suites say what the times measure: simulated time here, real time for black-box runs.
+    let basis = |result: &MatrixResult| {
+        let xml = render_junit(result, &RenderOptions::new());
+        let document = parse(&xml);
+        let properties = properties(suite(&document, "scenarios"));
+        properties
+            .into_iter()
+            .find(|(name, _)| name == "time")
+            .map(|(_, value)| value)
+            .expect("a time property")
+    };
+    assert!(basis(&result).starts_with("simulated: "), "{}", basis(&result));
+    let mut black_box = fixture::matrix();
+    black_box.black_box = Some(reports::BlackBox {
+        command: "python3 server.py".into(),
+        workers: 2,
+        transport: "stdio".into(),
+        server: "server 1.0".into(),
+        capabilities_from: "manifest".into(),
+        deterministic: false,
+        time: reports::RealTime::default(),
+        matrix_wall_ms: 0,
+        oracles_judged: vec![],
+    });
+    assert!(basis(&black_box).starts_with("real: "), "{}", basis(&black_box));
 
     let dated = render_junit(&result, &RenderOptions::generated_at(FIXED_EPOCH_S));
     let document = parse(&dated);
@@ -215,6 +281,33 @@ fn times_are_zero_and_the_timestamp_is_utc_without_a_zone() {
     }
     assert_eq!(document.root_element().attribute("timestamp"), None, "junit-10.xsd has none on testsuites");
     assert_eq!(dated.matches("timestamp=").count(), 2);
+}
+
+/// Under GitHub Actions, one `::error` line per scenario that did not pass: at the user's file
+/// and the line junit.xml names, with the reproduce command; a built-in names no file.
+#[test]
+fn annotations_name_the_failing_scenario_its_line_and_its_reproduce_command() {
+    let builtin = reports::matrix_annotations(&fixture::matrix());
+    assert_eq!(builtin.len(), 1, "S02 fails, S01 passes: {builtin:?}");
+    assert!(
+        builtin[0].starts_with("::error title=replaylab%3A S02 lost_response_after_commit fail (C2%2C F2)::")
+    );
+    assert!(!builtin[0].contains("file="), "{}", builtin[0]);
+    assert!(builtin[0].contains(&format!("%0Areproduce: {}", fixture::REPRODUCE)), "{}", builtin[0]);
+    assert!(!builtin[0].contains('\n'), "one line: {}", builtin[0]);
+
+    let mut result = from_user_files(fixture::matrix());
+    for failure in &mut result.scenarios[1].failures {
+        failure.violations.retain(|violation| violation.oracle == "expect");
+    }
+    let user = reports::matrix_annotations(&result);
+    assert_eq!(user.len(), 1, "{user:?}");
+    assert!(user[0].starts_with("::error file=ci/scenarios/S02.toml,line=40,title="), "{}", user[0]);
+    let xml = render_junit(&result, &RenderOptions::new());
+    assert!(xml.contains(" file=\"ci/scenarios/S02.toml\" line=\"40\""), "junit.xml agrees: {xml}");
+
+    // A green matrix has nothing to annotate.
+    assert!(reports::matrix_annotations(&passing()).is_empty());
 }
 
 #[test]
@@ -255,7 +348,8 @@ fn strip_locations(xml: &str) -> String {
 
 #[test]
 fn stripping_locations_removes_exactly_file_and_line() {
-    let xml = render_junit(&fixture::matrix(), &RenderOptions::new());
+    let xml = render_junit(&from_user_files(fixture::matrix()), &RenderOptions::new());
+    assert!(xml.contains(" file=\""), "{xml}");
     let stripped = strip_locations(&xml);
     let (before, after) = (parse(&xml), parse(&stripped));
     let (cases_before, cases_after) = (elements(&before, "testcase"), elements(&after, "testcase"));
@@ -303,10 +397,17 @@ fn junit_validates_against_junit_10_xsd() {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("junit-xsd");
     std::fs::create_dir_all(&dir).unwrap();
     let options = [("plain", RenderOptions::new()), ("dated", RenderOptions::generated_at(FIXED_EPOCH_S))];
-    for (matrix, result) in [("failing", fixture::matrix()), ("passing", passing())] {
+    let matrices = [
+        ("failing", from_user_files(fixture::matrix())),
+        ("passing", from_user_files(passing())),
+        ("builtin", fixture::matrix()),
+    ];
+    for (matrix, result) in matrices {
         for (kind, options) in &options {
             let xml = render_junit(&result, options);
-            assert!(xml.contains(" file=\"scenarios/matrix/S01_duplicate_same_key.toml\" line=\"1\""));
+            if matrix != "builtin" {
+                assert!(xml.contains(" file=\"ci/scenarios/S01.toml\" line=\"1\""), "{xml}");
+            }
             let stripped = dir.join(format!("{matrix}-{kind}-stripped.xml"));
             std::fs::write(&stripped, strip_locations(&xml)).unwrap();
             let (valid, errors) = xmllint(&xsd, &stripped);

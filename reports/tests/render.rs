@@ -252,6 +252,57 @@ fn a_scenario_not_applicable_is_shown_as_such_in_every_report() {
     assert!(html.contains(why));
 }
 
+/// The headline of every text report says how many rows applied, whatever the verdict; and
+/// `--require` names why each required row it did not get failed the gate.
+#[test]
+fn the_headline_says_how_many_rows_applied_and_requirements_say_why_they_failed() {
+    let mut result = fixture::matrix();
+    let applied = reports::rows_applied_text(&result);
+    assert_eq!(
+        applied,
+        format!("{} of {} rows applied; 0 not applicable", result.rows.len(), result.rows.len())
+    );
+    // S01 (C1, F1) not applicable: two rows fewer applied.
+    let why = "not applicable: the scenario needs tool tickets.create, which executor tiny does not declare";
+    for row in result.rows.iter_mut().filter(|row| row.scenarios == ["S01"]) {
+        row.verdict = reports::Verdict::NotApplicable;
+    }
+    let s01 = result.scenarios.iter_mut().find(|s| s.id == "S01").expect("S01");
+    s01.verdict = reports::Verdict::NotApplicable;
+    s01.shown.notes = vec![why.to_owned()];
+    let total = result.rows.len();
+    let applied = reports::rows_applied_text(&result);
+    assert_eq!(applied, format!("{} of {total} rows applied; 2 not applicable", total - 2));
+    assert!(render_markdown(&result, &RenderOptions::new()).contains(&format!("**{applied}.**")));
+    assert!(
+        render_html(&result, &RenderOptions::new()).contains(&format!("<p class=\"applied\">{applied}.</p>"))
+    );
+
+    let required = |rows: &[&str]| {
+        let rows: Vec<String> = rows.iter().map(|row| (*row).to_owned()).collect();
+        reports::unmet_requirements(&result, &rows)
+    };
+    assert_eq!(required(&["C1"]), [format!("C1: not applicable to executor reference: S01: {why}")]);
+    let c2 = required(&["C2"]);
+    assert_eq!(c2.len(), 1);
+    assert!(c2[0].starts_with("C2: fail (S02 seed 1: O1 single_effect"), "{c2:?}");
+    assert!(c2[0].ends_with(&format!("; reproduce: {})", fixture::REPRODUCE)), "{c2:?}");
+    // C3 has no scenario in the fixture: nothing checked it.
+    assert_eq!(required(&["C3"]), ["C3: no scenario covers it"]);
+    let mut selected = result.clone();
+    selected.rows.retain(|row| row.row != "C3");
+    assert_eq!(
+        reports::unmet_requirements(&selected, &["C3".to_owned()]),
+        ["C3: not run: no scenario of this run covers it"]
+    );
+    // Only what did not pass is named, in the order required.
+    let green = fixture::matrix();
+    assert!(reports::unmet_requirements(&green, &["C1".to_owned(), "F1".to_owned()]).is_empty());
+    let both = reports::unmet_requirements(&green, &["F2".to_owned(), "C1".to_owned(), "C2".to_owned()]);
+    let named: Vec<&str> = both.iter().map(|line| line.split(':').next().unwrap()).collect();
+    assert_eq!(named, ["F2", "C2"]);
+}
+
 /// A black-box matrix says so in every text report: repeats, not seeds; not deterministic;
 /// where the real time went; which oracles judged. A simulated matrix says none of it.
 #[test]
@@ -361,6 +412,19 @@ fn the_schema_accepts_matrix_json_and_refuses_bad_documents() {
         &|v| v["scenarios"][1]["shown"]["operations"][0]["answers"][0]["kind"] = "shout".into(),
         "request kind shout",
     );
+
+    // The count maps take only the keys they can hold.
+    refused(&|v| v["scenarios"][1]["counts"]["maybe"] = 1.into(), "a count of verdict maybe");
+    refused(&|v| v["scenarios"][1]["oracle_counts"]["O99"] = 1.into(), "a count of oracle O99");
+    refused(&|v| v["scenarios"][1]["statuses"]["done"] = 1.into(), "a count of status done");
+    let mut accepted = json.clone();
+    accepted["scenarios"][1]["counts"]["crashed"] = 1.into();
+    accepted["scenarios"][1]["oracle_counts"]["O13"] = 1.into();
+    accepted["scenarios"][1]["statuses"]["in_flight"] = 1.into();
+    assert!(validator.is_valid(&accepted), "the schema refuses keys the maps can hold");
+    refused(&|v| v["scenarios"][1]["builtin"] = "yes".into(), "builtin as a string");
+    refused(&|v| drop(v["scenarios"][1].as_object_mut().unwrap().remove("time_ms")), "no time_ms");
+    refused(&|v| v["schema_version"] = 4.into(), "schema_version 4");
 
     // What reads matrix.json back (`replaylab merge`) refuses unknown fields too.
     let mut unknown = json.clone();

@@ -102,6 +102,7 @@ fn scenario_contradictions(scenario: &ScenarioSummary, seeds: &[u64]) -> Vec<Str
         format!("{}..{}", tally.effects_min, tally.effects_max),
     );
     differs("statuses", counts(&scenario.statuses), counts(&tally.statuses));
+    differs("time_ms", scenario.time_ms.to_string(), tally.time_ms.to_string());
     differs(
         "nondeterministic_seeds",
         seed_list(&scenario.nondeterministic_seeds),

@@ -133,9 +133,11 @@ pub fn run(config: &MatrixConfig) -> MatrixResult {
                 let timeline = keep_timeline.then(|| {
                     timeline::draw(seed, &scenario.worker_names(), &record.history, &record.result.violations)
                 });
+                let time_ms = runner::time_ms(&record);
                 let finished = Finished {
                     index,
                     seed,
+                    time_ms,
                     result: record.result,
                     deterministic,
                     timeline,
@@ -306,6 +308,8 @@ fn attach_log(
 struct Finished {
     index: usize,
     seed: u64,
+    /// The time the run spanned: real for a process's run, simulated otherwise.
+    time_ms: u64,
     result: RunResult,
     deterministic: bool,
     timeline: Option<Timeline>,
@@ -323,7 +327,7 @@ fn summarise(scenario: &Scenario, runs: &[&Finished]) -> ScenarioSummary {
             result.verdict = Verdict::Fail;
             result.notes.push("two runs of this seed gave different histories".into());
         }
-        digests.push(reports::RunDigest::of(&finished.result, finished.deterministic));
+        digests.push(reports::RunDigest::of(&finished.result, finished.deterministic, finished.time_ms));
         if !matches!(result.verdict, Verdict::Pass | Verdict::NotApplicable) {
             failures.push(result.failed_run());
             if failures.len() == 1 {
@@ -345,6 +349,7 @@ fn summarise(scenario: &Scenario, runs: &[&Finished]) -> ScenarioSummary {
         name: scenario.name.clone(),
         source: scenario.source.clone(),
         line: scenario.line as u64,
+        builtin: scenario.source.starts_with(scenarios::BUILTIN_SOURCE_PREFIX),
         rows: scenario.rows.iter().map(ToString::to_string).collect(),
         summary: scenario.summary.clone(),
         expected: scenario.expected.clone(),
@@ -355,6 +360,7 @@ fn summarise(scenario: &Scenario, runs: &[&Finished]) -> ScenarioSummary {
         effects_min: tally.effects_min,
         effects_max: tally.effects_max,
         statuses: tally.statuses,
+        time_ms: tally.time_ms,
         failures,
         runs: digests,
         shown,
@@ -383,6 +389,8 @@ pub struct Tally {
     pub statuses: BTreeMap<String, u64>,
     /// Seeds whose two runs differed.
     pub nondeterministic_seeds: Vec<u64>,
+    /// The time the runs spanned, summed.
+    pub time_ms: u64,
 }
 
 impl Tally {
@@ -397,6 +405,7 @@ impl Tally {
             effects_max: runs.iter().map(|run| run.effects).max().unwrap_or(0),
             statuses: BTreeMap::new(),
             nondeterministic_seeds: Vec::new(),
+            time_ms: runs.iter().map(|run| run.time_ms).sum(),
         };
         for run in runs {
             tally.verdict = tally.verdict.worst(run.verdict);

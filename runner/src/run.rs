@@ -798,6 +798,7 @@ impl Runner {
             operation: None,
             positions: Vec::new(),
             explanation,
+            line: Some(line as u64),
         }
     }
 
@@ -1299,6 +1300,16 @@ fn describe_rule(rule: &FaultRule) -> String {
         parts.push(format!("from match {nth}"));
     }
     format!("{}, {}", parts.join(" "), rule.action.name())
+}
+
+/// The time a run spanned, in milliseconds: its real (wall) time for a black-box run; the
+/// simulated time of its last event for a simulated one, so that the same seed gives the same
+/// number and the reports stay byte-stable.
+pub fn time_ms(record: &RunRecord) -> u64 {
+    match record.result.real_time {
+        Some(real) => real.wall_ms,
+        None => record.history.last().map_or(0, |event| event.at_ms),
+    }
 }
 
 /// The one command that reproduces a run, with the program that runs `executor`

@@ -529,3 +529,47 @@ fn mutants_of_the_queue_webhooks_and_jobs_fail_as_processes_too() {
     assert_eq!(output.status.code(), Some(2), "{}", text(&output));
     assert!(text(&output).contains("where the claims live"), "{}", text(&output));
 }
+
+/// `matrix --require` gates a black-box matrix too, and its junit.xml times each scenario by
+/// the real (wall) time of its runs, saying so.
+#[test]
+fn a_black_box_matrix_requires_rows_and_times_junit_by_real_time() {
+    let out = scratch("require");
+    let command = format!("{REPLAYLAB} executor serve --store sqlite:{{state}}/claims.db");
+    let out_text = out.display().to_string();
+    let output = replaylab(&[
+        "matrix",
+        "--executor-cmd",
+        &command,
+        "--repeat",
+        "1",
+        "--only",
+        "S01",
+        "--require",
+        "C1,C2",
+        "--out",
+        &out_text,
+    ]);
+    let said = text(&output);
+    assert_eq!(output.status.code(), Some(1), "C2 was required and not run: {said}");
+    assert!(
+        said.contains(
+            "required rows: 1 of 2 did not pass:\n  C2: not run: no scenario of this run covers it\n"
+        ),
+        "{said}"
+    );
+    assert!(said.contains("\n2 of 2 rows applied; 0 not applicable\nverdict: pass\n"), "{said}");
+    let matrix = matrix_json(&out);
+    assert_valid(&matrix);
+    let s01 = scenario(&matrix, "S01");
+    let time_ms = s01["time_ms"].as_u64().expect("time_ms");
+    assert_eq!(Some(time_ms), s01["shown"]["real_time"]["wall_ms"].as_u64(), "one run: its wall time");
+    assert!(time_ms > 0);
+    let junit = std::fs::read_to_string(out.join("junit.xml")).expect("junit.xml");
+    let seconds = format!("{}.{:03}", time_ms / 1000, time_ms % 1000);
+    assert!(
+        junit.contains(&format!("classname=\"replaylab.scenarios\" time=\"{seconds}\"")),
+        "S01's test case takes its runs' real time: {junit}"
+    );
+    assert!(junit.contains("<property name=\"time\" value=\"real: "), "{junit}");
+}

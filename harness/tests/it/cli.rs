@@ -293,3 +293,56 @@ fn scenario_files_with_impossible_numbers_are_refused_in_plain_words() {
     assert_eq!(code, 2, "{stdout}{stderr}");
     assert!(stderr.contains("`webhook.repeat_same_event` must be at most 100, not 4294967295"), "{stderr}");
 }
+
+/// `matrix --require`: rows a gate demands. Bad names exit 2 before any work (a black-box
+/// command is not even started); a required row that passed keeps the exit code, one that did
+/// not run (or did not pass) exits 1 with a line saying why; the headline always says how many
+/// rows applied.
+#[test]
+fn required_rows_gate_the_exit_code_and_bad_names_exit_2_before_any_work() {
+    let dir = scratch("require");
+    let out = dir.join("out");
+    let out = out.to_str().unwrap();
+    for (require, expected) in [
+        ("C11", "--require: no row \"C11\""),
+        ("C1,bogus", "--require: no row \"bogus\""),
+        ("S01", "--require: no row \"S01\""),
+        ("all,C1", "--require all already requires every row"),
+    ] {
+        let (code, stdout, stderr) =
+            replaylab_with(&["matrix", "--seeds", "1", "--require", require, "--out", out], &[]);
+        assert_eq!(code, 2, "{require}: {stdout}{stderr}");
+        assert!(stderr.contains(expected), "{require}: {stderr}");
+        assert!(stdout.is_empty(), "{require} did work first: {stdout}");
+    }
+    // With --executor-cmd, before the command is started to read its manifest.
+    let (code, stdout, stderr) = replaylab_with(
+        &["matrix", "--executor-cmd", "/nonexistent/server", "--require", "Z9", "--out", out],
+        &[],
+    );
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    assert!(stderr.contains("--require: no row \"Z9\""), "{stderr}");
+
+    let matrix = |require: &str| {
+        replaylab_with(&["matrix", "--seeds", "1", "--only", "S01", "--require", require, "--out", out], &[])
+    };
+    // S01 covers C1 and F1, and passes.
+    let (code, stdout, stderr) = matrix("C1,F1,C1");
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stdout.contains("required rows: all 2 passed"), "{stdout}");
+    assert!(stdout.contains("\n2 of 2 rows applied; 0 not applicable\nverdict: pass\n"), "{stdout}");
+    // C2 and the rest of the seed rows: not run by this selection, each named with why.
+    let (code, stdout, _) = matrix("seed-rows");
+    assert_eq!(code, 1, "{stdout}");
+    assert!(stdout.contains("required rows: 17 of 19 did not pass:"), "{stdout}");
+    assert!(stdout.contains("  C2: not run: no scenario of this run covers it\n"), "{stdout}");
+    assert!(!stdout.contains("  C1: "), "C1 passed: {stdout}");
+    // `all`: every row of the run.
+    let (code, stdout, _) = matrix("all");
+    assert_eq!(code, 0, "{stdout}");
+    assert!(stdout.contains("required rows: all 2 passed"), "{stdout}");
+    // A prose scenario's row is named by its id.
+    let (code, stdout, _) = matrix("S13");
+    assert_eq!(code, 1, "{stdout}");
+    assert!(stdout.contains("  S13: not run: no scenario of this run covers it"), "{stdout}");
+}

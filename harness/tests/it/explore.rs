@@ -348,3 +348,122 @@ fn a_saved_case_runs_against_real_processes_and_repeats() {
     assert!(stdout.contains("run 1 of 2: pass") && stdout.contains("run 2 of 2: pass"), "{stdout}");
     assert!(stdout.contains("failed 0 of 2 runs (2 pass, 0 fail, 0 unknown, 0 crashed)"), "{stdout}");
 }
+
+/// `explore --out DIR` takes a directory like `matrix`; the README's `--out DIR/explore.json`
+/// names the record itself (written into DIR, beside the shrunk cases); any other `.json` path
+/// is refused before any work. Under GitHub Actions each confirmed group is an `::error` line
+/// at its case file with its reproduce command. The record written validates against the
+/// checked-in schema, which refuses keys its count maps cannot hold.
+#[test]
+fn explore_out_takes_a_directory_or_its_explore_json_and_the_record_meets_its_schema() {
+    let dir = scratch("out");
+    let regressions = dir.join("regressions.jsonl");
+    let refused = dir.join("record.json");
+    let (code, stdout, stderr) = replaylab(&["explore", "--seeds", "1", "--out", refused.to_str().unwrap()]);
+    assert_eq!(code, 2, "{stdout}{stderr}");
+    assert!(stderr.contains("explore takes a directory"), "{stderr}");
+    assert!(stdout.is_empty() && !refused.exists(), "nothing was done: {stdout}");
+
+    let given = dir.join("reports").join("explore.json");
+    let output = Command::new(REPLAYLAB)
+        .env_remove("CARGO")
+        .env_remove("CARGO_PKG_NAME")
+        .env("GITHUB_ACTIONS", "true")
+        .args(["explore", "--executor", "mutant:blind_retry", "--seeds", "2", "--jobs", "2"])
+        .args(["--out", given.to_str().unwrap(), "--regressions", regressions.to_str().unwrap()])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("replaylab runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "blind_retry fails: {stdout}");
+    assert!(given.is_file(), "{} is the record, not a directory", given.display());
+    let record = record(&dir.join("reports"));
+    let groups = record["groups"].as_array().expect("groups");
+    assert!(!groups.is_empty(), "{stdout}");
+    let lines: Vec<&str> = stdout.lines().filter(|line| line.starts_with("::error ")).collect();
+    let confirmed = groups.iter().filter(|group| group["confirmed"] == true).count();
+    assert!(lines.len() >= confirmed, "one line per confirmed group (and one for thin coverage): {stdout}");
+    for (group, line) in groups.iter().zip(&lines) {
+        let case = dir.join("reports").join(group["case_file"].as_str().expect("a case file"));
+        assert!(case.is_file(), "{}", case.display());
+        let file = case.display().to_string().replace(':', "%3A").replace(',', "%2C");
+        assert!(line.starts_with(&format!("::error file={file},title=replaylab explore%3A ")), "{line}");
+        let reproduce = format!(" run --case {} --executor mutant:blind_retry", case.display());
+        assert!(line.contains("%0Areproduce: ") && line.ends_with(&reproduce), "{line}");
+    }
+
+    let schema_path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../explore/schema/explore.schema.json");
+    let schema: Value =
+        serde_json::from_str(&std::fs::read_to_string(&schema_path).expect("the checked-in schema"))
+            .expect("JSON");
+    let validator = jsonschema::validator_for(&schema).expect("a JSON Schema");
+    let errors: Vec<String> = validator.iter_errors(&record).map(|error| error.to_string()).collect();
+    assert!(errors.is_empty(), "explore.json does not match its schema: {errors:#?}");
+    let refused = |change: &dyn Fn(&mut Value), what: &str| {
+        let mut changed = record.clone();
+        change(&mut changed);
+        assert!(!validator.is_valid(&changed), "the schema accepts {what}");
+    };
+    refused(&|v| v["surprise"] = true.into(), "an unknown field");
+    refused(&|v| v["schema_version"] = 3.into(), "schema_version 3");
+    refused(&|v| v["verdicts"]["maybe"] = 1.into(), "a count of verdict maybe");
+    refused(&|v| v["coverage"]["exercised"]["O14"] = 1.into(), "oracle O14 exercised");
+    refused(&|v| v["coverage"]["unknown_because"]["bad luck"] = 1.into(), "an unknown premise kind");
+    refused(&|v| v["groups"][0]["surprise"] = true.into(), "an unknown field in a group");
+    let mut accepted = record.clone();
+    accepted["coverage"]["unknown_because"]["a fault did not fire"] = 1.into();
+    accepted["coverage"]["exercised"]["O13"] = 1.into();
+    accepted["verdicts"]["crashed"] = 1.into();
+    assert!(validator.is_valid(&accepted), "the schema refuses keys the maps hold");
+
+    // Outside GitHub Actions: no annotations; `--out DIR` is that directory.
+    let plain = dir.join("plain");
+    let output = Command::new(REPLAYLAB)
+        .env_remove("GITHUB_ACTIONS")
+        .args([
+            "explore",
+            "--executor",
+            "mutant:blind_retry",
+            "--seeds",
+            "1",
+            "--out",
+            plain.to_str().unwrap(),
+        ])
+        .args(["--regressions", dir.join("other.jsonl").to_str().unwrap()])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("replaylab runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(plain.join("explore.json").is_file(), "{stdout}");
+    assert!(!stdout.lines().any(|line| line.starts_with("::")), "{stdout}");
+}
+
+/// CI runs this as a gate: the checked-in schema of `explore.json` is the one the types
+/// generate.
+#[test]
+fn checked_in_explore_schema_is_current() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../explore/schema/explore.schema.json");
+    let generated = harness::explore_cli::explore_schema();
+    if std::env::var_os("UPDATE_SCHEMA").is_some_and(|value| value == "1") {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, &generated).unwrap();
+    }
+    let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        checked_in == generated,
+        "{} is stale: explore.json's types changed. Regenerate it with \
+         `UPDATE_SCHEMA=1 cargo test -p harness --test it checked_in_explore_schema_is_current`, \
+         review the diff, and bump EXPLORE_SCHEMA_VERSION on an incompatible change.",
+        path.display()
+    );
+    let schema: Value = serde_json::from_str(&generated).unwrap();
+    assert_eq!(schema["title"], "ExploreRecord");
+    let mut objects = vec![&schema];
+    objects.extend(schema["$defs"].as_object().expect("definitions").values());
+    for object in objects.iter().filter(|o| o["type"] == "object" && o.get("properties").is_some()) {
+        assert_eq!(
+            object["additionalProperties"], false,
+            "every record type refuses unknown fields: {object}"
+        );
+    }
+}

@@ -447,3 +447,126 @@ fn a_scenario_of_a_thousand_operations_runs_and_passes() {
     assert_eq!(record.result.verdict, harness::verdict::Verdict::Pass, "{:?}", record.result.notes);
     assert_eq!(record.ledger.len(), OPERATIONS, "one ticket per operation");
 }
+
+/// `replaylab` with `GITHUB_ACTIONS` set to `true` or removed: exit code, stdout.
+fn replaylab_on_github(args: &[&str], github: bool) -> (i32, String) {
+    let mut command = installed::installed(REPLAYLAB, false);
+    if github {
+        command.env("GITHUB_ACTIONS", "true");
+    } else {
+        command.env_remove("GITHUB_ACTIONS");
+    }
+    let output = command.args(args).output().expect("replaylab runs");
+    (output.status.code().unwrap_or(-1), String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+fn annotations(stdout: &str) -> Vec<&str> {
+    stdout.lines().filter(|line| line.starts_with("::")).collect()
+}
+
+/// Under GitHub Actions (`GITHUB_ACTIONS=true`), `run` and `matrix` print one `::error` line
+/// per failing scenario: a user's file as given, at the failing `expect`'s line (the line the
+/// parser read it from), with the reproduce command; a built-in scenario at no file. Without
+/// the variable, none. junit.xml points at the same file and line.
+#[test]
+fn github_annotations_point_at_the_failing_expect_line_only_under_github_actions() {
+    let dir = temp_dir("annotations");
+    let file = failing_scenario_file(&dir);
+    let path = file.to_str().unwrap();
+    let parsed = scenarios::Scenario::from_file(&file).expect("the scenario parses");
+    let expect_line = parsed
+        .steps
+        .iter()
+        .find(|step| matches!(step.kind, scenarios::StepKind::ExpectEffects { count: 2, .. }))
+        .expect("the failing expectation")
+        .line;
+    assert_ne!(expect_line, parsed.line, "the expectation is not on the id line");
+    // GitHub's escaping of a property value: `:` and `,` (and `%`) are escaped.
+    let file_property = path.replace('%', "%25").replace(':', "%3A").replace(',', "%2C");
+
+    let run = ["run", "S91", "--seed", "3", "--scenario-file", path];
+    let (code, stdout) = replaylab_on_github(&run, true);
+    assert_eq!(code, 1, "{stdout}");
+    let lines = annotations(&stdout);
+    assert_eq!(lines.len(), 1, "{stdout}");
+    let prefix = format!("::error file={file_property},line={expect_line},title=replaylab%3A S91_impossible_expectation seed 3%3A fail::expect ");
+    assert!(lines[0].starts_with(&prefix), "{}\nwanted {prefix}", lines[0]);
+    assert!(
+        lines[0].contains("%0Areproduce: replaylab run S91 --seed 3 --executor reference --scenario-file "),
+        "{}",
+        lines[0]
+    );
+    let (code, stdout) = replaylab_on_github(&run, false);
+    assert_eq!(code, 1);
+    assert!(annotations(&stdout).is_empty(), "no annotations outside GitHub Actions: {stdout}");
+
+    let out = dir.join("annotated");
+    let matrix = [
+        "matrix",
+        "--seeds",
+        "2",
+        "--only",
+        "S01,S91",
+        "--scenario-file",
+        path,
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    let (code, stdout) = replaylab_on_github(&matrix, true);
+    assert_eq!(code, 1, "{stdout}");
+    let lines = annotations(&stdout);
+    assert_eq!(lines.len(), 1, "S91 fails, S01 passes: {stdout}");
+    let prefix = format!(
+        "::error file={file_property},line={expect_line},title=replaylab%3A S91 impossible_expectation fail (C1%2C F1)::S91 seed 0 fail: expect "
+    );
+    assert!(lines[0].starts_with(&prefix), "{}\nwanted {prefix}", lines[0]);
+    assert!(lines[0].contains("%0Areproduce: replaylab run S91 --seed 0 "), "{}", lines[0]);
+    assert!(lines[0].ends_with("%0A2 of 2 runs did not pass"), "{}", lines[0]);
+    let junit = std::fs::read_to_string(out.join("junit.xml")).expect("junit.xml");
+    let xml_path =
+        path.replace('&', "&amp;").replace('"', "&quot;").replace('<', "&lt;").replace('>', "&gt;");
+    assert!(junit.contains(&format!(" file=\"{xml_path}\" line=\"{expect_line}\"")), "{junit}");
+    assert!(
+        junit.contains("file: built into replaylab (scenarios/matrix/S01_duplicate_same_key.toml"),
+        "{junit}"
+    );
+    let (code, stdout) = replaylab_on_github(&matrix, false);
+    assert_eq!(code, 1);
+    assert!(annotations(&stdout).is_empty(), "{stdout}");
+
+    // A built-in scenario: no file (it is not in the user's repository), no line.
+    let (code, stdout) =
+        replaylab_on_github(&["run", "S02", "--seed", "0", "--executor", "mutant:blind_retry"], true);
+    assert_eq!(code, 1, "{stdout}");
+    let lines = annotations(&stdout);
+    assert_eq!(lines.len(), 1, "{stdout}");
+    assert!(
+        lines[0].starts_with("::error title=replaylab%3A S02_lost_response_after_commit seed 0%3A fail::O"),
+        "{}",
+        lines[0]
+    );
+}
+
+/// A scenario's `time_ms` in matrix.json is the simulated time its runs spanned: the same
+/// seeds give the same number (the reports stay byte-stable), and it is not zero.
+#[test]
+fn a_simulated_scenarios_time_is_simulated_and_the_same_for_the_same_seeds() {
+    let config = harness::matrix::MatrixConfig {
+        scenarios: vec![scenario("S02")],
+        seeds: 2,
+        jobs: 2,
+        log: None,
+        ..harness::matrix::MatrixConfig::default()
+    };
+    let first = harness::matrix::run(&config);
+    let again = harness::matrix::run(&config);
+    let time = first.scenarios[0].time_ms;
+    assert!(time > 0, "S02's runs span simulated time");
+    assert_eq!(time, again.scenarios[0].time_ms);
+    let spans: u64 = (0..2)
+        .map(|seed| runner::run(&scenario("S02"), seed, &reference()).history.last().expect("events").at_ms)
+        .sum();
+    assert_eq!(time, spans, "the sum of the runs' last events' simulated times");
+    assert!(first.scenarios[0].builtin, "S02 is built in");
+    assert_eq!(reports::render_json(&first), reports::render_json(&again));
+}
