@@ -163,7 +163,8 @@ pub fn never_captured(target: &str) -> bool {
 /// - as written, upper- and lower-cased;
 /// - escaped: JSON (`\"`, and `\u00eb` for non-ASCII as Python writes it), Rust's `{:?}` of a
 ///   string, of a byte string (`\xc3\xab`, as `bytes` prints a body) and `ascii::escape_default`;
-/// - percent-encoded (`%20` and form `+`, all reserved characters or `encodeURIComponent`'s);
+/// - percent-encoded, whichever of its bytes an encoder chose to escape (`%XX` in any case, a
+///   space also as `+`), as written or JSON-escaped;
 /// - its UTF-8 bytes as a list (`52, 50, 52`, `52,50,52` as JSON writes it, `0x34, 0x32` as
 ///   turmoil traces a TCP segment), in hex
 ///   (`343234`, `\x34\x32`), and in base64 (standard and URL-safe alphabets) at each of the
@@ -174,6 +175,9 @@ pub fn never_captured(target: &str) -> bool {
 pub struct Secrets {
     /// Every form of every text, lower-cased (ASCII), longest first, without repeats.
     forms: Vec<Vec<u8>>,
+    /// The texts as written and JSON-escaped, lower-cased (ASCII): matched with any of their
+    /// bytes percent-encoded.
+    written: Vec<Vec<u8>>,
 }
 
 impl Secrets {
@@ -192,7 +196,14 @@ impl Secrets {
             .collect();
         forms.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
         forms.dedup();
-        Self { forms }
+        let mut written: Vec<Vec<u8>> = texts
+            .iter()
+            .flat_map(|text| written_forms(text))
+            .map(|form| form.into_bytes().to_ascii_lowercase())
+            .collect();
+        written.sort();
+        written.dedup();
+        Self { forms, written }
     }
 
     /// Whether there is nothing to redact.
@@ -206,6 +217,13 @@ impl Secrets {
 pub fn redact(line: &str, secrets: &Secrets) -> String {
     let haystack = line.as_bytes();
     let mut found: Vec<(usize, usize)> = Vec::new();
+    for form in &secrets.written {
+        for start in 0..haystack.len() {
+            if let Some(end) = percent_encoded_at(haystack, start, form) {
+                found.push((start, end));
+            }
+        }
+    }
     for form in &secrets.forms {
         if form.len() > haystack.len() {
             continue;
@@ -237,12 +255,38 @@ pub fn redact(line: &str, secrets: &Secrets) -> String {
     redacted
 }
 
+/// Where `form` (lower-cased) ends if it starts at `start` of `haystack`, each of its bytes
+/// either as it is (any ASCII case), or `%XX` (either case), or a space as `+`.
+fn percent_encoded_at(haystack: &[u8], start: usize, form: &[u8]) -> Option<usize> {
+    let mut at = start;
+    for &byte in form {
+        let next = *haystack.get(at)?;
+        if next.to_ascii_lowercase() == byte || (byte == b' ' && next == b'+') {
+            at += 1;
+            continue;
+        }
+        let escaped = haystack.get(at + 1..at + 3).filter(|_| next == b'%')?;
+        let decoded = std::str::from_utf8(escaped).ok().and_then(|hex| u8::from_str_radix(hex, 16).ok())?;
+        if decoded.to_ascii_lowercase() != byte {
+            return None;
+        }
+        at += 3;
+    }
+    Some(at)
+}
+
+/// `text` as written, and as JSON writes it inside a string (plain, and ASCII only).
+fn written_forms(text: &str) -> Vec<String> {
+    let quoted = serde_json::Value::from(text).to_string();
+    vec![text.to_owned(), quoted[1..quoted.len() - 1].to_owned(), json_ascii(text)]
+}
+
 /// The forms of `text` [`Secrets`] looks for (some may coincide with `text`): the text as
 /// written and escaped, then each of those as bytes are encoded.
 fn encodings(text: &str) -> Vec<String> {
     let quoted_inner = |quoted: String| quoted[1..quoted.len() - 1].to_owned();
     let json = |text: &str| quoted_inner(serde_json::Value::from(text).to_string());
-    let mut written = vec![text.to_owned(), json(text), json_ascii(text)];
+    let mut written = written_forms(text);
     written.dedup();
     let mut forms = vec![text.to_lowercase(), text.to_uppercase()];
     for text in &written {
@@ -253,9 +297,6 @@ fn encodings(text: &str) -> Vec<String> {
         forms.push(quoted_inner(format!("{text:?}")));
         forms.push(byte_string(bytes));
         forms.push(bytes.iter().flat_map(|byte| std::ascii::escape_default(*byte)).map(char::from).collect());
-        forms.push(percent(bytes, b"-._~", "%20"));
-        forms.push(percent(bytes, b"-._~", "+"));
-        forms.push(percent(bytes, b"-._~!'()*", "%20"));
         // Byte lists: `{:?}` of bytes, a JSON array, and turmoil's trace of a TCP segment
         // (`0x50, 0x4F, 0xD`), hex with and without leading zeros.
         let lists: [Vec<String>; 3] = [
@@ -317,22 +358,6 @@ fn byte_string(bytes: &[u8]) -> String {
         }
     }
     escaped
-}
-
-/// Percent-encoding: ASCII letters, digits and `unreserved` as they are, a space as `space`,
-/// every other byte as `%XX`.
-fn percent(bytes: &[u8], unreserved: &[u8], space: &str) -> String {
-    let mut encoded = String::new();
-    for byte in bytes {
-        match byte {
-            b' ' => encoded.push_str(space),
-            byte if byte.is_ascii_alphanumeric() || unreserved.contains(byte) => encoded.push(char::from(*byte)),
-            byte => {
-                let _ = write!(encoded, "%{byte:02X}");
-            }
-        }
-    }
-    encoded
 }
 
 const BASE64_STANDARD: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -572,7 +597,9 @@ mod tests {
 
     #[test]
     fn the_test_base64_is_rfc_4648() {
-        for (plain, encoded) in [("", ""), ("f", "Zg"), ("fo", "Zm8"), ("foo", "Zm9v"), ("foobar", "Zm9vYmFy")] {
+        for (plain, encoded) in
+            [("", ""), ("f", "Zg"), ("fo", "Zm8"), ("foo", "Zm9v"), ("foobar", "Zm9vYmFy")]
+        {
             assert_eq!(base64(plain.as_bytes(), BASE64_STANDARD), encoded);
         }
         assert_eq!(base64(&[0xfb, 0xff], BASE64_URL), "-_8");
@@ -619,13 +646,37 @@ mod tests {
                     _ => format!("%{byte:02X}"),
                 })
                 .collect();
+            let eager: String = bytes
+                .iter()
+                .map(|&byte| {
+                    if byte.is_ascii_alphanumeric() {
+                        char::from(byte).to_string()
+                    } else {
+                        format!("%{byte:02x}")
+                    }
+                })
+                .collect();
+            let lazy: String = bytes
+                .iter()
+                .map(|&byte| {
+                    if byte.is_ascii_graphic() {
+                        char::from(byte).to_string()
+                    } else {
+                        format!("%{byte:02X}")
+                    }
+                })
+                .collect();
             let debug = format!("{text:?}");
             let mut cases = vec![
                 ("literal", text.to_owned(), text.to_owned()),
                 ("upper case", format!("[{}]", text.to_uppercase()), text.to_uppercase()),
                 ("lower case", text.to_lowercase(), text.to_lowercase()),
                 ("in a JSON body", body.clone(), json.clone()),
-                ("JSON with \\u escapes (Python)", format!("{{\"customer\": \"{ascii_json}\"}}"), ascii_json.clone()),
+                (
+                    "JSON with \\u escapes (Python)",
+                    format!("{{\"customer\": \"{ascii_json}\"}}"),
+                    ascii_json.clone(),
+                ),
                 ("a JSON body in a JSON string", serde_json::to_string(&body).expect("JSON"), {
                     let twice = serde_json::to_string(&json).expect("JSON");
                     twice[1..twice.len() - 1].to_owned()
@@ -636,26 +687,51 @@ mod tests {
                     escaped[1..escaped.len() - 1].to_owned()
                 }),
                 ("Debug of the bytes", format!("{bytes:?}"), list(bytes)),
-                ("turmoil's trace of a segment", format!("TCP [{}]", hex_list(body.as_bytes())), hex_list(json.as_bytes())),
+                (
+                    "turmoil's trace of a segment",
+                    format!("TCP [{}]", hex_list(body.as_bytes())),
+                    hex_list(json.as_bytes()),
+                ),
                 ("Debug of a body's bytes", format!("{:?}", body.as_bytes()), list(json.as_bytes())),
-                ("a JSON array of the bytes", serde_json::to_string(bytes).expect("JSON"), list(bytes).replace(", ", ",")),
+                (
+                    "a JSON array of the bytes",
+                    serde_json::to_string(bytes).expect("JSON"),
+                    list(bytes).replace(", ", ","),
+                ),
                 ("upper-case hex of a body", hex(body.as_bytes()), hex(json.as_bytes())),
                 ("lower-case hex", hex(bytes).to_lowercase(), hex(bytes).to_lowercase()),
                 ("percent-encoded", format!("?customer={percent}&x=1"), percent.clone()),
                 ("percent-encoded, lower-case", percent.to_lowercase(), percent.to_lowercase()),
-                ("form-encoded", format!("customer={}", percent.replace("%20", "+")), percent.replace("%20", "+")),
+                ("percent-encoded, every byte but letters and digits", format!("q={eager}&"), eager.clone()),
+                ("percent-encoded, only the space and non-ASCII", format!("q={lazy}&"), lazy.clone()),
+                (
+                    "form-encoded",
+                    format!("customer={}", percent.replace("%20", "+")),
+                    percent.replace("%20", "+"),
+                ),
             ];
             for prefix in ["", "a", "ab"] {
                 let whole = format!("{prefix}{body}");
-                cases.push(("base64 of a body", base64(whole.as_bytes(), BASE64_STANDARD), base64_of_part(&whole, &json, BASE64_STANDARD)));
-                cases.push(("URL-safe base64 of a body", base64(whole.as_bytes(), BASE64_URL), base64_of_part(&whole, &json, BASE64_URL)));
+                cases.push((
+                    "base64 of a body",
+                    base64(whole.as_bytes(), BASE64_STANDARD),
+                    base64_of_part(&whole, &json, BASE64_STANDARD),
+                ));
+                cases.push((
+                    "URL-safe base64 of a body",
+                    base64(whole.as_bytes(), BASE64_URL),
+                    base64_of_part(&whole, &json, BASE64_URL),
+                ));
             }
             for (name, form, witness) in cases {
                 assert!(form.contains(&witness), "{name}: the witness {witness} is not in {form}");
                 let line = format!("TRACE my_executor: sent {form} to the downstream");
                 let redacted = redact(&line, &secrets);
                 assert!(redacted.contains("[request text]"), "{name} of {text}: {redacted}");
-                assert!(!redacted.to_lowercase().contains(&witness.to_lowercase()), "{name} of {text}: {redacted}");
+                assert!(
+                    !redacted.to_lowercase().contains(&witness.to_lowercase()),
+                    "{name} of {text}: {redacted}"
+                );
                 assert!(redacted.starts_with("TRACE my_executor: sent "), "{name}: {redacted}");
                 assert!(redacted.ends_with(" to the downstream"), "{name}: {redacted}");
             }
