@@ -98,12 +98,17 @@ impl LogFilter {
     }
 }
 
-/// The text values of a scenario's call arguments (four characters or more): what a log line
-/// must not repeat, since the reports never carry request bodies.
+/// The text values of a scenario's call arguments (four characters or more), and its numbers
+/// of eight digits or more (a card or account number written as a number): what a log line
+/// must not repeat, since the reports never carry request bodies. Shorter values would redact
+/// ordinary words and times.
 pub fn request_texts(scenario: &scenarios::Scenario) -> Vec<String> {
     fn strings(value: &serde_json::Value, into: &mut Vec<String>) {
         match value {
             serde_json::Value::String(text) if text.chars().count() >= 4 => into.push(text.clone()),
+            serde_json::Value::Number(number) if number.to_string().len() >= 8 => {
+                into.push(number.to_string())
+            }
             serde_json::Value::Array(items) => items.iter().for_each(|item| strings(item, into)),
             serde_json::Value::Object(fields) => fields.values().for_each(|field| strings(field, into)),
             _ => {}
@@ -115,7 +120,7 @@ pub fn request_texts(scenario: &scenarios::Scenario) -> Vec<String> {
             strings(&arguments, &mut texts);
         }
     }
-    texts.sort_by_key(|text| std::cmp::Reverse(text.len()));
+    texts.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
     texts.dedup();
     texts
 }
@@ -579,6 +584,31 @@ mod tests {
         );
         // Values under four characters would redact ordinary words: they are not looked for.
         assert!(!secrets.iter().any(|text| text.chars().count() < 4));
+    }
+
+    #[test]
+    fn long_numbers_are_secrets_short_ones_are_not() {
+        let toml = r#"id = "S92"
+name = "numbers"
+rows = ["C1"]
+summary = "A charge whose customer is a number."
+expected = "Nothing."
+
+[operations.charge]
+tenant = "acme"
+workflow = "run_1"
+step = "charge"
+
+[[step]]
+action = "call"
+id = "one"
+worker = "worker-1"
+operation = "charge"
+tool = "payments.charge"
+arguments = '{"customer": "cus", "amount_minor": 4200, "currency": "EUR", "trace_id": "trace-1", "card": 4000056655665556}'
+"#;
+        let scenario = scenarios::Scenario::from_toml(toml, "numbers.toml").expect("a valid scenario");
+        assert_eq!(request_texts(&scenario), ["4000056655665556", "trace-1"]);
     }
 
     /// Base64 as RFC 4648 writes it, 3 bytes to 4 characters: written apart from
