@@ -105,8 +105,10 @@ enum Command {
         jobs: Option<usize>,
         /// The executor's `tracing` events captured for the failing run each scenario shows
         /// (in the reports' event tables): a level or targets with levels. Default: `RUST_LOG`,
-        /// else `debug`.
-        #[arg(long)]
+        /// else `debug`. The simulator's and HTTP stacks' events (turmoil, hyper, h2, tokio,
+        /// ...) are never captured, and the scenario's argument texts are redacted. Not with
+        /// --executor-cmd: a process's own stderr is quoted (redacted) in a failing run's notes.
+        #[arg(long, conflicts_with = "executor_cmd")]
         log: Option<String>,
         /// Run only these scenarios (ids or names, comma-separated): `--only S02,S03`.
         #[arg(long, value_delimiter = ',')]
@@ -143,7 +145,8 @@ enum Command {
         trace: bool,
         /// Capture the executor's `tracing` events on simulated time: a level (`debug`) or
         /// targets with levels (`executor=debug,my_crate=trace`). Default: `RUST_LOG`, else
-        /// nothing.
+        /// nothing. The simulator's and HTTP stacks' events (turmoil, hyper, h2, tokio, ...)
+        /// are never captured, and the scenario's argument texts are redacted.
         #[arg(long)]
         log: Option<String>,
         /// Look the scenario up in these files too.

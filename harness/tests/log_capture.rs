@@ -9,7 +9,7 @@
 
 use harness::clock::WorldClock;
 use harness::history::History;
-use harness::log::{dispatch, Lines, LogFilter};
+use harness::log::{dispatch, Lines, LogFilter, Secrets};
 
 fn probe() {
     tracing::debug!(target: "probe", "reached");
@@ -20,7 +20,7 @@ fn an_event_first_reached_on_a_thread_without_a_subscriber_is_still_captured() {
     let clock = WorldClock::default();
     let lines = Lines::default();
     let filter = LogFilter::parse("probe=debug").expect("a filter");
-    let capture = dispatch(&filter, History::new(clock.clone()), clock, lines.clone());
+    let capture = dispatch(&filter, History::new(clock.clone()), clock, lines.clone(), Secrets::default());
     let _default = tracing::dispatcher::set_default(&capture);
     // Another thread, with no subscriber, reaches the callsite first.
     std::thread::spawn(probe).join().expect("the other thread ends");

@@ -206,7 +206,10 @@ pub fn run_logged(
             match build_process_world(scenario, seed, spec.clone()) {
                 Ok((world, shared)) => (world, shared),
                 Err(error) => {
-                    let note = format!("the worker processes did not start: {error}");
+                    let note = crate::log::redact(
+                        &format!("the worker processes did not start: {error}"),
+                        &crate::log::Secrets::of(scenario),
+                    );
                     return not_run(scenario, seed, executor, Verdict::Crashed, note);
                 }
             }
@@ -228,7 +231,8 @@ pub fn run_logged(
     };
     let lines = crate::log::Lines::default();
     let dispatch = log.map(|filter| {
-        crate::log::dispatch(filter, shared.history.clone(), shared.clock.clone(), lines.clone())
+        let secrets = crate::log::Secrets::of(scenario);
+        crate::log::dispatch(filter, shared.history.clone(), shared.clock.clone(), lines.clone(), secrets)
     });
     let _logging = dispatch.as_ref().map(tracing::dispatcher::set_default);
     let mut runner = Runner {
@@ -1196,6 +1200,12 @@ impl Runner {
         }
         if verdict != Verdict::Pass {
             notes.extend(self.world.failure_notes());
+        }
+        // A note may quote what a process wrote to stderr (the black-box world), and a process
+        // may log what it was sent: notes are redacted as a captured log is.
+        if !notes.is_empty() {
+            let secrets = crate::log::Secrets::of(scenario);
+            notes = notes.iter().map(|note| crate::log::redact(note, &secrets)).collect();
         }
         let real_time = self.world.real_time().map(|mut time| {
             time.waiting_ms = self.waited.as_millis() as u64;
