@@ -272,6 +272,17 @@ pub struct LedgerEntry {
     pub kind: String,
     /// The effect reference the downstream gave it.
     pub reference: String,
+    /// The harness's id of the downstream request that made it (`worker-1#3`), as the
+    /// downstream recorded it with the effect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+    /// What the sending worker was serving when that request left it, as the harness saw it
+    /// (never the executor's words): the label of the agent's call, poll or reconciliation
+    /// (`race-2`), else the queue delivery or webhook it was handling, else its own work. It
+    /// need not be a request of the operation the effect belongs to (a sweep started by one
+    /// call may resend another's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sent_for: Option<String>,
     /// The oracles whose violations name this effect's position.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub violated: Vec<String>,
@@ -399,15 +410,16 @@ pub struct RowSummary {
 /// failing seed (`failures`), per-oracle counts, the per-operation answers beside the ledger,
 /// violations marked on the timeline, one shape for a failure (`FailedRun`), the shard a
 /// partial run covers, and no unknown fields. 4: the black-box world (`black_box`, each run's
-/// `real_time`).
-pub const SCHEMA_VERSION: u32 = 4;
+/// `real_time`). 5: each ledger effect names the downstream request that made it and what
+/// its worker was serving (`request_id`, `sent_for`).
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// The result of a matrix run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MatrixResult {
     /// [`SCHEMA_VERSION`].
-    #[schemars(range(min = 4, max = 4))]
+    #[schemars(range(min = 5, max = 5))]
     pub schema_version: u32,
     /// The replaylab version that ran it.
     pub harness_version: String,
