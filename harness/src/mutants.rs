@@ -318,7 +318,11 @@ mod tests {
         let killers: Vec<&Killer> = result.mutants.iter().flat_map(|row| &row.killers).collect();
         assert!(killers.len() >= 3, "S02 kills several mutants: {:#?}", result.mutants);
         for killer in killers {
-            assert!(killer.reproduce.starts_with(&format!("{program} run S02 --seed 0 ")), "{}", killer.reproduce);
+            assert!(
+                killer.reproduce.starts_with(&format!("{program} run S02 --seed 0 ")),
+                "{}",
+                killer.reproduce
+            );
         }
     }
 

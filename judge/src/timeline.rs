@@ -158,7 +158,11 @@ fn mark(event: &Event, context: &Context<'_>) -> Option<Mark> {
                     None if effect.kind == fake_downstream::EffectKind::TicketEditedByHuman => String::new(),
                     None => " for no known operation".to_owned(),
                 },
-                context.effect_sent_for.get(&effect.seq).map(|sent_for| format!(", sent for {sent_for}")).unwrap_or_default()
+                context
+                    .effect_sent_for
+                    .get(&effect.seq)
+                    .map(|sent_for| format!(", sent for {sent_for}"))
+                    .unwrap_or_default()
             ),
         ),
         EventKind::Authorization { worker, actor, allowed, .. } => {

@@ -224,7 +224,8 @@ pub(crate) fn scenario_evidence(scenario: &ScenarioSummary, unit: &str) -> Vec<S
         ));
     }
     if !scenario.nondeterministic_seeds.is_empty() {
-        items.push(format!("nondeterministic seeds: {}", seed_list(&scenario.nondeterministic_seeds, "seed")));
+        items
+            .push(format!("nondeterministic seeds: {}", seed_list(&scenario.nondeterministic_seeds, "seed")));
     }
     items
 }
@@ -349,7 +350,8 @@ mod tests {
 
     #[test]
     fn seed_lists_are_ranges_the_first_few_and_the_count() {
-        let check = |seeds: &[u64], expected: &str| assert_eq!(seed_list(seeds, "seed"), expected, "{seeds:?}");
+        let check =
+            |seeds: &[u64], expected: &str| assert_eq!(seed_list(seeds, "seed"), expected, "{seeds:?}");
         check(&[], "none");
         check(&[4], "4");
         check(&[3, 5, 7], "3, 5, 7 (3 seeds)");

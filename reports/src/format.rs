@@ -232,7 +232,8 @@ fn step_summary_path() -> Option<PathBuf> {
 
 /// How many bytes may still be appended to the step summary at `path`, given what it holds.
 fn step_summary_room(path: &Path) -> usize {
-    let held = std::fs::metadata(path).map_or(0, |metadata| usize::try_from(metadata.len()).unwrap_or(usize::MAX));
+    let held =
+        std::fs::metadata(path).map_or(0, |metadata| usize::try_from(metadata.len()).unwrap_or(usize::MAX));
     STEP_SUMMARY_LIMIT_BYTES.saturating_sub(STEP_SUMMARY_SLACK_BYTES).saturating_sub(held)
 }
 
@@ -258,7 +259,10 @@ pub fn append_step_summary(text: &str) -> Result<Option<PathBuf>, ReportError> {
         const CUT: &str = "\n**The rest is cut** to keep the step summary under GitHub's 1 MiB.\n";
         let budget = room.saturating_sub(CUT.len());
         // A line ends at a `\n`, a one-byte character: the cut is on a character boundary.
-        let end = text.as_bytes()[..budget].iter().rposition(|byte| *byte == b'\n').map_or(0, |newline| newline + 1);
+        let end = text.as_bytes()[..budget]
+            .iter()
+            .rposition(|byte| *byte == b'\n')
+            .map_or(0, |newline| newline + 1);
         append(&path, &format!("{}{CUT}", &text[..end]))?;
     }
     Ok(Some(path))

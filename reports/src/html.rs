@@ -301,7 +301,11 @@ fn page(result: &MatrixResult, options: &RenderOptions) -> Page {
                 evidence: covering(result, &row.scenarios)
                     .into_iter()
                     .map(|scenario| {
-                        format!("{}: {}", scenario.id, scenario_evidence(scenario, run_unit(result)).join("; "))
+                        format!(
+                            "{}: {}",
+                            scenario.id,
+                            scenario_evidence(scenario, run_unit(result)).join("; ")
+                        )
                     })
                     .collect(),
                 failure: row.first_failure.as_ref().map(|failure| failure_view(failure, run_unit(result))),

@@ -300,11 +300,22 @@ fn a_black_box_matrix_says_it_was_real_and_not_deterministic() {
         render_html(&result, &RenderOptions::new()),
         render_junit(&result, &RenderOptions::new()),
     ];
-    for (text, said) in black_box.iter().zip([
-        &["- first failing repeat: 1 (fail)", "Every repeat that did not pass: 1", "| repeat | verdict |"][..],
-        &["<strong>Repeat 1</strong> of S02", "Every repeat that did not pass: 1", "Repeat 1, the first run", "<th>repeats run</th>"],
-        &["S02_lost_response_after_commit repeat 1: fail", "failing repeat: 1", "history (repeat 1)"],
-    ]) {
+    for (text, said) in
+        black_box.iter().zip([
+            &[
+                "- first failing repeat: 1 (fail)",
+                "Every repeat that did not pass: 1",
+                "| repeat | verdict |",
+            ][..],
+            &[
+                "<strong>Repeat 1</strong> of S02",
+                "Every repeat that did not pass: 1",
+                "Repeat 1, the first run",
+                "<th>repeats run</th>",
+            ],
+            &["S02_lost_response_after_commit repeat 1: fail", "failing repeat: 1", "history (repeat 1)"],
+        ])
+    {
         for words in said {
             assert!(text.contains(words), "{words:?} in {text}");
         }

@@ -65,7 +65,11 @@ fn markdown_at_a_thousand_failing_seeds_stays_under_its_cap_with_failures_first(
         SCENARIOS,
         "each scenario's failing seeds as one range with their count"
     );
-    assert_eq!(text.matches("| and 995 more |").count(), SCENARIOS, "five seeds listed, the count of the rest");
+    assert_eq!(
+        text.matches("| and 995 more |").count(),
+        SCENARIOS,
+        "five seeds listed, the count of the rest"
+    );
     assert!(!text.contains("--seed 5 "), "no seed past the fifth is listed");
 }
 

@@ -65,9 +65,7 @@ fn each_of_two_racing_charges_names_the_call_that_sent_it() {
         for (label, entry) in labels.iter().zip(race.ledger.iter()) {
             let sent_for = entry.sent_for.as_deref().unwrap_or_default();
             assert!(
-                label.ends_with(&format!(
-                    "for acme/production/run_900/charge_order, sent for {sent_for}"
-                )),
+                label.ends_with(&format!("for acme/production/run_900/charge_order, sent for {sent_for}")),
                 "seed {seed}: {label}"
             );
         }
