@@ -1654,8 +1654,10 @@ pub fn trace_text(record: &runner::RunRecord) -> String {
 }
 
 fn render_run(result: &RunResult) -> String {
+    // Only a black-box run takes real time; its number counts repeats, not seeds.
+    let unit = if result.real_time.is_some() { "repeat" } else { "seed" };
     let mut text = format!(
-        "{}_{} seed {} executor {}: {}\n",
+        "{}_{} {unit} {} executor {}: {}\n",
         result.scenario, result.scenario_name, result.seed, result.executor, result.verdict
     );
     for violation in &result.violations {
@@ -1743,7 +1745,7 @@ fn render_matrix(result: &MatrixResult) -> String {
                 failure.seed,
                 scenario.failures.len(),
                 scenario.seeds_run,
-                failing_seeds_summary(&scenario.failures)
+                failing_seeds_summary(&scenario.failures, unit)
             ));
             if !scenario.oracle_counts.is_empty() {
                 let counts: Vec<String> =
@@ -1802,8 +1804,7 @@ fn write_matrix_reports(
     for path in &written {
         println!("wrote {}", path.display());
     }
-    let summary = reports::render_markdown(result, render_options);
-    if let Some(path) = reports::append_step_summary(&summary)
+    if let Some(path) = reports::append_matrix_step_summary(result, render_options)
         .map_err(|error| Failure { code: exit::CHECK_FAILED, error: error.into() })?
     {
         println!("appended the matrix to {}", path.display());
@@ -1811,14 +1812,10 @@ fn write_matrix_reports(
     Ok(if result.verdict == Verdict::Pass { exit::SUCCESS } else { exit::CHECK_FAILED })
 }
 
-/// The failing seeds, the first ten and how many more: `3, 5, 7`.
-fn failing_seeds_summary(failures: &[reports::FailedRun]) -> String {
-    const SHOWN: usize = 10;
-    let seeds: Vec<String> = failures.iter().take(SHOWN).map(|failure| failure.seed.to_string()).collect();
-    match failures.len().saturating_sub(SHOWN) {
-        0 => seeds.join(", "),
-        more => format!("{} and {more} more", seeds.join(", ")),
-    }
+/// The failing seeds (or repeats) as every report lists them: `0-3, 7, 9-998 (995 seeds)`.
+fn failing_seeds_summary(failures: &[reports::FailedRun], unit: &str) -> String {
+    let seeds: Vec<u64> = failures.iter().map(|failure| failure.seed).collect();
+    reports::seed_list(&seeds, unit)
 }
 
 fn serve_downstream(listen: &str, config_path: Option<&std::path::Path>) -> Result<u8, Failure> {

@@ -76,13 +76,18 @@ pub struct MutantsResult {
     pub verdict: Verdict,
 }
 
-/// Runs the zoo. `base` gives scenarios, seeds, threads and the commit; its executor is
-/// ignored.
+/// Runs the zoo. `base` gives scenarios, seeds, threads and the commit; of its executor only
+/// the program its reproduce commands name (`cli::program_name`: the binary as invoked), which
+/// every mutant's reproduce command names too.
 pub fn run(base: &MatrixConfig) -> MutantsResult {
-    let reference = matrix::run(&MatrixConfig { executor: reference_spec(), ..base.clone() });
+    let program = base.executor.program.clone();
+    let reference =
+        matrix::run(&MatrixConfig { executor: reference_spec().program(program.clone()), ..base.clone() });
     let mut rows = Vec::new();
     for mutant in executor::mutants::all() {
-        let spec = executors::find(&format!("mutant:{}", mutant.name)).expect("every mutant is registered");
+        let spec = executors::find(&format!("mutant:{}", mutant.name))
+            .expect("every mutant is registered")
+            .program(program.clone());
         let result = matrix::run(&MatrixConfig { executor: spec, ..base.clone() });
         rows.push(row(&mutant, &result));
     }
@@ -295,6 +300,31 @@ pub fn render_terminal(result: &MutantsResult) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `mutants.json`'s reproduce commands name the program the zoo was run with (a user's
+    /// own binary, `cargo run ... --`), as every other reproduce command does, not a bare
+    /// `replaylab`.
+    #[test]
+    fn reproduce_commands_name_the_program_as_invoked() {
+        let program = "cargo run -p my-executor --bin my-replaylab --";
+        let base = MatrixConfig {
+            executor: reference_spec().program(program),
+            scenarios: vec![scenarios::builtin_by_id("S02").expect("S02 is built in")],
+            seeds: 1,
+            jobs: 1,
+            ..MatrixConfig::default()
+        };
+        let result = run(&base);
+        let killers: Vec<&Killer> = result.mutants.iter().flat_map(|row| &row.killers).collect();
+        assert!(killers.len() >= 3, "S02 kills several mutants: {:#?}", result.mutants);
+        for killer in killers {
+            assert!(
+                killer.reproduce.starts_with(&format!("{program} run S02 --seed 0 ")),
+                "{}",
+                killer.reproduce
+            );
+        }
+    }
 
     fn killer(scenario: &str, oracle: &str, seed: u64) -> Killer {
         Killer {

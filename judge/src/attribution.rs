@@ -379,6 +379,81 @@ impl Attribution {
     }
 }
 
+/// What sent the downstream request that made an effect, as the harness saw it leave its
+/// worker (never from the executor's words): the request's id, which the downstream records
+/// with the effect, and what the sending worker was serving.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EffectCause {
+    /// The harness's id of the downstream request (`worker-1#3`).
+    pub request_id: String,
+    /// What the sending worker was serving when the request left it: the label of the agent's
+    /// call, poll or reconciliation (`race-2`); else the one queue delivery
+    /// (`queue delivery 1 of env_3`) or webhook (`webhook evt_1`) it was handling; else
+    /// `worker-1's own work (no request)`. `None` when no worker is known to have sent it.
+    pub sent_for: Option<String>,
+}
+
+/// Ledger position -> what sent the request that made that effect: the effect's request id,
+/// the downstream request with that id in the history, and the agent request (or queue
+/// delivery, or webhook) the sending worker was serving then. Effects without a request id
+/// (a person's edit) are left out.
+pub fn effect_causes(history: &[Event]) -> BTreeMap<u64, EffectCause> {
+    // Per worker, the queue deliveries and webhooks it is handling, in the order they began.
+    let mut handling: BTreeMap<&str, Vec<(String, String)>> = BTreeMap::new();
+    // Request id -> what its worker was serving when it was sent.
+    let mut sent_for: BTreeMap<&str, String> = BTreeMap::new();
+    let mut causes = BTreeMap::new();
+    for event in history {
+        match &event.kind {
+            EventKind::Delivered { envelope_id, attempt, worker } => handling
+                .entry(worker)
+                .or_default()
+                .push((envelope_id.clone(), format!("queue delivery {attempt} of {envelope_id}"))),
+            EventKind::Consumed { envelope_id, worker, .. } => {
+                if let Some(open) = handling.get_mut(worker.as_str()) {
+                    open.retain(|(id, _)| id != envelope_id);
+                }
+            }
+            EventKind::WebhookReceived { worker, event_id, .. } => {
+                let id = event_id.clone().unwrap_or_default();
+                let text = format!("webhook {}", event_id.as_deref().unwrap_or("without an event id"));
+                handling.entry(worker).or_default().push((id, text));
+            }
+            EventKind::WebhookHandled { worker, event_id, .. } => {
+                if let Some(open) = handling.get_mut(worker.as_str()) {
+                    let id = event_id.clone().unwrap_or_default();
+                    if let Some(index) = open.iter().position(|(open_id, _)| *open_id == id) {
+                        open.remove(index);
+                    }
+                }
+            }
+            EventKind::Crashed { worker, .. } => {
+                handling.remove(worker.as_str());
+            }
+            EventKind::DownstreamSent { worker, request_id, serving, .. } => {
+                let open = handling.get(worker.as_str()).map_or(&[][..], Vec::as_slice);
+                let text = match (serving, open) {
+                    (Some(label), _) => label.clone(),
+                    (None, [(_, one)]) => one.clone(),
+                    (None, _) => format!("{worker}'s own work (no request)"),
+                };
+                sent_for.entry(request_id).or_insert(text);
+            }
+            EventKind::Effect { effect } => {
+                if let Some(request_id) = &effect.request_id {
+                    let cause = EffectCause {
+                        request_id: request_id.clone(),
+                        sent_for: sent_for.get(request_id.as_str()).cloned(),
+                    };
+                    causes.insert(effect.seq, cause);
+                }
+            }
+            _ => {}
+        }
+    }
+    causes
+}
+
 /// What the harness knows of keys: (tenant, key) -> the operation whose state-changing request
 /// carried it first, and the operation whose answer named it as its operation key.
 #[derive(Clone, Copy)]

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use protocol::Fingerprint;
 use reports::{Answer, LedgerEntry, OperationRecord, RequestKind, Violation};
 
-use crate::attribution::Attribution;
+use crate::attribution::{effect_causes, Attribution};
 use crate::history::{Event, EventKind};
 
 /// How many hex digits of a result's SHA-256 a report shows: enough to tell results apart at
@@ -24,6 +24,7 @@ pub fn records(history: &[Event], violations: &[Violation]) -> Vec<OperationReco
     let mut by_operation: BTreeMap<Option<String>, OperationRecord> = BTreeMap::new();
     let mut label_to: BTreeMap<&str, (Option<String>, usize)> = BTreeMap::new();
     let mut attribution = None;
+    let mut causes = None;
     for event in history {
         let (label, operation, kind, fingerprint) = match &event.kind {
             EventKind::CallSent { label, operation, fingerprint, .. } => {
@@ -67,11 +68,14 @@ pub fn records(history: &[Event], violations: &[Violation]) -> Vec<OperationReco
                     .ok()
                     .and_then(|value| value.as_str().map(str::to_owned))
                     .unwrap_or_default();
+                let cause = causes.get_or_insert_with(|| effect_causes(history)).get(&effect.seq);
                 if let Some(record) = by_operation.get_mut(&operation) {
                     record.ledger.push(LedgerEntry {
                         seq: event.seq,
                         kind,
                         reference: effect.effect_reference.clone(),
+                        request_id: cause.map(|cause| cause.request_id.clone()),
+                        sent_for: cause.and_then(|cause| cause.sent_for.clone()),
                         violated: marks(event.seq),
                     });
                 }

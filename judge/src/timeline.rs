@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use reports::{Band, Mark, MarkKind, Timeline, Violation};
 
-use crate::attribution::Attribution;
+use crate::attribution::{effect_causes, Attribution};
 use crate::history::{Event, EventKind};
 use crate::operations::violated_positions;
 
@@ -49,15 +49,17 @@ struct Context<'a> {
     paused: BTreeMap<&'a str, &'a str>,
     /// Whether any fault rule was installed (else "faults healed" says nothing).
     any_fault: bool,
-    /// Ledger position -> the label of the first request of the operation it belongs to.
-    effect_owner: BTreeMap<u64, String>,
+    /// Ledger position -> the operation it belongs to (its attribution).
+    effect_operation: BTreeMap<u64, String>,
+    /// Ledger position -> what the worker that sent the effect's request was serving
+    /// (`race-2`).
+    effect_sent_for: BTreeMap<u64, String>,
 }
 
 impl<'a> Context<'a> {
     fn of(history: &'a [Event]) -> Context<'a> {
         let mut paused = BTreeMap::new();
         let mut any_fault = false;
-        let mut first_label: BTreeMap<&str, &str> = BTreeMap::new();
         let mut effects = Vec::new();
         for event in history {
             match &event.kind {
@@ -65,25 +67,26 @@ impl<'a> Context<'a> {
                     paused.insert(name.as_str(), worker.as_str());
                 }
                 EventKind::FaultInstalled { .. } => any_fault = true,
-                EventKind::CallSent { label, operation, .. }
-                | EventKind::OperationQuery { label, operation, .. } => {
-                    first_label.entry(operation.as_str()).or_insert(label.as_str());
-                }
                 EventKind::Effect { effect } => effects.push(effect.seq),
                 _ => {}
             }
         }
-        let mut effect_owner = BTreeMap::new();
+        let mut effect_operation = BTreeMap::new();
+        let mut effect_sent_for = BTreeMap::new();
         if !effects.is_empty() {
             let attribution = Attribution::build(history);
-            for seq in effects {
-                if let Some(label) = attribution.effect(seq).and_then(|operation| first_label.get(operation))
-                {
-                    effect_owner.insert(seq, (*label).to_owned());
+            for &seq in &effects {
+                if let Some(operation) = attribution.effect(seq) {
+                    effect_operation.insert(seq, operation.to_owned());
+                }
+            }
+            for (seq, cause) in effect_causes(history) {
+                if let Some(sent_for) = cause.sent_for {
+                    effect_sent_for.insert(seq, sent_for);
                 }
             }
         }
-        Context { paused, any_fault, effect_owner }
+        Context { paused, any_fault, effect_operation, effect_sent_for }
     }
 }
 
@@ -147,14 +150,19 @@ fn mark(event: &Event, context: &Context<'_>) -> Option<Mark> {
             None,
             MarkKind::Effect,
             format!(
-                "ledger: {} {}{}",
+                "ledger: {} {}{}{}",
                 effect.kind.as_str(),
                 effect.effect_reference,
-                match context.effect_owner.get(&effect.seq) {
-                    Some(label) => format!(" for {label}"),
+                match context.effect_operation.get(&effect.seq) {
+                    Some(operation) => format!(" for {operation}"),
                     None if effect.kind == fake_downstream::EffectKind::TicketEditedByHuman => String::new(),
                     None => " for no known operation".to_owned(),
-                }
+                },
+                context
+                    .effect_sent_for
+                    .get(&effect.seq)
+                    .map(|sent_for| format!(", sent for {sent_for}"))
+                    .unwrap_or_default()
             ),
         ),
         EventKind::Authorization { worker, actor, allowed, .. } => {

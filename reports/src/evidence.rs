@@ -215,7 +215,8 @@ pub(crate) fn not_applicable_reason(scenario: &ScenarioSummary) -> &str {
 
 /// The evidence a scenario keeps, one short item each: effects, answers, fingerprints and
 /// the shown run's ledger references.
-pub(crate) fn scenario_evidence(scenario: &ScenarioSummary) -> Vec<String> {
+/// `unit` is what a run is called (`seed`, `repeat`: [`run_unit`]).
+pub(crate) fn scenario_evidence(scenario: &ScenarioSummary, unit: &str) -> Vec<String> {
     if scenario.verdict == Verdict::NotApplicable {
         return vec![not_applicable_reason(scenario).to_owned()];
     }
@@ -228,14 +229,14 @@ pub(crate) fn scenario_evidence(scenario: &ScenarioSummary) -> Vec<String> {
     }
     if !scenario.shown.effect_references.is_empty() {
         items.push(format!(
-            "ledger (seed {}): {}",
+            "ledger ({unit} {}): {}",
             scenario.shown.seed,
             scenario.shown.effect_references.join(", ")
         ));
     }
     if !scenario.nondeterministic_seeds.is_empty() {
-        let seeds: Vec<String> = scenario.nondeterministic_seeds.iter().map(u64::to_string).collect();
-        items.push(format!("nondeterministic seeds: {}", seeds.join(", ")));
+        items
+            .push(format!("nondeterministic seeds: {}", seed_list(&scenario.nondeterministic_seeds, "seed")));
     }
     items
 }
@@ -286,9 +287,14 @@ pub(crate) fn answer_text(answer: &Answer) -> String {
     text
 }
 
-/// One ledger effect in a few words: `charge_created charge_2 (#19)`.
+/// One ledger effect in a few words, with the request that made it when the harness saw one
+/// leave: `charge_created charge_2 (#19), sent for race-2`.
 pub(crate) fn ledger_text(entry: &LedgerEntry) -> String {
-    format!("{} {} (#{})", entry.kind, entry.reference, entry.seq)
+    let mut text = format!("{} {} (#{})", entry.kind, entry.reference, entry.seq);
+    if let Some(sent_for) = &entry.sent_for {
+        text.push_str(&format!(", sent for {sent_for}"));
+    }
+    text
 }
 
 /// The operation's name for people: its path, or `no known operation`.
@@ -296,15 +302,82 @@ pub(crate) fn operation_name(record: &OperationRecord) -> &str {
     record.operation.as_deref().unwrap_or("no known operation")
 }
 
-/// The failing runs' seeds, listed: `3, 5, 7` (all of them).
-pub(crate) fn failing_seeds_text(failures: &[FailedRun]) -> String {
-    let seeds: Vec<String> = failures.iter().map(|failure| failure.seed.to_string()).collect();
-    seeds.join(", ")
+/// How many runs of consecutive numbers [`seed_list`] spells out before it says how many
+/// more there are: a list stays one line at 1,000 failing seeds, whatever their pattern.
+const SEED_RANGES_SHOWN: usize = 6;
+
+/// Seeds (or a black-box matrix's repeats) for people, however many: runs of consecutive
+/// numbers as ranges, the first few of them only, and the count. `unit` is `seed` or `repeat`.
+///
+/// `none`, `4`, `0-3, 7, 9-998 (995 seeds)`, `0, 2, 4, 6, 8, 10 and 494 more (500 seeds)`.
+/// Every report (Markdown, HTML, JUnit, the terminal) lists seeds with it.
+pub fn seed_list(seeds: &[u64], unit: &str) -> String {
+    let mut sorted = seeds.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut ranges: Vec<(u64, u64)> = Vec::new();
+    for seed in sorted.iter().copied() {
+        match ranges.last_mut() {
+            Some((_, last)) if last.checked_add(1) == Some(seed) => *last = seed,
+            _ => ranges.push((seed, seed)),
+        }
+    }
+    let shown: Vec<String> = ranges
+        .iter()
+        .take(SEED_RANGES_SHOWN)
+        .map(|&(first, last)| if first == last { first.to_string() } else { format!("{first}-{last}") })
+        .collect();
+    let listed: u64 = ranges.iter().take(SEED_RANGES_SHOWN).map(|&(first, last)| last - first + 1).sum();
+    let count = sorted.len() as u64;
+    match count {
+        0 => "none".to_owned(),
+        1 => shown.join(", "),
+        _ if listed < count => {
+            format!("{} and {} more ({count} {unit}s)", shown.join(", "), count - listed)
+        }
+        _ => format!("{} ({count} {unit}s)", shown.join(", ")),
+    }
+}
+
+/// The failing runs' seeds, as [`seed_list`] shortens them.
+pub(crate) fn failing_seeds_text(failures: &[FailedRun], unit: &str) -> String {
+    let seeds: Vec<u64> = failures.iter().map(|failure| failure.seed).collect();
+    seed_list(&seeds, unit)
+}
+
+/// What a run of the matrix is called: `seed` in the simulation, `repeat` in the black-box
+/// world (real processes are not seeded; the number counts repeats).
+pub(crate) fn run_unit(result: &MatrixResult) -> &'static str {
+    if result.black_box.is_some() {
+        "repeat"
+    } else {
+        "seed"
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn seed_lists_are_ranges_the_first_few_and_the_count() {
+        let check =
+            |seeds: &[u64], expected: &str| assert_eq!(seed_list(seeds, "seed"), expected, "{seeds:?}");
+        check(&[], "none");
+        check(&[4], "4");
+        check(&[3, 5, 7], "3, 5, 7 (3 seeds)");
+        check(&[0, 1, 2, 3, 7], "0-3, 7 (5 seeds)");
+        let mut many: Vec<u64> = (0..=3).chain([7]).chain(9..=998).collect();
+        check(&many, "0-3, 7, 9-998 (995 seeds)");
+        many.reverse();
+        check(&many, "0-3, 7, 9-998 (995 seeds)");
+        let even: Vec<u64> = (0..1000).step_by(2).collect();
+        check(&even, "0, 2, 4, 6, 8, 10 and 494 more (500 seeds)");
+        check(&[u64::MAX - 1, u64::MAX, 1, 1], "1, 18446744073709551614-18446744073709551615 (3 seeds)");
+        assert_eq!(seed_list(&[0, 1], "repeat"), "0-1 (2 repeats)");
+        let long: Vec<u64> = (0..100_000).step_by(3).collect();
+        assert!(seed_list(&long, "seed").len() < 80, "one short line at any count");
+    }
 
     #[test]
     fn fingerprints_are_grouped_by_equality_in_order() {

@@ -218,19 +218,68 @@ pub fn write_reports_with(
     Ok(written)
 }
 
-/// Appends `text` to the file named by `$GITHUB_STEP_SUMMARY` when that variable is set
-/// (GitHub Actions shows it on the run's page) and returns that file; does nothing and
-/// returns `None` when it is not set.
-pub fn append_step_summary(text: &str) -> Result<Option<PathBuf>, ReportError> {
-    let Some(path) = std::env::var_os(STEP_SUMMARY_VARIABLE).filter(|value| !value.is_empty()) else {
-        return Ok(None);
-    };
-    let path = PathBuf::from(path);
-    let write = |path: &Path| -> std::io::Result<()> {
+/// The most GitHub shows of one step's summary: past it, it shows none of it.
+pub const STEP_SUMMARY_LIMIT_BYTES: usize = 1024 * 1024;
+
+/// Room kept free below [`STEP_SUMMARY_LIMIT_BYTES`] when appending (GitHub counts the
+/// summary as it renders it; a little slack costs nothing).
+const STEP_SUMMARY_SLACK_BYTES: usize = 16 * 1024;
+
+/// The step summary's file, when `$GITHUB_STEP_SUMMARY` names one.
+fn step_summary_path() -> Option<PathBuf> {
+    std::env::var_os(STEP_SUMMARY_VARIABLE).filter(|value| !value.is_empty()).map(PathBuf::from)
+}
+
+/// How many bytes may still be appended to the step summary at `path`, given what it holds.
+fn step_summary_room(path: &Path) -> usize {
+    let held =
+        std::fs::metadata(path).map_or(0, |metadata| usize::try_from(metadata.len()).unwrap_or(usize::MAX));
+    STEP_SUMMARY_LIMIT_BYTES.saturating_sub(STEP_SUMMARY_SLACK_BYTES).saturating_sub(held)
+}
+
+fn append(path: &Path, text: &str) -> Result<(), ReportError> {
+    let write = || -> std::io::Result<()> {
         let mut file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
         file.write_all(text.as_bytes())
     };
-    write(&path).map_err(|source| ReportError::Write { path: path.clone(), source })?;
+    write().map_err(|source| ReportError::Write { path: path.to_owned(), source })
+}
+
+/// Appends `text` to the file named by `$GITHUB_STEP_SUMMARY` when that variable is set
+/// (GitHub Actions shows it on the run's page) and returns that file; does nothing and
+/// returns `None` when it is not set. A text that would take the file past GitHub's 1 MiB
+/// ([`STEP_SUMMARY_LIMIT_BYTES`], less some slack) is cut at its last line that fits, and says
+/// so.
+pub fn append_step_summary(text: &str) -> Result<Option<PathBuf>, ReportError> {
+    let Some(path) = step_summary_path() else { return Ok(None) };
+    let room = step_summary_room(&path);
+    if text.len() <= room {
+        append(&path, text)?;
+    } else {
+        const CUT: &str = "\n**The rest is cut** to keep the step summary under GitHub's 1 MiB.\n";
+        let budget = room.saturating_sub(CUT.len());
+        // A line ends at a `\n`, a one-byte character: the cut is on a character boundary.
+        let end = text.as_bytes()[..budget]
+            .iter()
+            .rposition(|byte| *byte == b'\n')
+            .map_or(0, |newline| newline + 1);
+        append(&path, &format!("{}{CUT}", &text[..end]))?;
+    }
+    Ok(Some(path))
+}
+
+/// Appends a matrix's `matrix.md` to `$GITHUB_STEP_SUMMARY` when that variable is set, cut
+/// between sections ([`render_markdown_capped`](crate::render_markdown_capped)) so that the
+/// file stays under GitHub's 1 MiB with what it already holds, and at most
+/// [`MARKDOWN_CAP_BYTES`](crate::MARKDOWN_CAP_BYTES); returns that file, or `None` when the
+/// variable is not set.
+pub fn append_matrix_step_summary(
+    result: &MatrixResult,
+    options: &RenderOptions,
+) -> Result<Option<PathBuf>, ReportError> {
+    let Some(path) = step_summary_path() else { return Ok(None) };
+    let cap = step_summary_room(&path).min(crate::markdown::MARKDOWN_CAP_BYTES);
+    append(&path, &crate::markdown::render_markdown_capped(result, options, cap))?;
     Ok(Some(path))
 }
 

@@ -19,7 +19,8 @@ use serde::Serialize;
 
 use crate::evidence::{
     answer_text, counts_text, covering, effects_text, failing_seeds_text, first_reason, ledger_text,
-    operation_name, oracle_counts_text, pass_counts, row_topic, scenario_evidence, seeds_text, statuses_text,
+    operation_name, oracle_counts_text, pass_counts, row_topic, run_unit, scenario_evidence, seeds_text,
+    statuses_text,
 };
 use crate::format::RenderOptions;
 use crate::json::matrix_sha256;
@@ -66,6 +67,8 @@ struct Page {
     commit: Option<String>,
     seeds: u64,
     seeds_text: String,
+    /// What a run is called: `seed`, or `repeat` in the black-box world.
+    unit: &'static str,
     shard: Option<String>,
     determinism_checked: bool,
     black_box: Vec<String>,
@@ -104,6 +107,8 @@ struct RowView {
 #[derive(Debug, Serialize)]
 struct FailureView {
     scenario: String,
+    /// `Seed`, or `Repeat` in the black-box world.
+    unit_title: &'static str,
     seed: u64,
     verdict: &'static str,
     oracles: String,
@@ -115,6 +120,8 @@ struct FailureView {
 
 #[derive(Debug, Serialize)]
 struct ScenarioView {
+    /// What a run is called: `seed`, or `repeat` in the black-box world.
+    unit: &'static str,
     id: String,
     name: String,
     rows: String,
@@ -269,6 +276,7 @@ fn page(result: &MatrixResult, options: &RenderOptions) -> Page {
         commit: result.commit.clone(),
         seeds: result.seeds,
         seeds_text: seeds_text(result),
+        unit: run_unit(result),
         shard: result.shard.map(|shard| shard.to_string()),
         determinism_checked: result.determinism_checked,
         world: format!(
@@ -295,14 +303,20 @@ fn page(result: &MatrixResult, options: &RenderOptions) -> Page {
                 seeds_run: row.seeds_run,
                 evidence: covering(result, &row.scenarios)
                     .into_iter()
-                    .map(|scenario| format!("{}: {}", scenario.id, scenario_evidence(scenario).join("; ")))
+                    .map(|scenario| {
+                        format!(
+                            "{}: {}",
+                            scenario.id,
+                            scenario_evidence(scenario, run_unit(result)).join("; ")
+                        )
+                    })
                     .collect(),
-                failure: row.first_failure.as_ref().map(failure_view),
+                failure: row.first_failure.as_ref().map(|failure| failure_view(failure, run_unit(result))),
             })
             .collect(),
-        scenarios: result.scenarios.iter().map(index_view).collect(),
-        failing: failing.into_iter().map(scenario_view).collect(),
-        settled: settled.into_iter().map(scenario_view).collect(),
+        scenarios: result.scenarios.iter().map(|scenario| index_view(scenario, run_unit(result))).collect(),
+        failing: failing.into_iter().map(|scenario| scenario_view(scenario, run_unit(result))).collect(),
+        settled: settled.into_iter().map(|scenario| scenario_view(scenario, run_unit(result))).collect(),
         legend: MarkKind::ALL
             .iter()
             .map(|&kind| LegendItem { kind: kind.as_str(), text: kind_text(kind), arrow: is_message(kind) })
@@ -310,9 +324,10 @@ fn page(result: &MatrixResult, options: &RenderOptions) -> Page {
     }
 }
 
-fn failure_view(failure: &FailedRun) -> FailureView {
+fn failure_view(failure: &FailedRun, unit: &str) -> FailureView {
     FailureView {
         scenario: failure.scenario.clone(),
+        unit_title: if unit == "repeat" { "Repeat" } else { "Seed" },
         seed: failure.seed,
         verdict: failure.verdict.as_str(),
         oracles: failure.oracles.join(", "),
@@ -333,29 +348,32 @@ fn tone(verdict: Verdict) -> &'static str {
 }
 
 /// A scenario for the index table only (no timeline).
-fn index_view(scenario: &ScenarioSummary) -> ScenarioView {
-    let mut view = scenario_view_with(scenario, false);
+fn index_view(scenario: &ScenarioSummary, unit: &'static str) -> ScenarioView {
+    let mut view = scenario_view_with(scenario, unit, false);
     view.failures.clear();
     view
 }
 
-fn scenario_view(scenario: &ScenarioSummary) -> ScenarioView {
-    scenario_view_with(scenario, true)
+fn scenario_view(scenario: &ScenarioSummary, unit: &'static str) -> ScenarioView {
+    scenario_view_with(scenario, unit, true)
 }
 
-fn scenario_view_with(scenario: &ScenarioSummary, draw: bool) -> ScenarioView {
+fn scenario_view_with(scenario: &ScenarioSummary, unit: &'static str, draw: bool) -> ScenarioView {
     let drawn_failing = scenario.failures.first().is_some_and(|run| run.seed == scenario.timeline.seed);
+    let title = if unit == "repeat" { "Repeat" } else { "Seed" };
+    let seed = scenario.timeline.seed;
     let timeline_caption = if drawn_failing {
-        format!("Seed {}, the first run that did not pass, as a sequence diagram.", scenario.timeline.seed)
+        format!("{title} {seed}, the first run that did not pass, as a sequence diagram.")
     } else if scenario.verdict == Verdict::Pass {
-        format!("Seed {}, the first seed's run, as a sequence diagram.", scenario.timeline.seed)
+        format!("{title} {seed}, the first {unit}'s run, as a sequence diagram.")
     } else {
-        format!("Seed {}, as a sequence diagram.", scenario.timeline.seed)
+        format!("{title} {seed}, as a sequence diagram.")
     };
     let shown = &scenario.shown;
     let empty =
         Timeline { seed: scenario.timeline.seed, lanes: Vec::new(), marks: Vec::new(), bands: Vec::new() };
     ScenarioView {
+        unit,
         id: scenario.id.clone(),
         name: scenario.name.clone(),
         rows: scenario.rows.join(", "),
@@ -366,12 +384,17 @@ fn scenario_view_with(scenario: &ScenarioSummary, draw: bool) -> ScenarioView {
         runs: counts_text(&scenario.counts),
         effects: effects_text(scenario),
         statuses: statuses_text(&scenario.statuses),
-        evidence: scenario_evidence(scenario),
+        evidence: scenario_evidence(scenario, unit),
         oracle_counts: oracle_counts_text(&scenario.oracle_counts),
-        failures: scenario.failures.iter().take(FAILING_SEEDS_SHOWN).map(failure_view).collect(),
+        failures: scenario
+            .failures
+            .iter()
+            .take(FAILING_SEEDS_SHOWN)
+            .map(|failure| failure_view(failure, unit))
+            .collect(),
         failures_more: scenario.failures.len().saturating_sub(FAILING_SEEDS_SHOWN),
-        failing_seeds: failing_seeds_text(&scenario.failures),
-        failure: scenario.failures.first().map(failure_view),
+        failing_seeds: failing_seeds_text(&scenario.failures, unit),
+        failure: scenario.failures.first().map(|failure| failure_view(failure, unit)),
         operations: if scenario.verdict == Verdict::NotApplicable {
             Vec::new()
         } else {
@@ -480,9 +503,18 @@ fn outcome_status(label: &str) -> Option<String> {
 }
 
 /// Lays a timeline out on a grid: one column per entry of `lanes` (plus any lane a mark names
-/// that is not listed), one row per mark in (time, history) order, a row saying so for every
-/// quiet stretch of at least [`IDLE_BREAK_MS`], a bar per request of `run` (the run drawn)
-/// from its row to its answer's, and a band per fault window.
+/// that is not listed), one row per mark in history order, a row saying so for every quiet
+/// stretch of at least [`IDLE_BREAK_MS`], a bar per request of `run` (the run drawn) from its
+/// row to its answer's, and a band per fault window.
+///
+/// Rows follow the history's positions, not the marks' times: the history is the order things
+/// happened in (what the oracles and every `#position` name), while a mark's time is the clock
+/// of the host that recorded it, and within one simulation step each host runs a whole tick on
+/// its own clock (hosts in a seeded random order), so a later position can carry an earlier
+/// time by up to a tick (real processes' events are timed just before they are appended).
+/// Sorted by time, the position column ran out of order and request bars ended before they
+/// began. The time column shows the time the run had reached (the latest so far); each mark's
+/// own time stays in its title.
 fn layout(timeline: &Timeline, run: Option<&RunResult>) -> TimelineView {
     let mut lane_names: Vec<String> = timeline.lanes.clone();
     for mark in &timeline.marks {
@@ -496,7 +528,8 @@ fn layout(timeline: &Timeline, run: Option<&RunResult>) -> TimelineView {
         FIRST_LANE_COLUMN + lane_names.iter().position(|lane| lane == name).unwrap_or(0)
     };
     let mut ordered: Vec<&crate::model::Mark> = timeline.marks.iter().collect();
-    ordered.sort_by_key(|mark| (mark.at_ms, mark.seq));
+    // Stable: marks of one position (a fault healed and the settle) keep their order.
+    ordered.sort_by_key(|mark| mark.seq);
 
     let mut rows = Vec::with_capacity(ordered.len());
     let mut marks = Vec::with_capacity(ordered.len());
@@ -504,8 +537,10 @@ fn layout(timeline: &Timeline, run: Option<&RunResult>) -> TimelineView {
     let mut row = 1;
     let mut previous_ms: Option<u64> = None;
     for mark in &ordered {
+        // The time the run had reached: never earlier than a row above.
+        let reached_ms = previous_ms.map_or(mark.at_ms, |previous| previous.max(mark.at_ms));
         if let Some(previous) = previous_ms {
-            let quiet_ms = mark.at_ms - previous;
+            let quiet_ms = reached_ms - previous;
             if quiet_ms >= IDLE_BREAK_MS {
                 row += 1;
                 rows.push(GridRow {
@@ -520,12 +555,12 @@ fn layout(timeline: &Timeline, run: Option<&RunResult>) -> TimelineView {
         row += 1;
         rows.push(GridRow {
             row,
-            time: if previous_ms == Some(mark.at_ms) { String::new() } else { seconds_text(mark.at_ms) },
+            time: if previous_ms == Some(reached_ms) { String::new() } else { seconds_text(reached_ms) },
             seq: Some(mark.seq),
             quiet: None,
             violated: !mark.violated.is_empty(),
         });
-        previous_ms = Some(mark.at_ms);
+        previous_ms = Some(reached_ms);
         row_of_seq.insert(mark.seq, row);
 
         let from = column_of(&mark.lane);
@@ -664,6 +699,62 @@ mod tests {
         let times: Vec<&str> = view.rows.iter().map(|row| row.time.as_str()).collect();
         assert_eq!(times, ["0.000 s", "", "0.010 s", "", "20.010 s"], "a time only when it changes");
         assert_eq!(view.last_row, 6);
+    }
+
+    /// Within one simulation step each host reads its own clock, so a later history position
+    /// can carry an earlier time: rows still follow the positions, the time column never runs
+    /// backwards, and a request's bar runs down from its row to its answer's.
+    #[test]
+    fn rows_follow_history_positions_when_a_later_event_carries_an_earlier_time() {
+        let timeline = timeline(
+            vec![
+                mark(1, 100, "agent", Some("worker-1"), MarkKind::Request),
+                mark(2, 109, "worker-1", Some("downstream"), MarkKind::DownstreamRequest),
+                mark(3, 102, "downstream", None, MarkKind::Fault),
+                mark(4, 110, "downstream", None, MarkKind::Effect),
+                mark(5, 2_115, "worker-1", Some("agent"), MarkKind::Outcome),
+            ],
+            Vec::new(),
+        );
+        let run = RunResult {
+            scenario: "S01".into(),
+            scenario_name: "s".into(),
+            seed: 0,
+            executor: "e".into(),
+            verdict: Verdict::Pass,
+            violations: Vec::new(),
+            notes: Vec::new(),
+            history_digest: String::new(),
+            effects: 1,
+            effect_references: Vec::new(),
+            operations: vec![crate::model::OperationRecord {
+                operation: Some("a/b/c/d".into()),
+                answers: vec![crate::model::Answer {
+                    label: "first".into(),
+                    kind: crate::model::RequestKind::Call,
+                    seq: 2,
+                    answered_seq: Some(5),
+                    status: Some("applied".into()),
+                    no_answer: None,
+                    reference: None,
+                    result_digest: None,
+                    fingerprint: None,
+                    violated: Vec::new(),
+                }],
+                ledger: Vec::new(),
+            }],
+            reproduce: String::new(),
+            real_time: None,
+        };
+        let view = layout(&timeline, Some(&run));
+        let positions: Vec<u64> = view.rows.iter().filter_map(|row| row.seq).collect();
+        assert_eq!(positions, [1, 2, 3, 4, 5], "the position column is in history order");
+        let times: Vec<&str> = view.rows.iter().map(|row| row.time.as_str()).collect();
+        assert_eq!(times, ["0.100 s", "0.109 s", "", "0.110 s", "", "2.115 s"], "time never runs back");
+        assert_eq!(view.rows[4].quiet.as_deref(), Some("2.005 s quiet"));
+        let rows: Vec<usize> = view.marks.iter().map(|m| m.row).collect();
+        assert_eq!(rows, [2, 3, 4, 5, 7]);
+        assert_eq!((view.bars[0].row_start, view.bars[0].row_end), (3, 7), "the bar runs down");
     }
 
     #[test]

@@ -56,7 +56,7 @@ use quick_xml::Writer;
 
 use crate::evidence::{
     counts_text, covering, failing_seeds_text, first_reason, not_applicable_reason, oracle_counts_text,
-    row_topic, scenario_evidence, scenario_title, seeds_text,
+    row_topic, run_unit, scenario_evidence, scenario_title, seeds_text,
 };
 use crate::format::RenderOptions;
 use crate::json::matrix_sha256;
@@ -118,7 +118,7 @@ pub fn render_junit(result: &MatrixResult, options: &RenderOptions) -> String {
             classname: "replaylab.scenarios",
             location: scenario_location(scenario),
             time_ms: scenario.time_ms,
-            status: scenario_status(scenario),
+            status: scenario_status(scenario, run_unit(result)),
             system_out: Some(scenario_out(result, scenario)),
         });
     }
@@ -236,7 +236,7 @@ pub(crate) fn failing_run(scenario: &ScenarioSummary) -> Option<&FailedRun> {
 }
 
 /// A scenario's status: its failing run as a failure or an error, else its verdict.
-fn scenario_status(scenario: &ScenarioSummary) -> Status {
+fn scenario_status(scenario: &ScenarioSummary, unit: &str) -> Status {
     if let Some(run) = failing_run(scenario) {
         // The scenario's verdict is the worst over its seeds; the run shown is its first that
         // did not pass.
@@ -245,7 +245,7 @@ fn scenario_status(scenario: &ScenarioSummary) -> Status {
         } else {
             scenario.verdict
         };
-        return Status::from_verdict(verdict, first_reason(run), Some(run_text(scenario, run)));
+        return Status::from_verdict(verdict, first_reason(run), Some(run_text(scenario, run, unit)));
     }
     match scenario.verdict {
         Verdict::Pass => Status::Success,
@@ -254,9 +254,10 @@ fn scenario_status(scenario: &ScenarioSummary) -> Status {
     }
 }
 
-/// A failing run in full: every violation, every note, the reproduce command.
-fn run_text(scenario: &ScenarioSummary, run: &FailedRun) -> String {
-    let mut text = format!("{}_{} seed {}: {}\n", scenario.id, scenario.name, run.seed, run.verdict);
+/// A failing run in full: every violation, every note, the reproduce command. `unit` is what a
+/// run is called (`seed`, or `repeat` in the black-box world).
+fn run_text(scenario: &ScenarioSummary, run: &FailedRun, unit: &str) -> String {
+    let mut text = format!("{}_{} {unit} {}: {}\n", scenario.id, scenario.name, run.seed, run.verdict);
     for violation in &run.violations {
         text.push_str(&format!("violation: {violation}\n"));
     }
@@ -266,10 +267,10 @@ fn run_text(scenario: &ScenarioSummary, run: &FailedRun) -> String {
     text.push_str(&format!("reproduce: {}\n", run.reproduce));
     if scenario.failures.len() > 1 {
         text.push_str(&format!(
-            "seeds that did not pass ({} of {}): {}\n",
+            "{unit}s that did not pass ({} of {}): {}\n",
             scenario.failures.len(),
             scenario.seeds_run,
-            failing_seeds_text(&scenario.failures)
+            failing_seeds_text(&scenario.failures, unit)
         ));
         text.push_str(&format!("oracles: {}\n", oracle_counts_text(&scenario.oracle_counts)));
     }
@@ -286,12 +287,13 @@ fn scenario_out(result: &MatrixResult, scenario: &ScenarioSummary) -> String {
         ));
     }
     text.push_str(&format!("rows: {}\n", scenario.rows.join(", ")));
-    text.push_str(&format!("seeds: {}; runs: {}\n", seeds_text(result), counts_text(&scenario.counts)));
+    let unit = run_unit(result);
+    text.push_str(&format!("{unit}s: {}; runs: {}\n", seeds_text(result), counts_text(&scenario.counts)));
     if let Some(run) = failing_run(scenario) {
-        text.push_str(&format!("failing seed: {}\n", run.seed));
+        text.push_str(&format!("failing {unit}: {}\n", run.seed));
     }
-    text.push_str(&format!("history (seed {}): {}\n", scenario.shown.seed, scenario.shown.history_digest));
-    for item in scenario_evidence(scenario) {
+    text.push_str(&format!("history ({unit} {}): {}\n", scenario.shown.seed, scenario.shown.history_digest));
+    for item in scenario_evidence(scenario, unit) {
         text.push_str(&item);
         text.push('\n');
     }

@@ -33,15 +33,15 @@ mod require;
 pub use annotations::{
     annotation_line, error_annotation, github_actions, matrix_annotations, GITHUB_ACTIONS_VARIABLE,
 };
-pub use evidence::{black_box_text, rows_applied_text};
+pub use evidence::{black_box_text, rows_applied_text, seed_list};
 pub use format::{
-    append_step_summary, render, write_reports, write_reports_with, Format, RenderOptions, ReportError,
-    STEP_SUMMARY_VARIABLE,
+    append_matrix_step_summary, append_step_summary, render, write_reports, write_reports_with, Format,
+    RenderOptions, ReportError, STEP_SUMMARY_LIMIT_BYTES, STEP_SUMMARY_VARIABLE,
 };
 pub use html::render_html;
 pub use json::{matrix_schema, matrix_sha256, render_json};
 pub use junit::render_junit;
-pub use markdown::render_markdown;
+pub use markdown::{render_markdown, render_markdown_capped, MARKDOWN_CAP_BYTES};
 pub use model::{
     Answer, Band, BlackBox, FailedRun, Lane, LedgerEntry, Mark, MarkKind, MatrixResult, OperationRecord,
     RealTime, RequestKind, RowSummary, RunDigest, RunResult, ScenarioSummary, Shard, Timeline, Verdict,

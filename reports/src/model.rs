@@ -272,6 +272,17 @@ pub struct LedgerEntry {
     pub kind: String,
     /// The effect reference the downstream gave it.
     pub reference: String,
+    /// The harness's id of the downstream request that made it (`worker-1#3`), as the
+    /// downstream recorded it with the effect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+    /// What the sending worker was serving when that request left it, as the harness saw it
+    /// (never the executor's words): the label of the agent's call, poll or reconciliation
+    /// (`race-2`), else the queue delivery or webhook it was handling, else its own work. It
+    /// need not be a request of the operation the effect belongs to (a sweep started by one
+    /// call may resend another's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sent_for: Option<String>,
     /// The oracles whose violations name this effect's position.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub violated: Vec<String>,
@@ -473,7 +484,8 @@ pub struct RowSummary {
 /// `real_time`). 5: every run's evidence (`runs`: verdict, history digest, what it counted), from
 /// which `merge` recomputes and `verify` re-runs; where CI annotations point (`line` of an
 /// `expect` violation, `builtin` scenarios), each scenario's `time_ms`, and count maps whose
-/// keys the schema checks.
+/// keys the schema checks; each ledger effect names the downstream request that made it
+/// and what its worker was serving (`request_id`, `sent_for`).
 pub const SCHEMA_VERSION: u32 = 5;
 
 /// The result of a matrix run.

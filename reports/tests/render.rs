@@ -146,7 +146,7 @@ fn html_puts_failures_first_marks_violations_and_collapses_passes() {
     assert_eq!(section.matches(" bad\" id=\"S02-e").count(), 2);
     assert!(section.contains("&#9888; O1"));
     // Every seed that did not pass is listed with its oracles and reproduce command.
-    assert!(section.contains("Every seed that did not pass (1: 1)"));
+    assert!(section.contains("Every seed that did not pass: 1</strong>"));
     assert!(section.contains(&format!(
         "<td data-label=\"reproduce\"><code class=\"command\">{}</code>",
         fixture::REPRODUCE
@@ -344,6 +344,40 @@ fn a_black_box_matrix_says_it_was_real_and_not_deterministic() {
     assert!(reports::black_box_text(&simulated).is_empty());
     let markdown = render_markdown(&simulated, &RenderOptions::new());
     assert!(!markdown.contains("| repeats |") && !markdown.contains("black box"), "{markdown}");
+    // A black-box run is a repeat, not a seed, everywhere: the failure box, the failing runs'
+    // lists, the timeline's caption, the rows; the simulated matrix says seed.
+    let black_box = [
+        render_markdown(&result, &RenderOptions::new()),
+        render_html(&result, &RenderOptions::new()),
+        render_junit(&result, &RenderOptions::new()),
+    ];
+    for (text, said) in
+        black_box.iter().zip([
+            &[
+                "- first failing repeat: 1 (fail)",
+                "Every repeat that did not pass: 1",
+                "| repeat | verdict |",
+            ][..],
+            &[
+                "<strong>Repeat 1</strong> of S02",
+                "Every repeat that did not pass: 1",
+                "Repeat 1, the first run",
+                "<th>repeats run</th>",
+            ],
+            &["S02_lost_response_after_commit repeat 1: fail", "failing repeat: 1", "history (repeat 1)"],
+        ])
+    {
+        for words in said {
+            assert!(text.contains(words), "{words:?} in {text}");
+        }
+        // The reproduce command's flag is `--seed` in both worlds; the prose says repeat.
+        let prose = text.replace("--seed ", "--flag ");
+        for seed in ["Seed 1", "seed 1", "Every seed", "seeds run", "first failing seed"] {
+            assert!(!prose.contains(seed), "{seed:?} in a black-box report: {text}");
+        }
+    }
+    let simulated_html = render_html(&simulated, &RenderOptions::new());
+    assert!(simulated_html.contains("<strong>Seed 1</strong> of S02"));
     // It survives matrix.json and its schema.
     let json = render_json(&result);
     let back: MatrixResult = serde_json::from_str(&json).expect("matrix.json reads back");

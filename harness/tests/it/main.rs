@@ -21,6 +21,7 @@ mod plain_text;
 mod postgres;
 mod premises;
 mod python_examples;
+mod reading;
 mod real_env;
 mod report_browser;
 mod reports_privacy;

@@ -183,15 +183,12 @@ fn shards_that_do_not_make_one_run_are_refused_with_exit_2() {
     std::fs::write(old.join("matrix.json"), json.to_string()).expect("written");
     let (code, _, stderr) = merge(&[&one, &old]);
     assert_eq!(code, 2);
+    let version = reports::SCHEMA_VERSION;
     assert!(
-        stderr.contains(&format!(
-            "schema version 99; this replaylab reads version {}",
-            reports::SCHEMA_VERSION
-        )),
+        stderr.contains(&format!("schema version 99; this replaylab reads version {version}")),
         "{stderr}"
     );
-    std::fs::write(old.join("matrix.json"), format!("{{\"schema_version\": {}}}", reports::SCHEMA_VERSION))
-        .expect("written");
+    std::fs::write(old.join("matrix.json"), format!("{{\"schema_version\": {version}}}")).expect("written");
     let (code, _, stderr) = merge(&[&one, &old]);
     assert_eq!(code, 2);
     assert!(stderr.contains("not a valid matrix.json"), "{stderr}");

@@ -1,7 +1,8 @@
 //! report.html in a real browser: the failing S05 of `mutant:read_then_insert` and S08 of
 //! `mutant:no_auth_recheck`, opened in headless Chromium at 1400 px and at phone width (390
 //! px). The page must not scroll sideways, no failure box may reach past the screen or
-//! overflow its own width, and the violations must be marked where the reader looks. The
+//! overflow its own width, no row or scenario id may break mid-word ("S1" over "3"), and the
+//! violations must be marked where the reader looks. The
 //! screenshots are kept (`target/tmp/report-browser/`) for a person to look at.
 //!
 //! Headless Chromium will not make a window narrower than 500 px, so each width is an iframe of
@@ -40,10 +41,13 @@ const PROBE: &str = r#"<script>
   });
   var marked = document.querySelectorAll('.m.bad').length;
   var wrong = document.querySelectorAll('.ops .e-wrong').length;
+  var broken = Array.prototype.filter.call(document.querySelectorAll('table.rows td:first-child strong, table.rows td[data-label="decided by"] a, table.scenarios td:first-child a'), function (id) {
+    return id.getClientRects().length > 1;
+  }).length;
   var host = window.parent.document;
   var out = host.createElement('pre');
   out.id = 'replaylab-probe';
-  out.textContent = 'view=' + view + ' page=' + page + ' marked=' + marked + ' wrong=' + wrong + ' boxes=' + boxes.join(',');
+  out.textContent = 'view=' + view + ' page=' + page + ' marked=' + marked + ' wrong=' + wrong + ' broken=' + broken + ' boxes=' + boxes.join(',');
   host.body.appendChild(out);
 })();
 </script>"#;
@@ -128,6 +132,8 @@ struct Measured {
     page: i64,
     marked: u64,
     wrong: u64,
+    /// Ids (S13, C10) in the rows and scenarios tables laid out on more than one line.
+    broken: u64,
     boxes: Vec<(String, i64, i64)>,
 }
 
@@ -136,7 +142,7 @@ fn measure(dom: &str) -> Measured {
         + PROBE_ID.len()
         + 11;
     let end = start + dom[start..].find("</pre>").expect("the probe's text ends");
-    let mut measured = Measured { view: 0, page: 0, marked: 0, wrong: 0, boxes: Vec::new() };
+    let mut measured = Measured { view: 0, page: 0, marked: 0, wrong: 0, broken: 0, boxes: Vec::new() };
     for field in dom[start..end].split(' ') {
         let (key, value) = field.split_once('=').expect("key=value");
         match key {
@@ -144,6 +150,7 @@ fn measure(dom: &str) -> Measured {
             "page" => measured.page = value.parse().expect("a number"),
             "marked" => measured.marked = value.parse().expect("a number"),
             "wrong" => measured.wrong = value.parse().expect("a number"),
+            "broken" => measured.broken = value.parse().expect("a number"),
             "boxes" => {
                 measured.boxes = value
                     .split(',')
@@ -222,6 +229,7 @@ fn failing_reports_fit_a_laptop_and_a_phone_in_chromium() {
             }
             assert!(measured.marked >= 1, "{at}: the timeline marks the violating events");
             assert!(measured.wrong >= 1, "{at}: the operations table flags what an oracle names");
+            assert_eq!(measured.broken, 0, "{at}: an id in the rows or scenarios table breaks mid-word");
 
             let shot = out.join(format!("{scenario}-{width}.png"));
             let page = framed(&out.join("report.html"), width);
