@@ -221,31 +221,15 @@ fn merge_scenario(parts: Vec<ScenarioSummary>) -> ScenarioSummary {
     };
     let shown_by = parts.iter().min_by_key(|part| shows(part)).expect("every scenario has a shard");
     let (shown, timeline) = (shown_by.shown.clone(), shown_by.timeline.clone());
-    let tally = runner::matrix::Tally::of(&runs);
-    let first = &parts[0];
-    ScenarioSummary {
-        id: first.id.clone(),
-        name: first.name.clone(),
-        source: first.source.clone(),
-        line: first.line,
-        builtin: first.builtin,
-        rows: first.rows.clone(),
-        summary: first.summary.clone(),
-        expected: first.expected.clone(),
-        verdict: tally.verdict,
-        seeds_run: tally.seeds_run,
-        counts: tally.counts,
-        oracle_counts: tally.oracle_counts,
-        effects_min: tally.effects_min,
-        effects_max: tally.effects_max,
-        statuses: tally.statuses,
-        time_ms: tally.time_ms,
-        failures,
-        runs,
-        shown,
-        nondeterministic_seeds: tally.nondeterministic_seeds,
-        timeline,
-    }
+    // What every shard says of the scenario alike (its id, file, rows, contract), with the
+    // joined runs and what they count.
+    let mut merged = parts[0].clone();
+    runner::matrix::Tally::of(&runs).apply(&mut merged);
+    merged.failures = failures;
+    merged.runs = runs;
+    merged.shown = shown;
+    merged.timeline = timeline;
+    merged
 }
 
 /// `2/3`, or `(whole run)`.

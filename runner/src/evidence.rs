@@ -185,23 +185,19 @@ fn shown_contradictions(scenario: &ScenarioSummary) -> Vec<String> {
     }
     let violated = judge::operations::violated_positions(&shown.violations);
     let flagged = |seq: u64| violated.get(&seq).cloned().unwrap_or_default();
-    for mark in &scenario.timeline.marks {
-        if mark.violated != flagged(mark.seq) {
+    let timeline =
+        scenario.timeline.marks.iter().map(|mark| ("the timeline flags event", mark.seq, &mark.violated));
+    let ledger = shown
+        .operations
+        .iter()
+        .flat_map(|operation| &operation.ledger)
+        .map(|entry| ("the ledger flags the effect at", entry.seq, &entry.violated));
+    for (place, seq, violated) in timeline.chain(ledger) {
+        if *violated != flagged(seq) {
             found.push(format!(
-                "the timeline flags event #{} with {} but the run shown's violations name {} there",
-                mark.seq,
-                oracle_list(&mark.violated),
-                oracle_list(&flagged(mark.seq))
-            ));
-        }
-    }
-    for entry in shown.operations.iter().flat_map(|operation| &operation.ledger) {
-        if entry.violated != flagged(entry.seq) {
-            found.push(format!(
-                "the effect at #{} is flagged {} but the run shown's violations name {} there",
-                entry.seq,
-                oracle_list(&entry.violated),
-                oracle_list(&flagged(entry.seq))
+                "{place} #{seq} with {} but the run shown's violations name {} there",
+                oracle_list(violated),
+                oracle_list(&flagged(seq))
             ));
         }
     }

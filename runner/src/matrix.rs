@@ -393,6 +393,19 @@ pub struct Tally {
 }
 
 impl Tally {
+    /// Writes these counts into `summary` (what `merge` recomputes of a scenario's shards).
+    pub fn apply(self, summary: &mut ScenarioSummary) {
+        summary.verdict = self.verdict;
+        summary.seeds_run = self.seeds_run;
+        summary.counts = self.counts;
+        summary.oracle_counts = self.oracle_counts;
+        summary.effects_min = self.effects_min;
+        summary.effects_max = self.effects_max;
+        summary.statuses = self.statuses;
+        summary.time_ms = self.time_ms;
+        summary.nondeterministic_seeds = self.nondeterministic_seeds;
+    }
+
     /// The counts of these runs.
     pub fn of(runs: &[reports::RunDigest]) -> Self {
         let mut tally = Tally {
