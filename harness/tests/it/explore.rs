@@ -442,21 +442,12 @@ fn explore_out_takes_a_directory_or_its_explore_json_and_the_record_meets_its_sc
 /// generate.
 #[test]
 fn checked_in_explore_schema_is_current() {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../explore/schema/explore.schema.json");
-    let generated = harness::explore_cli::explore_schema();
-    if std::env::var_os("UPDATE_SCHEMA").is_some_and(|value| value == "1") {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, &generated).unwrap();
-    }
-    let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(
-        checked_in == generated,
-        "{} is stale: explore.json's types changed. Regenerate it with \
-         `UPDATE_SCHEMA=1 cargo test -p harness --test it checked_in_explore_schema_is_current`, \
-         review the diff, and bump EXPLORE_SCHEMA_VERSION on an incompatible change.",
-        path.display()
+    let schema = crate::support::assert_schema_current(
+        "../explore/schema/explore.schema.json",
+        &harness::explore_cli::explore_schema(),
+        "checked_in_explore_schema_is_current",
+        "EXPLORE_SCHEMA_VERSION",
     );
-    let schema: Value = serde_json::from_str(&generated).unwrap();
     assert_eq!(schema["title"], "ExploreRecord");
     let mut objects = vec![&schema];
     objects.extend(schema["$defs"].as_object().expect("definitions").values());

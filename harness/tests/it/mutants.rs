@@ -231,22 +231,13 @@ fn a_stale_update_case_calls_the_creator_edits_then_updates_and_catches_lost_upd
 /// generate.
 #[test]
 fn checked_in_mutants_schema_is_current() {
-    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("schema/mutants.schema.json");
-    let generated = harness::mutants::mutants_schema();
-    if std::env::var_os("UPDATE_SCHEMA").is_some_and(|value| value == "1") {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, &generated).unwrap();
-    }
-    let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(
-        checked_in == generated,
-        "{} is stale: the zoo's result types changed. Regenerate it with \
-         `UPDATE_SCHEMA=1 cargo test -p harness --test mutants checked_in_mutants_schema_is_current`, \
-         review the diff, and bump MUTANTS_SCHEMA_VERSION on an incompatible change.",
-        path.display()
-    );
     // Strict: every object refuses properties it does not name; verdicts are an enum.
-    let schema: serde_json::Value = serde_json::from_str(&generated).unwrap();
+    let schema = crate::support::assert_schema_current(
+        "schema/mutants.schema.json",
+        &harness::mutants::mutants_schema(),
+        "checked_in_mutants_schema_is_current",
+        "MUTANTS_SCHEMA_VERSION",
+    );
     assert_eq!(schema["title"], "MutantsResult");
     let mut objects = vec![&schema];
     objects.extend(schema["$defs"].as_object().expect("definitions").values());

@@ -59,3 +59,24 @@ pub fn scripted(name: &str, call: CallFn, poll: PollFn) -> ExecutorSpec {
     })
     .description(name)
 }
+
+/// Checks that the schema file at `path` (relative to the harness crate) holds `generated`, the
+/// schema the types generate; with `UPDATE_SCHEMA=1`, writes it first. `test` names the test
+/// that regenerates it, `version` the constant to bump on an incompatible change. Returns the
+/// generated schema, parsed.
+pub fn assert_schema_current(path: &str, generated: &str, test: &str, version: &str) -> serde_json::Value {
+    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path);
+    if std::env::var_os("UPDATE_SCHEMA").is_some_and(|value| value == "1") {
+        std::fs::create_dir_all(path.parent().expect("a directory")).expect("created");
+        std::fs::write(&path, generated).expect("written");
+    }
+    let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        checked_in == generated,
+        "{} is stale: the types changed. Regenerate it with \
+         `UPDATE_SCHEMA=1 cargo test -p harness --test it {test}`, review the diff, and bump \
+         {version} on an incompatible change.",
+        path.display()
+    );
+    serde_json::from_str(generated).expect("the schema is JSON")
+}
