@@ -136,11 +136,24 @@ fn the_reference_passes_over_streamable_http_too() {
     let said = text(&output);
     assert_eq!(output.status.code(), Some(0), "{said}");
     assert!(said.contains(": pass"), "{said}");
-    // A server that does not serve HTTP is bad input before any run.
+    // A server that does not serve HTTP is bad input before any run. Its port never opens, so
+    // the probe waits out its patience (120 s unless told: a short one here).
     let stdio_only = format!("{REPLAYLAB} executor serve --store sqlite:{{state}}/claims.db");
-    let output =
-        replaylab(&["run", "S03", "--seed", "0", "--executor-cmd", &stdio_only, "--transport", "http"]);
-    assert_eq!(output.status.code(), Some(2), "{}", text(&output));
+    let output = replaylab(&[
+        "run",
+        "S03",
+        "--seed",
+        "0",
+        "--executor-cmd",
+        &stdio_only,
+        "--transport",
+        "http",
+        "--start-timeout",
+        "5s",
+    ]);
+    let said = text(&output);
+    assert_eq!(output.status.code(), Some(2), "{said}");
+    assert!(said.contains("not an MCP server replaylab can drive"), "{said}");
 }
 
 /// `--key-argument idempotency_key` puts the operation's key among the arguments as well; the
