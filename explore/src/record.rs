@@ -17,7 +17,7 @@ use crate::coverage::{shortfalls_of, Coverage};
 /// The version of `explore.json`'s format; bump it on any incompatible change. Version 2:
 /// failing seeds in groups by signature (`groups`, each shrunk once), the world the cases ran
 /// in, failing saved cases with their case files and reproduce commands.
-pub const EXPLORE_SCHEMA_VERSION: u32 = 2;
+pub const EXPLORE_SCHEMA_VERSION: u32 = 3;
 
 /// The name `explore` gives its record, in its `--out` directory.
 pub const EXPLORE_RECORD: &str = "explore.json";
@@ -38,10 +38,13 @@ pub enum ExploreWorld {
 #[serde(deny_unknown_fields)]
 pub struct ExploreRecord {
     /// [`EXPLORE_SCHEMA_VERSION`].
-    #[schemars(range(min = 2, max = 2))]
+    #[schemars(range(min = 3, max = 3))]
     pub schema_version: u32,
     /// The replaylab version that ran it.
     pub harness_version: String,
+    /// The commit replaylab was built from, when its build knew it.
+    #[schemars(required)]
+    pub harness_commit: Option<String>,
     /// The source commit, when known.
     pub commit: Option<String>,
     /// The executor's name.
@@ -208,6 +211,7 @@ pub fn merge_records(parts: Vec<ExploreRecord>) -> Result<ExploreRecord, String>
     for part in &parts[1..] {
         let same = [
             ("harness_version", part.harness_version == first.harness_version),
+            ("harness_commit", part.harness_commit == first.harness_commit),
             ("commit", part.commit == first.commit),
             ("executor", part.executor == first.executor && part.executor_version == first.executor_version),
             ("world", part.world == first.world),
@@ -579,6 +583,7 @@ mod tests {
         let mut record = ExploreRecord {
             schema_version: EXPLORE_SCHEMA_VERSION,
             harness_version: "0".into(),
+            harness_commit: None,
             commit: None,
             executor: "mutant:x".into(),
             executor_version: "0".into(),

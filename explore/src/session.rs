@@ -736,7 +736,8 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
     }
     let record = ExploreRecord {
         schema_version: EXPLORE_SCHEMA_VERSION,
-        harness_version: env!("CARGO_PKG_VERSION").to_owned(),
+        harness_version: runner::version::VERSION.to_owned(),
+        harness_commit: runner::version::commit().map(str::to_owned),
         commit: config.commit.clone(),
         executor: executor.name.clone(),
         executor_version: executor.version.clone(),

@@ -27,7 +27,7 @@ const MAX_BENCH_OPERATIONS: u64 = 10_000_000;
 ///
 /// Exit codes: 0 success, 1 a check or row failed, 2 bad usage or input.
 #[derive(Debug, Parser)]
-#[command(name = "replaylab", version)]
+#[command(name = "replaylab", version = runner::version::line())]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -1554,7 +1554,7 @@ fn verify_report(
     })?;
     let stale = verify::provenance_mismatches(
         &result,
-        env!("CARGO_PKG_VERSION"),
+        (runner::version::VERSION, runner::version::commit()),
         source_commit().as_deref(),
         &executor,
     );

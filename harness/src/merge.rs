@@ -137,6 +137,7 @@ pub fn merge(parts: Vec<MatrixResult>) -> Result<MatrixResult, MergeError> {
         let values = |result: &MatrixResult| {
             [
                 ("harness_version", result.harness_version.clone()),
+                ("harness_commit", result.harness_commit.clone().unwrap_or_else(|| "none".into())),
                 ("commit", result.commit.clone().unwrap_or_else(|| "none".into())),
                 ("parameters", format!("{:?}", result.parameters)),
                 ("executor", result.executor.clone()),
@@ -190,7 +191,8 @@ pub fn merge(parts: Vec<MatrixResult>) -> Result<MatrixResult, MergeError> {
             black_box
         }),
     };
-    let (harness_version, parameters) = (first.harness_version.clone(), first.parameters.clone());
+    let (harness_version, harness_commit, parameters) =
+        (first.harness_version.clone(), first.harness_commit.clone(), first.parameters.clone());
     let count = first.scenarios.len();
     let mut by_scenario: Vec<Vec<ScenarioSummary>> = vec![Vec::new(); count];
     for part in parts {
@@ -201,6 +203,7 @@ pub fn merge(parts: Vec<MatrixResult>) -> Result<MatrixResult, MergeError> {
     let summaries = by_scenario.into_iter().map(merge_scenario).collect();
     let mut result = assemble(header, summaries);
     result.harness_version = harness_version;
+    result.harness_commit = harness_commit;
     result.parameters = parameters;
     check(&result)?;
     Ok(result)

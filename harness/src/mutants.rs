@@ -12,7 +12,7 @@ use crate::verdict::{FailedRun, MatrixResult, ScenarioSummary, Verdict};
 
 /// The version of the `mutants.json` format; bump it on any incompatible change. 1: the first
 /// with a schema (`harness/schema/mutants.schema.json`), every killer listed.
-pub const MUTANTS_SCHEMA_VERSION: u32 = 1;
+pub const MUTANTS_SCHEMA_VERSION: u32 = 2;
 
 /// One expected scenario that killed a mutant.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -60,6 +60,9 @@ pub struct MutantsResult {
     pub schema_version: u32,
     /// The replaylab version that ran it.
     pub harness_version: String,
+    /// The commit replaylab was built from, when its build knew it.
+    #[schemars(required)]
+    pub harness_commit: Option<String>,
     /// The source commit, when known (`REPLAYLAB_COMMIT`, `GITHUB_SHA` or `git rev-parse`, as
     /// for `matrix.json`); `null` when not.
     #[schemars(required)]
@@ -99,7 +102,8 @@ pub fn run(base: &MatrixConfig) -> MutantsResult {
     };
     MutantsResult {
         schema_version: MUTANTS_SCHEMA_VERSION,
-        harness_version: env!("CARGO_PKG_VERSION").to_owned(),
+        harness_version: runner::version::VERSION.to_owned(),
+        harness_commit: runner::version::commit().map(str::to_owned),
         commit: base.commit.clone(),
         seeds: base.seeds,
         reference_verdict: reference.verdict,
@@ -195,8 +199,9 @@ pub fn render_markdown(result: &MutantsResult) -> String {
     );
     text.push_str("| | |\n|---|---|\n");
     text.push_str(&format!(
-        "| replaylab | {} (mutants.json schema {}) |\n",
+        "| replaylab | {} (commit {}; mutants.json schema {}) |\n",
         cell(&result.harness_version),
+        result.harness_commit.as_deref().map_or("unknown", |commit| &commit[..commit.len().min(12)]),
         result.schema_version
     ));
     match &result.commit {
@@ -361,6 +366,7 @@ mod tests {
         MutantsResult {
             schema_version: MUTANTS_SCHEMA_VERSION,
             harness_version: "0.1.0".into(),
+            harness_commit: None,
             commit: Some("0123abc".into()),
             seeds: 5,
             reference_verdict: Verdict::Pass,

@@ -41,11 +41,12 @@ impl Sample {
     }
 }
 
-/// What makes a report stale for this replaylab: another version, another commit, another
-/// version of the executor. Each line names both values.
+/// What makes a report stale for this replaylab: another version or build of replaylab (when
+/// both builds know their commit), another commit, another version of the executor. Each line
+/// names both values.
 pub fn provenance_mismatches(
     result: &MatrixResult,
-    harness_version: &str,
+    (harness_version, harness_commit): (&str, Option<&str>),
     commit: Option<&str>,
     executor: &ExecutorSpec,
 ) -> Vec<String> {
@@ -55,6 +56,13 @@ pub fn provenance_mismatches(
             "the report was made by replaylab {}; this is replaylab {harness_version}",
             result.harness_version
         ));
+    }
+    if let (Some(theirs), Some(ours)) = (result.harness_commit.as_deref(), harness_commit) {
+        if theirs != ours {
+            found.push(format!(
+                "the report was made by replaylab built at commit {theirs}; this replaylab was built at commit {ours}"
+            ));
+        }
     }
     match (result.commit.as_deref(), commit) {
         (Some(theirs), Some(ours)) if theirs != ours => found.push(format!(

@@ -306,6 +306,13 @@ pub(crate) fn operation_name(record: &OperationRecord) -> &str {
 /// more there are: a list stays one line at 1,000 failing seeds, whatever their pattern.
 const SEED_RANGES_SHOWN: usize = 6;
 
+/// The replaylab that made a report: `0.1.0 (commit 89abcdef0123)`, the commit its build was
+/// made from (`replaylab --version` prints the same), or `(commit unknown)`.
+pub fn replaylab_text(result: &MatrixResult) -> String {
+    let commit = result.harness_commit.as_deref().map_or("unknown", |commit| &commit[..commit.len().min(12)]);
+    format!("{} (commit {commit})", result.harness_version)
+}
+
 /// Seeds (or a black-box matrix's repeats) for people, however many: runs of consecutive
 /// numbers as ranges, the first few of them only, and the count. `unit` is `seed` or `repeat`.
 ///

@@ -271,7 +271,7 @@ fn page(result: &MatrixResult, options: &RenderOptions) -> Page {
         verdict: result.verdict.as_str(),
         executor: result.executor.clone(),
         executor_version: result.executor_version.clone(),
-        harness_version: result.harness_version.clone(),
+        harness_version: crate::replaylab_text(result),
         schema_version: result.schema_version,
         commit: result.commit.clone(),
         seeds: result.seeds,

@@ -153,6 +153,7 @@ fn matrix_properties(result: &MatrixResult) -> Vec<(String, String)> {
         ("executor", result.executor.clone()),
         ("executor_version", result.executor_version.clone()),
         ("harness_version", result.harness_version.clone()),
+        ("harness_commit", result.harness_commit.clone().unwrap_or_else(|| "not recorded".to_owned())),
         ("commit", commit),
         ("seeds", seeds_text(result)),
         ("determinism_checked", result.determinism_checked.to_string()),

@@ -33,7 +33,7 @@ mod require;
 pub use annotations::{
     annotation_line, error_annotation, github_actions, matrix_annotations, GITHUB_ACTIONS_VARIABLE,
 };
-pub use evidence::{black_box_text, rows_applied_text, seed_list};
+pub use evidence::{black_box_text, replaylab_text, rows_applied_text, seed_list};
 pub use format::{
     append_matrix_step_summary, append_step_summary, render, write_reports, write_reports_with, Format,
     RenderOptions, ReportError, STEP_SUMMARY_LIMIT_BYTES, STEP_SUMMARY_VARIABLE,

@@ -139,7 +139,7 @@ fn write_summary(out: &mut String, result: &MatrixResult, options: &RenderOption
     writeln!(
         out,
         "| replaylab | {} (matrix.json schema {}) |",
-        text(&result.harness_version),
+        text(&crate::replaylab_text(result)),
         result.schema_version
     )?;
     match &result.commit {

@@ -486,17 +486,20 @@ pub struct RowSummary {
 /// `expect` violation, `builtin` scenarios), each scenario's `time_ms`, and count maps whose
 /// keys the schema checks; each ledger effect names the downstream request that made it
 /// and what its worker was serving (`request_id`, `sent_for`).
-pub const SCHEMA_VERSION: u32 = 5;
+pub const SCHEMA_VERSION: u32 = 6;
 
 /// The result of a matrix run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MatrixResult {
     /// [`SCHEMA_VERSION`].
-    #[schemars(range(min = 5, max = 5))]
+    #[schemars(range(min = 6, max = 6))]
     pub schema_version: u32,
     /// The replaylab version that ran it.
     pub harness_version: String,
+    /// The commit replaylab was built from, when its build knew it (`replaylab --version`).
+    #[schemars(required)]
+    pub harness_commit: Option<String>,
     /// The source commit, when known (`REPLAYLAB_COMMIT`, `GITHUB_SHA` or `git rev-parse`).
     pub commit: Option<String>,
     /// The simulated world's fixed parameters.

@@ -9,6 +9,7 @@
 //! - [`matrix`]: scenarios × seeds on threads, summarised per scenario and rolled up to rows.
 //! - [`log`]: an executor's `tracing` events captured on the world's clock.
 //! - [`exit`]: the exit codes every command returns (0, 1, 2).
+//! - [`version`]: replaylab's version and the commit it was built from.
 //!
 //! Invariants: a verdict comes from the judge over the history and the ledger, never from
 //! what the executor says of itself; a run whose premise did not hold is `unknown`. It may
@@ -22,5 +23,6 @@ pub mod exit;
 pub mod log;
 pub mod matrix;
 mod run;
+pub mod version;
 
 pub use run::*;

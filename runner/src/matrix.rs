@@ -262,7 +262,8 @@ pub fn assemble(header: Header, summaries: Vec<ScenarioSummary>) -> MatrixResult
         .fold(Verdict::NotApplicable, Verdict::worst);
     MatrixResult {
         schema_version: reports::SCHEMA_VERSION,
-        harness_version: env!("CARGO_PKG_VERSION").to_owned(),
+        harness_version: crate::version::VERSION.to_owned(),
+        harness_commit: crate::version::commit().map(str::to_owned),
         commit: header.commit,
         parameters: world_sim::parameters(),
         executor: header.executor,

@@ -41,6 +41,51 @@ fn replaylab(args: &[&str]) -> (i32, String) {
     (output.status.code().unwrap_or(-1), String::from_utf8_lossy(&output.stderr).into_owned())
 }
 
+/// `--version` names the commit replaylab was built from (the checkout's, in a git checkout),
+/// and the reports record the same build.
+#[test]
+fn the_version_names_the_build_commit_and_the_reports_record_it() {
+    let output = Command::new(REPLAYLAB).arg("--version").output().unwrap();
+    let said = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+    assert_eq!(output.status.code(), Some(0), "{said}");
+    let version = env!("CARGO_PKG_VERSION");
+    let head =
+        Command::new("git").args(["rev-parse", "HEAD"]).current_dir(env!("CARGO_MANIFEST_DIR")).output();
+    let head = head
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+    let commit = match &head {
+        // Built in this checkout: the commit is HEAD's (the build script runs again when it moves).
+        Some(head) if std::env::var_os("REPLAYLAB_BUILD_COMMIT").is_none() => head.clone(),
+        _ => said
+            .strip_prefix(&format!("replaylab {version} (commit "))
+            .and_then(|rest| rest.strip_suffix(')'))
+            .unwrap_or_else(|| panic!("{said}"))
+            .to_owned(),
+    };
+    assert_eq!(said, format!("replaylab {version} (commit {})", &commit[..12.min(commit.len())]));
+    let out = std::env::temp_dir().join(format!("replaylab-cli-version-{}", std::process::id()));
+    let matrix = Command::new(REPLAYLAB)
+        .args(["matrix", "--executor", "reference", "--seeds", "1", "--only", "S01", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(matrix.status.code(), Some(0), "{}", String::from_utf8_lossy(&matrix.stderr));
+    let result: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("matrix.json")).unwrap()).unwrap();
+    assert_eq!(result["harness_version"], version);
+    if head.is_some() {
+        assert_eq!(result["harness_commit"], commit.as_str(), "the build's commit, in full");
+        let markdown = std::fs::read_to_string(out.join("matrix.md")).unwrap();
+        assert!(
+            markdown.contains(&format!("| replaylab | {version} (commit {}) ", &commit[..12])),
+            "{markdown}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
+
 #[test]
 fn bad_usage_exits_2_with_a_message() {
     let check = |args: &[&str], expected: &str| {

@@ -346,6 +346,20 @@ fn verify_passes_a_genuine_report_and_fails_forged_edited_and_stale_ones() {
         "{stdout}"
     );
 
+    // A report made by another build of replaylab is stale too (its own build knows its commit).
+    let built_at = genuine["harness_commit"].as_str().expect("this build knows its commit").to_owned();
+    let mut rebuilt = genuine.clone();
+    rebuilt["harness_commit"] = "0123456789abcdef0123456789abcdef01234567".into();
+    let (code, stdout, _) = verify(&write(&root.join("rebuilt"), &rebuilt), COMMIT);
+    assert_eq!(code, 1, "{stdout}");
+    assert!(
+        stdout.contains("STALE")
+            && stdout.contains(&format!(
+                "the report was made by replaylab built at commit 0123456789abcdef0123456789abcdef01234567; this replaylab was built at commit {built_at}"
+            )),
+        "{stdout}"
+    );
+
     // Bad input: exit 2 before any run.
     for (args, says) in [
         (vec!["verify", "/nonexistent/report"], "/nonexistent/report"),

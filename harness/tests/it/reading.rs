@@ -142,6 +142,7 @@ fn reports_fixture(run: &reports::RunResult, timeline: reports::Timeline) -> rep
     reports::MatrixResult {
         schema_version: reports::SCHEMA_VERSION,
         harness_version: String::new(),
+        harness_commit: None,
         commit: None,
         parameters: reports::WorldParameters {
             tick_ms: 10,
