@@ -13,7 +13,10 @@
 compile_error!(
     "replaylab's harness must be built with `--cfg tokio_unstable`, or runs are not deterministic \
      (turmoil seeds tokio's scheduler only then). Add to `.cargo/config.toml` beside your \
-     Cargo.toml (rustdocflags for doctests):\n\n[build]\nrustflags = [\"--cfg\", \"tokio_unstable\"]\nrustdocflags = [\"--cfg\", \"tokio_unstable\"]\n"
+     Cargo.toml (rustdocflags for doctests):\n\n[build]\nrustflags = [\"--cfg\", \"tokio_unstable\"]\nrustdocflags = [\"--cfg\", \"tokio_unstable\"]\n\n\
+     Installing the replaylab command with `cargo install --git` (which reads no \
+     `.cargo/config.toml` of the repository's): RUSTFLAGS=\"--cfg tokio_unstable\" cargo install \
+     --locked --git <the repository> harness\n"
 );
 
 pub mod agent;
