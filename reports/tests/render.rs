@@ -458,7 +458,7 @@ fn the_schema_accepts_matrix_json_and_refuses_bad_documents() {
     assert!(validator.is_valid(&accepted), "the schema refuses keys the maps can hold");
     refused(&|v| v["scenarios"][1]["builtin"] = "yes".into(), "builtin as a string");
     refused(&|v| drop(v["scenarios"][1].as_object_mut().unwrap().remove("time_ms")), "no time_ms");
-    refused(&|v| v["schema_version"] = 4.into(), "schema_version 4");
+    refused(&|v| v["schema_version"] = 5.into(), "schema_version 5");
 
     // What reads matrix.json back (`replaylab merge`) refuses unknown fields too.
     let mut unknown = json.clone();

@@ -70,7 +70,7 @@ fn failing_seeds_are_grouped_by_signature_and_each_group_is_shrunk_once() {
     ]);
     assert_eq!(code, 1, "{stdout}{stderr}");
     let record = record(&out);
-    assert_eq!(record["schema_version"], 2);
+    assert_eq!(record["schema_version"], 3);
     assert_eq!(
         (record["world"].as_str(), record["deterministic"].as_bool()),
         (Some("simulated"), Some(true))
@@ -405,7 +405,7 @@ fn explore_out_takes_a_directory_or_its_explore_json_and_the_record_meets_its_sc
         assert!(!validator.is_valid(&changed), "the schema accepts {what}");
     };
     refused(&|v| v["surprise"] = true.into(), "an unknown field");
-    refused(&|v| v["schema_version"] = 3.into(), "schema_version 3");
+    refused(&|v| v["schema_version"] = 2.into(), "schema_version 2");
     refused(&|v| v["verdicts"]["maybe"] = 1.into(), "a count of verdict maybe");
     refused(&|v| v["coverage"]["exercised"]["O14"] = 1.into(), "oracle O14 exercised");
     refused(&|v| v["coverage"]["unknown_because"]["bad luck"] = 1.into(), "an unknown premise kind");
