@@ -366,7 +366,7 @@ mod tests {
         MutantsResult {
             schema_version: MUTANTS_SCHEMA_VERSION,
             harness_version: "0.1.0".into(),
-            harness_commit: None,
+            harness_commit: Some("fedcba9876543210fedcba9876543210fedcba98".into()),
             commit: Some("0123abc".into()),
             seeds: 5,
             reference_verdict: Verdict::Pass,
@@ -380,7 +380,7 @@ mod tests {
     fn markdown_lists_every_killer_with_its_oracles_seed_and_command() {
         let text = render_markdown(&result());
         assert!(text.starts_with("# replaylab mutant zoo: **FAIL**\n"), "{text}");
-        assert!(text.contains("| replaylab | 0.1.0 (mutants.json schema 1) |"), "{text}");
+        assert!(text.contains("| replaylab | 0.1.0 (commit fedcba987654; mutants.json schema 2) |"), "{text}");
         assert!(text.contains("| commit | `0123abc` |"), "{text}");
         assert!(
             text.contains(
