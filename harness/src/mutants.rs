@@ -380,7 +380,10 @@ mod tests {
     fn markdown_lists_every_killer_with_its_oracles_seed_and_command() {
         let text = render_markdown(&result());
         assert!(text.starts_with("# replaylab mutant zoo: **FAIL**\n"), "{text}");
-        assert!(text.contains("| replaylab | 0.1.0 (commit fedcba987654; mutants.json schema 2) |"), "{text}");
+        assert!(
+            text.contains("| replaylab | 0.1.0 (commit fedcba987654; mutants.json schema 2) |"),
+            "{text}"
+        );
         assert!(text.contains("| commit | `0123abc` |"), "{text}");
         assert!(
             text.contains(
