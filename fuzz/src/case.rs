@@ -22,6 +22,9 @@ pub(crate) struct CaseFuzz {
     /// Failed runs by the oracles that failed (beside scenario expectations, which mutated
     /// cases often break): for triage, not a property.
     oracles: BTreeMap<String, u64>,
+    /// Runs that failed a scenario expectation (`expect`): a mutated case often asks the
+    /// reference for what it should not do, so these are no finding, but a `fail` they explain.
+    unmet_expectations: u64,
     slowest: f64,
 }
 
@@ -45,6 +48,7 @@ impl CaseFuzz {
             runs: 0,
             verdicts: BTreeMap::new(),
             oracles: BTreeMap::new(),
+            unmet_expectations: 0,
             slowest: 0.0,
         }
     }
@@ -127,6 +131,9 @@ impl Fuzz for CaseFuzz {
                 *self.oracles.entry(violation.oracle.clone()).or_insert(0) += 1;
             }
         }
+        if record.result.violations.iter().any(|violation| violation.oracle == "expect") {
+            self.unmet_expectations += 1;
+        }
         if verdict == Verdict::Pass && !record.result.violations.is_empty() {
             return broken(
                 "verdict",
@@ -150,11 +157,12 @@ impl Fuzz for CaseFuzz {
         let oracles: Vec<String> =
             self.oracles.iter().map(|(oracle, count)| format!("{oracle} {count}")).collect();
         format!(
-            "{} parsed, {} run ({}; oracle violations: {}; slowest run {:.2}s)",
+            "{} parsed, {} run ({}; oracle violations: {}; runs with an expectation the case set unmet: {}; slowest run {:.2}s)",
             self.parsed,
             self.runs,
             if verdicts.is_empty() { "none".to_owned() } else { verdicts.join(", ") },
             if oracles.is_empty() { "none".to_owned() } else { oracles.join(", ") },
+            self.unmet_expectations,
             self.slowest
         )
     }

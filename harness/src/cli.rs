@@ -564,9 +564,11 @@ impl Registry {
     }
 }
 
-/// Starts `spec`'s command once to read what it supports (`world_process::probe`).
+/// Starts `spec`'s command once to read what it supports (`world_process::probe`). From here
+/// on this process starts servers: a signal that stops it kills them too.
 #[cfg(feature = "process")]
 fn probe(spec: &world::process::BlackBoxSpec) -> Result<world::process::Probe, String> {
+    world_process::end_processes_on_signals();
     world_process::probe(spec)
 }
 

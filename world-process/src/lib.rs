@@ -62,6 +62,10 @@ use world::clock::WorldClock;
 pub use world::process::{lacks, BlackBoxSpec, Probe, Transport, DEFAULT_START_PATIENCE};
 use world::{AgentCommand, AgentResult, Delivery, PointReached, Reached, Shared, World, AGENT_TIMEOUT};
 
+pub use signals::end_processes_on_signals;
+
+mod signals;
+
 /// How often the runner looks at the real world: the length of one step.
 const SLICE: Duration = Duration::from_millis(2);
 /// The longest stderr tail a failing run's notes quote, per process.
@@ -642,7 +646,8 @@ impl Run {
         }
         let stderr = std::fs::File::create(self.stderr_path(worker, incarnation))
             .map_err(|error| format!("cannot write {worker}'s stderr file: {error}"))?;
-        let (pid, child, handshake) = match self.spec.transport {
+        // Recorded as it starts, so that a signal that stops the harness kills it too.
+        let ((child, handshake), pid) = signals::register(|| match self.spec.transport {
             Transport::Stdio => {
                 let (transport, _) = TokioChildProcess::builder(command)
                     .stderr(stderr)
@@ -651,7 +656,7 @@ impl Run {
                 let pid = transport.id().unwrap_or_default();
                 let handshake: std::pin::Pin<Box<dyn std::future::Future<Output = _>>> =
                     Box::pin(async move { ().serve(transport).await.map_err(|error| error.to_string()) });
-                (pid, None, handshake)
+                Ok(((None, handshake), pid))
             }
             Transport::Http => {
                 // The process's stdout is its own business over HTTP: it goes to the log too.
@@ -664,9 +669,9 @@ impl Run {
                 let pid = child.id().unwrap_or_default();
                 let handshake: std::pin::Pin<Box<dyn std::future::Future<Output = _>>> =
                     Box::pin(connect_http(mcp_port));
-                (pid, Some(child), handshake)
+                Ok(((Some(child), handshake), pid))
             }
-        };
+        })?;
         let service = match tokio::time::timeout(self.spec.start_patience, handshake).await {
             Ok(Ok(service)) => service,
             Ok(Err(error)) => {
@@ -977,9 +982,17 @@ fn free_port() -> u16 {
 const MCP_PORTS_FROM: u32 = 20_000;
 
 /// `SIGKILL` to the process group `pid` leads (the command's shell and everything it started),
-/// through procps' `kill` (the workspace forbids `unsafe`, so no `kill(2)` from here; the
-/// shell's own `kill` cannot name a group). Says why it failed, if it did.
+/// which a signal to the harness then leaves alone ([`signals::forget`]). Says why it failed,
+/// if it did.
 fn kill_group(pid: u32) -> Result<(), String> {
+    let killed = sigkill_group(pid);
+    signals::forget(pid);
+    killed
+}
+
+/// `SIGKILL` to the process group `pid` leads, through procps' `kill` (the workspace forbids
+/// `unsafe`, so no `kill(2)` from here; the shell's own `kill` cannot name a group).
+fn sigkill_group(pid: u32) -> Result<(), String> {
     if pid == 0 {
         return Err("no process id".into());
     }
@@ -1329,6 +1342,9 @@ fn services_of(config: &fake_downstream::DownstreamConfig) -> String {
     serde_json::to_string(&services).unwrap_or_default()
 }
 
+/// How a run directory's name starts, before this process's id.
+const RUN_DIRECTORY_PREFIX: &str = "replaylab-black-box-";
+
 /// A fresh directory for one run, with `state/` and `logs/`, and the run's name for `{run}`:
 /// lowercase letters, digits and `_`, unique on this machine while this process lives (a
 /// Postgres schema name, say).
@@ -1337,7 +1353,7 @@ fn run_directory(scenario: &Scenario, seed: u64) -> Result<(PathBuf, String), St
     let number = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let pid = std::process::id();
     let directory =
-        std::env::temp_dir().join(format!("replaylab-black-box-{pid}-{number}-{}-{seed}", scenario.id));
+        std::env::temp_dir().join(format!("{RUN_DIRECTORY_PREFIX}{pid}-{number}-{}-{seed}", scenario.id));
     let _ = std::fs::remove_dir_all(&directory);
     for sub in ["state", "logs"] {
         std::fs::create_dir_all(directory.join(sub))

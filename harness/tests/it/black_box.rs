@@ -380,6 +380,19 @@ fn children(directory: &Path) -> Vec<(String, u32)> {
     found
 }
 
+/// The children a test's server forked whose pid file is written already.
+fn written_children(directory: &Path) -> Vec<(String, u32)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(directory).expect("the scratch directory").flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let pid = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        if let (true, Ok(pid)) = (name.starts_with("child-"), pid.trim().parse()) {
+            found.push((name, pid));
+        }
+    }
+    found
+}
+
 /// Every way a server process can fail to start kills its process group: a child it forked
 /// does not outlive it (before, a failed handshake left it running).
 #[test]
@@ -409,6 +422,70 @@ fn a_server_that_fails_to_start_leaves_no_child_behind() {
         for (name, pid) in children {
             assert!(dies(pid), "{case}: {name} (pid {pid}) outlived its server: {text}");
         }
+    }
+}
+
+/// A harness stopped by a signal (Ctrl-C's `SIGINT`, a CI runner's `SIGTERM` at its timeout)
+/// kills every server it started and what they forked, removes its run directories, and
+/// exits 128 + the signal's number. Before, the servers lived on: each leads a process group of
+/// its own, which Ctrl-C never reaches, and an HTTP server (or a child a stdio server forked)
+/// does not stop when the harness's end of a pipe closes.
+#[test]
+fn a_signal_that_stops_the_harness_ends_every_server_it_started() {
+    for (signal, code, transport) in [("INT", 130, "stdio"), ("TERM", 143, "http")] {
+        let directory = scratch(&format!("stopped_by_sig{signal}"));
+        let serve = format!(
+            "exec {REPLAYLAB} executor serve --transport {transport} --store sqlite:{{state}}/claims.db"
+        );
+        let command = forking(&directory, &serve);
+        let out = directory.join("report").display().to_string();
+        let mut harness = Command::new(REPLAYLAB)
+            .env_remove("CARGO")
+            .env_remove("CARGO_PKG_NAME")
+            .args(["matrix", "--executor-cmd", &command, "--transport", transport])
+            .args(["--workers", "2", "--repeat", "50", "--only", "S02,S03", "--out", &out])
+            .current_dir(root())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("replaylab starts");
+        // The probe's process and two of the runs' (each forks a child) are up: the matrix runs.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        while written_children(&directory).len() < 3 {
+            assert!(std::time::Instant::now() < deadline, "SIG{signal}: no run started within 120 s");
+            assert!(
+                harness.try_wait().expect("waits").is_none(),
+                "SIG{signal}: replaylab ended before the signal"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let pid = harness.id();
+        let sent = Command::new("kill").args(["-s", signal, &pid.to_string()]).status().expect("kill runs");
+        assert!(sent.success(), "SIG{signal} was not sent");
+        let output = harness.wait_with_output().expect("replaylab ends");
+        let said = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert_eq!(output.status.code(), Some(code), "SIG{signal}: {said}");
+        assert!(said.contains(&format!("stopped by SIG{signal}: killed the ")), "SIG{signal}: {said}");
+        // (A shell killed between creating its pid file and writing it leaves it empty: its
+        // child was in its group too, but has no pid to check.)
+        let children = written_children(&directory);
+        assert!(children.len() >= 3, "SIG{signal}: {children:?}");
+        for (name, pid) in children {
+            assert!(dies(pid), "SIG{signal}: {name} (pid {pid}) outlived the harness: {said}");
+        }
+        let prefix = format!("replaylab-black-box-{pid}-");
+        let left: Vec<String> = std::fs::read_dir(std::env::temp_dir())
+            .expect("the temporary directory")
+            .flatten()
+            .map(|entry| entry.file_name().to_string_lossy().into_owned())
+            .filter(|name| name.starts_with(&prefix))
+            .collect();
+        assert!(left.is_empty(), "SIG{signal}: run directories left behind: {left:?}");
+        assert!(
+            !Path::new(&out).join("matrix.json").exists(),
+            "SIG{signal}: a report of an unfinished matrix"
+        );
     }
 }
 
