@@ -949,7 +949,8 @@ fn no_orphan_pending(facts: &Facts<'_>, judgement: &mut Judgement) {
 /// answer is an orphan presented as progress when, at the answer, no claim on the operation
 /// could still be live (nothing was done for it, by any other agent request or by work no
 /// agent request waited for, within its contract's lease) and no downstream request for it
-/// was still open (sent, and neither answered nor failed).
+/// was still open (sent, and neither answered nor failed). Where tags are not complete, the
+/// answering worker's own requests during the call count as possibly another task's.
 fn in_flight_names_a_live_owner(facts: &Facts<'_>, judgement: &mut Judgement) {
     let history = facts.evidence.history;
     for answer in facts.answers.iter().filter(|a| a.outcome.status == OutcomeStatus::InFlight) {
@@ -967,7 +968,12 @@ fn in_flight_names_a_live_owner(facts: &Facts<'_>, judgement: &mut Judgement) {
         let before = &history[..history.iter().position(|e| e.seq == answer.seq).unwrap_or(history.len())];
         let ours = |label: &str| facts.request_of(label).is_some_and(|(other, _)| other == operation);
         let theirs = |label: &Option<String>| match label {
-            Some(label) => label != &answer.label && ours(label),
+            // Where tags are not complete (the process world tags a request with what its worker
+            // serves now), a request tagged with this very answer may be the same worker's work
+            // no agent request waits for, running beside the call (its own sweep, which took the
+            // claim over): it may be the live owner, and the harness cannot tell.
+            Some(label) if label == &answer.label => !facts.evidence.tags_complete,
+            Some(label) => ours(label),
             // Work no agent request waits for (a sweep, a queue delivery) may be on it.
             None => true,
         };

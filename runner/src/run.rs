@@ -728,8 +728,10 @@ impl Runner {
                 self.record(EventKind::HumanEdit { ticket, version });
             }
             StepKind::Expect(expect) => {
-                if let Some(premise) =
-                    self.outstanding_premise(expect, line).or_else(|| self.told_premise(expect, line))
+                if let Some(premise) = self
+                    .outstanding_premise(expect, line)
+                    .or_else(|| self.told_premise(expect, line))
+                    .or_else(|| self.alone_premise(expect, line))
                 {
                     self.undecided.push(premise);
                 } else if let Some(failure) = self.check_expectation(expect, line) {
@@ -859,6 +861,77 @@ impl Runner {
             }
             _ => None,
         })
+    }
+
+    /// Why an expectation's `alone` premise did not hold, if it did not: before the call was
+    /// answered, a worker sent a request for the call's operation while it handled nothing the
+    /// harness gave it (no call, poll or reconciliation of the agent's, no queue delivery, no
+    /// webhook): it took the operation up on its own, which the expectation was not written for.
+    /// Whose operation a request is, is attribution's (what the harness controls); whether its
+    /// worker handled anything, the history's (the process world tags a request with what its
+    /// worker served last, so the tag alone cannot tell).
+    fn alone_premise(&self, expect: &scenarios::ExpectOutcome, line: usize) -> Option<String> {
+        if !expect.alone {
+            return None;
+        }
+        let history = self.shared.history.events();
+        let answered_at = history.iter().position(
+            |event| matches!(&event.kind, EventKind::Answered { label, .. } if label == &expect.call),
+        )?;
+        let operation = history.iter().find_map(|event| match &event.kind {
+            EventKind::CallSent { label, operation, .. }
+            | EventKind::OperationQuery { label, operation, .. }
+                if label == &expect.call =>
+            {
+                Some(operation.clone())
+            }
+            _ => None,
+        })?;
+        let attribution = judge::attribution::Attribution::build(&history);
+        // What each worker handles now: (worker, what), from when it was sent to when it ended.
+        let mut handling: BTreeSet<(&str, String)> = BTreeSet::new();
+        for event in &history[..answered_at] {
+            match &event.kind {
+                EventKind::CallSent { label, worker, .. }
+                | EventKind::OperationQuery { label, worker, .. } => {
+                    handling.insert((worker, format!("call {label}")));
+                }
+                EventKind::Answered { label, worker, .. } => {
+                    handling.remove(&(worker.as_str(), format!("call {label}")));
+                }
+                EventKind::Delivered { envelope_id, worker, .. } => {
+                    handling.insert((worker, format!("envelope {envelope_id}")));
+                }
+                EventKind::Consumed { envelope_id, worker, .. } => {
+                    handling.remove(&(worker.as_str(), format!("envelope {envelope_id}")));
+                }
+                EventKind::WebhookReceived { worker, event_id, .. } => {
+                    handling.insert((worker, format!("webhook {}", event_id.as_deref().unwrap_or_default())));
+                }
+                EventKind::WebhookHandled { worker, event_id, .. } => {
+                    handling.remove(&(
+                        worker.as_str(),
+                        format!("webhook {}", event_id.as_deref().unwrap_or_default()),
+                    ));
+                }
+                EventKind::Crashed { worker, .. } => handling.retain(|(busy, _)| busy != worker),
+                EventKind::DownstreamSent { worker, request_id, method, path, .. } => {
+                    let idle = !handling.iter().any(|(busy, _)| busy == worker);
+                    let of_operation = attribution
+                        .request(request_id)
+                        .and_then(|request| request.operation.as_deref())
+                        .is_some_and(|of| of == operation);
+                    if idle && of_operation {
+                        return Some(format!(
+                            "line {line}: {worker} took {operation} up on its own ({request_id}: {method} {path}, sent while it handled nothing the harness gave it) before {} was answered, where the scenario needs the call's worker alone on it: the expectation is not judged",
+                            quoted(&expect.call)
+                        ));
+                    }
+                }
+                _ => {}
+            }
+        }
+        None
     }
 
     fn check_expectation(&self, expect: &scenarios::ExpectOutcome, line: usize) -> Option<Violation> {

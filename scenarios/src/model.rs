@@ -342,6 +342,13 @@ pub struct ExpectOutcome {
     /// relies on came after the worker stopped waiting), the expectation is not judged and the
     /// run is `unknown`.
     pub told: bool,
+    /// A premise: the call's worker was alone on the call's operation. No worker took the
+    /// operation up on its own (a sweep or a recovery no agent call, queue delivery or webhook
+    /// asked for: a request for the operation sent while its worker handled none of them) before
+    /// the call was answered. When one did (on a busy machine, or beside workers the scenario
+    /// does not name, a lease can run out and a sweep come before the agent does), the
+    /// expectation, written for the call's worker alone, is not judged and the run is `unknown`.
+    pub alone: bool,
 }
 
 /// What a step does.

@@ -295,6 +295,8 @@ enum StepForm {
         while_outstanding: Option<String>,
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         told: bool,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        alone: bool,
     },
     ExpectEffects {
         #[serde(default)]
@@ -660,7 +662,7 @@ impl Validator<'_> {
             }
             StepForm::Revoke { actor, tool } => StepKind::Revoke { actor, tool },
             StepForm::HumanEdit { ticket_of } => StepKind::HumanEdit { ticket_of: operation(&ticket_of)? },
-            StepForm::Expect { call, status, reason, same_reference_as, while_outstanding, told } => {
+            StepForm::Expect { call, status, reason, same_reference_as, while_outstanding, told, alone } => {
                 context.known_id(&call)?;
                 for other in same_reference_as.iter().chain(&while_outstanding) {
                     context.known_id(other)?;
@@ -693,6 +695,7 @@ impl Validator<'_> {
                     same_reference_as,
                     while_outstanding,
                     told,
+                    alone,
                 })
             }
             StepForm::ExpectEffects { operation: op, kind, count } => {
@@ -1307,6 +1310,7 @@ impl Scenario {
                         same_reference_as: expect.same_reference_as.clone(),
                         while_outstanding: expect.while_outstanding.clone(),
                         told: expect.told,
+                        alone: expect.alone,
                     },
                     StepKind::ExpectEffects { operation, kind, count } => StepForm::ExpectEffects {
                         operation: operation.clone(),

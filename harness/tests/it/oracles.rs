@@ -1353,6 +1353,37 @@ fn o6_an_in_flight_answer_needs_an_owner_who_may_still_be_at_work() {
     assert_eq!(polled_after(5_000).fired_with(&contracts), ["O6"]);
 }
 
+/// O6 where tags are not complete: a worker process answers a retry `in_flight` after a
+/// receipt lookup it sent while serving the retry. In the simulation the lookup is the retry's
+/// own (every task is tagged), so nobody else is at work and O6 fires. A process tags a request
+/// with what it serves now: the lookup may be its own sweep's, which took the claim over and is
+/// the live owner the answer names (S03 as 4 Postgres-backed processes on a busy machine was a
+/// false `fail`), so O6 may not fire there.
+#[test]
+fn o6_counts_a_processs_own_request_during_the_call_as_possibly_another_tasks() {
+    let mut world = World::default();
+    world.call("first");
+    world.push(EventKind::CallReceived { label: "first".into(), worker: "worker-1".into() });
+    world.push(EventKind::Crashed { worker: "worker-1".into(), paused_at: None, after_commit: false });
+    world.advance(5_000);
+    world.call("retry");
+    world.lookup(Some(OP), Some("retry"), KEY, Some("ticket_1"));
+    world.answer("retry", OutcomeStatus::InFlight, None);
+    let mut contracts = ContractSet::builtin();
+    contracts.set_timing(Duration::from_secs(3), Duration::from_secs(60));
+    let judged = |tags_complete| {
+        let verdict = oracles::judge(&Evidence {
+            history: &world.events,
+            ledger: &world.ledger,
+            contracts: &contracts,
+            tags_complete,
+        });
+        verdict.violations.iter().map(|v| v.oracle.clone()).filter(|o| o == "O6").count()
+    };
+    assert_eq!(judged(true), 1, "simulated: the lookup is the retry's own");
+    assert_eq!(judged(false), 0, "a process: the lookup may be its sweep's");
+}
+
 /// O7, for `reconcile_first` (payments.charge): a call after retention answered `expired` is
 /// answered after the executor asked the downstream while serving it. Before, the contract's
 /// late-arrival policy was never checked: only the absence of a new effect was.

@@ -408,6 +408,95 @@ status = "unknown"
     assert!(notes.contains("not judged, as a premise did not hold: expect"), "{notes}");
 }
 
+/// Another worker taking the operation up on its own while the call's worker still waits (a
+/// restarted worker-2's start-up sweep finds worker-1's claim past its 1 s lease, looks the
+/// ticket up and resends it under its key: right, and one ticket) settles what the scenario
+/// wrote its expectations for worker-1 alone about. With `alone`, the run is `unknown`, naming
+/// the sweep's request; without it, the same run was `fail` (as S12 was, run as 4 processes on
+/// Postgres on a busy machine: a fourth worker's sweep came before worker-1's timeout).
+#[test]
+fn a_sweep_before_the_answer_makes_an_alone_expectation_unknown_not_fail() {
+    let text = r#"id = "S93"
+name = "swept_while_waiting"
+rows = ["C10"]
+summary = "worker-1's ticket request is swallowed; worker-2, restarted meanwhile, finds the claim's lease run out and takes it over while worker-1 still waits."
+expected = "worker-1 alone would answer unknown or in_flight with no ticket: worker-2's sweep makes that expectation moot."
+workers = 2
+
+[timing]
+lease = "1s"
+
+[operations.swallowed]
+tenant = "acme"
+workflow = "run_828"
+step = "record_issue"
+
+[[step]]
+action = "advance"
+by = "200ms"
+
+[[step]]
+action = "fault"
+rule = { match = { method = "POST", path = "/v1/tickets" }, action = "drop_before_commit", times = 1 }
+
+[[step]]
+action = "call"
+id = "swallowed"
+worker = "worker-1"
+operation = "swallowed"
+tool = "tickets.create"
+arguments = '{"queue": "billing", "subject": "Invoice copy", "body": "Customer asks for an invoice copy."}'
+wait = false
+
+[[step]]
+action = "advance"
+by = "100ms"
+
+[[step]]
+action = "crash"
+worker = "worker-2"
+
+[[step]]
+action = "restart"
+worker = "worker-2"
+
+[[step]]
+action = "await"
+call = "swallowed"
+
+[[step]]
+action = "expect"
+call = "swallowed"
+status = ["unknown", "in_flight"]
+alone = true
+
+[[step]]
+action = "expect_effects"
+operation = "swallowed"
+count = 0
+"#;
+    let with = scenarios::Scenario::from_toml(text, "swept.toml").expect("a valid scenario");
+    let without = scenarios::Scenario::from_toml(&text.replace("alone = true\n", ""), "swept.toml")
+        .expect("a valid scenario");
+    assert!(!without.to_toml().contains("alone = "), "the premise was taken out");
+    for seed in 0..3 {
+        let record = runner::run(&with, seed, &reference());
+        let notes = record.result.notes.join("\n");
+        assert_eq!(
+            record.result.verdict,
+            Verdict::Unknown,
+            "seed {seed}: {notes} {:?}",
+            record.result.violations
+        );
+        assert!(
+            notes.contains("worker-2 took acme/production/run_828/record_issue up on its own (worker-2#"),
+            "seed {seed}: {notes}"
+        );
+        assert!(notes.contains("not judged, as a premise did not hold: expect"), "seed {seed}: {notes}");
+        assert_eq!(runner::run(&without, seed, &reference()).result.verdict, Verdict::Fail, "seed {seed}");
+    }
+}
+
 /// S19 and S27 rely on worker-1 hearing its late answer (1.5 s). A simulated executor whose
 /// own downstream timeout is 1 s gives up first and rightly answers `unknown`: it was never
 /// told, so the scenario's expectation on that call is not judged and the run is `unknown`
