@@ -49,6 +49,10 @@ pub struct Evidence<'a> {
     /// sends: a completion notice sent while it serves nothing, or several things, has no tag,
     /// and the harness cannot tell whose it is.
     pub tags_complete: bool,
+    /// Whether the history holds every store commit the executors made (`StoreCommitted`: the
+    /// simulation's store gate sees each). A process's store is its own: a claim taken over
+    /// there shows only by the new owner's first downstream request, if it sends one.
+    pub store_seen: bool,
 }
 
 /// What the oracles found: the violations, and which oracles had something to judge.
@@ -950,7 +954,9 @@ fn no_orphan_pending(facts: &Facts<'_>, judgement: &mut Judgement) {
 /// could still be live (nothing was done for it, by any other agent request or by work no
 /// agent request waited for, within its contract's lease) and no downstream request for it
 /// was still open (sent, and neither answered nor failed). Where tags are not complete, the
-/// answering worker's own requests during the call count as possibly another task's.
+/// answering worker's own requests during the call count as possibly another task's; where
+/// the store is not seen, a request for the operation within the lease after the answer
+/// counts too (a take-over made just before it shows by its first request).
 fn in_flight_names_a_live_owner(facts: &Facts<'_>, judgement: &mut Judgement) {
     let history = facts.evidence.history;
     for answer in facts.answers.iter().filter(|a| a.outcome.status == OutcomeStatus::InFlight) {
@@ -1001,6 +1007,16 @@ fn in_flight_names_a_live_owner(facts: &Facts<'_>, judgement: &mut Judgement) {
                 }
                 _ => {}
             }
+        }
+        if !facts.evidence.store_seen && !live {
+            // A take-over is a store write the harness does not see here: the new owner shows by
+            // its first request for the operation, which may come just after the answer.
+            let answered_at = before.len();
+            let until_ms = answer.at_ms.saturating_add(contract.lease.as_millis() as u64);
+            live = history[answered_at..].iter().take_while(|event| event.at_ms <= until_ms).any(|event| {
+                matches!(&event.kind, EventKind::DownstreamSent { request_id, .. }
+                    if facts.attribution.request(request_id).and_then(|a| a.operation.as_deref()) == Some(operation.as_str()))
+            });
         }
         if live || !open.is_empty() {
             continue;

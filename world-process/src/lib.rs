@@ -1250,6 +1250,10 @@ impl World for RealWorld {
         false
     }
 
+    fn sees_store(&self) -> bool {
+        false
+    }
+
     fn in_flight(&mut self) -> usize {
         0
     }

@@ -500,6 +500,12 @@ pub trait World {
     fn tags_every_request(&self) -> bool {
         true
     }
+    /// Whether the world sees every store commit an executor makes (the judge's
+    /// [`judge::oracles::Evidence::store_seen`]): true where the harness gates the store, as in
+    /// the simulation.
+    fn sees_store(&self) -> bool {
+        true
+    }
     /// Messages on the network (between hosts of the simulation); `0` where nothing can tell.
     fn in_flight(&mut self) -> usize;
     /// Downstream requests an executor sent that are still open, where the world can tell

@@ -85,6 +85,7 @@ fn no_scenario_allows_an_answer_an_oracle_forbids() {
                         ledger: &record.ledger,
                         contracts: &contracts,
                         tags_complete: true,
+                        store_seen: true,
                     };
                     checked += 1;
                     let seq = history[at].seq;

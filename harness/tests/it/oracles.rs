@@ -368,8 +368,13 @@ impl World {
     }
 
     fn fired_with(&self, contracts: &ContractSet) -> Vec<String> {
-        let evidence =
-            Evidence { history: &self.events, ledger: &self.ledger, contracts, tags_complete: true };
+        let evidence = Evidence {
+            history: &self.events,
+            ledger: &self.ledger,
+            contracts,
+            tags_complete: true,
+            store_seen: true,
+        };
         let mut ids: Vec<String> = Vec::new();
         for violation in oracles::check(&evidence) {
             assert!(!violation.explanation.is_empty());
@@ -711,6 +716,7 @@ fn violations_name_oracle_operation_and_positions() {
         ledger: &world.ledger,
         contracts: &contracts,
         tags_complete: true,
+        store_seen: true,
     };
     let violations = oracles::check(&evidence);
     assert_eq!(violations.len(), 1);
@@ -1221,6 +1227,7 @@ fn an_untagged_notice_is_undecided_where_tags_are_not_complete() {
             ledger: &world.ledger,
             contracts: &contracts,
             tags_complete,
+            store_seen: tags_complete,
         })
     };
     let simulated = judged(true);
@@ -1377,11 +1384,44 @@ fn o6_counts_a_processs_own_request_during_the_call_as_possibly_another_tasks() 
             ledger: &world.ledger,
             contracts: &contracts,
             tags_complete,
+            store_seen: tags_complete,
         });
         verdict.violations.iter().map(|v| v.oracle.clone()).filter(|o| o == "O6").count()
     };
     assert_eq!(judged(true), 1, "simulated: the lookup is the retry's own");
     assert_eq!(judged(false), 0, "a process: the lookup may be its sweep's");
+
+    // A poll answered in_flight with nothing sent for the operation before it, and a sweep's
+    // lookup just after: in the simulation the store gate would have seen a take-over before
+    // the answer, and there was none (O6); a process's take-over shows only by that lookup.
+    let mut world = World::default();
+    world.call("first");
+    world.push(EventKind::CallReceived { label: "first".into(), worker: "worker-1".into() });
+    world.push(EventKind::Crashed { worker: "worker-1".into(), paused_at: None, after_commit: false });
+    world.advance(5_000);
+    world.push(EventKind::OperationQuery {
+        label: "status".into(),
+        kind: RequestKind::Poll,
+        worker: "worker-2".into(),
+        operation: OP.into(),
+        tenant: "acme".into(),
+        actor: "agent".into(),
+    });
+    world.answer("status", OutcomeStatus::InFlight, None);
+    world.advance(200);
+    world.lookup(Some(OP), None, KEY, Some("ticket_1"));
+    let judged = |store_seen| {
+        let verdict = oracles::judge(&Evidence {
+            history: &world.events,
+            ledger: &world.ledger,
+            contracts: &contracts,
+            tags_complete: store_seen,
+            store_seen,
+        });
+        verdict.violations.iter().filter(|v| v.oracle == "O6").count()
+    };
+    assert_eq!(judged(true), 1, "simulated: nobody took it over before the answer");
+    assert_eq!(judged(false), 0, "a process: the sweep's lookup names the owner the answer did");
 }
 
 /// O7, for `reconcile_first` (payments.charge): a call after retention answered `expired` is
@@ -1432,8 +1472,13 @@ fn o13_a_retry_that_could_find_out_does_not_answer_unknown() {
             );
         }
         world.answer("retry", OutcomeStatus::Unknown, None);
-        let evidence =
-            Evidence { history: &world.events, ledger: &world.ledger, contracts, tags_complete: true };
+        let evidence = Evidence {
+            history: &world.events,
+            ledger: &world.ledger,
+            contracts,
+            tags_complete: true,
+            store_seen: true,
+        };
         // Only this rule's verdict on the retry (the final poll is judged apart).
         oracles::check(&evidence)
             .iter()
