@@ -1325,6 +1325,19 @@ fn o13_an_answer_the_executor_was_told_settles_the_operation() {
     assert_eq!(told(true, OutcomeStatus::Unknown).fired_with(&blind), none());
 }
 
+/// The agent polls the operation on worker-2, which answers `in_flight`.
+fn polled_in_flight(world: &mut World) {
+    world.push(EventKind::OperationQuery {
+        label: "status".into(),
+        kind: RequestKind::Poll,
+        worker: "worker-2".into(),
+        operation: OP.into(),
+        tenant: "acme".into(),
+        actor: "agent".into(),
+    });
+    world.answer("status", OutcomeStatus::InFlight, None);
+}
+
 /// O6, answer by answer: an `in_flight` answer names an owner at work. A poll answered
 /// `in_flight` after the only owner claimed the operation and died, once its lease ran out and
 /// with no downstream request of it open, tells the agent to wait for nobody (M31, S28).
@@ -1342,15 +1355,7 @@ fn o6_an_in_flight_answer_needs_an_owner_who_may_still_be_at_work() {
         });
         world.push(EventKind::Crashed { worker: "worker-1".into(), paused_at: None, after_commit: false });
         world.advance(ms);
-        world.push(EventKind::OperationQuery {
-            label: "status".into(),
-            kind: RequestKind::Poll,
-            worker: "worker-2".into(),
-            operation: OP.into(),
-            tenant: "acme".into(),
-            actor: "agent".into(),
-        });
-        world.answer("status", OutcomeStatus::InFlight, None);
+        polled_in_flight(&mut world);
         world
     };
     let mut contracts = ContractSet::builtin();
@@ -1399,15 +1404,7 @@ fn o6_counts_a_processs_own_request_during_the_call_as_possibly_another_tasks() 
     world.push(EventKind::CallReceived { label: "first".into(), worker: "worker-1".into() });
     world.push(EventKind::Crashed { worker: "worker-1".into(), paused_at: None, after_commit: false });
     world.advance(5_000);
-    world.push(EventKind::OperationQuery {
-        label: "status".into(),
-        kind: RequestKind::Poll,
-        worker: "worker-2".into(),
-        operation: OP.into(),
-        tenant: "acme".into(),
-        actor: "agent".into(),
-    });
-    world.answer("status", OutcomeStatus::InFlight, None);
+    polled_in_flight(&mut world);
     world.advance(200);
     world.lookup(Some(OP), None, KEY, Some("ticket_1"));
     let judged = |store_seen| {
