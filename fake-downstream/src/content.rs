@@ -22,6 +22,7 @@ use crate::service::digest_of;
 /// | `charge_created` | `POST /v1/charges` | `customer`, `amount_minor`, `currency` |
 /// | `message_sent` | `POST /v1/messages` | `to`, `body` |
 /// | `job_accepted` | `POST /v1/jobs` | `job_type`, `input` |
+/// | `refund_created` | Stripe's `POST /v1/refunds` | `refunded` (the charge or payment intent), `amount_minor` |
 ///
 /// A status change's `If-Match` precondition is not content: an update that drops it is still
 /// the same business request (and the precondition's absence is judged on its own).
@@ -32,6 +33,7 @@ pub fn content_fields(kind: EffectKind) -> &'static [&'static str] {
         EffectKind::ChargeCreated => &["customer", "amount_minor", "currency"],
         EffectKind::MessageSent => &["to", "body"],
         EffectKind::JobAccepted => &["job_type", "input"],
+        EffectKind::RefundCreated => &["refunded", "amount_minor"],
         EffectKind::TicketEditedByHuman => &["ticket_id"],
     }
 }
@@ -47,34 +49,6 @@ pub fn content_digest(kind: EffectKind, tenant: &str, fields: &Map<String, Value
         content.insert((*field).to_owned(), fields.get(*field).cloned().unwrap_or(Value::Null));
     }
     digest_of(&Value::Object(content))
-}
-
-/// The content digest of a raw request as the service computes it when it reads one: `None`
-/// unless `method path` is a state-changing business request (`POST /v1/tickets`,
-/// `PATCH /v1/tickets/{id}`, `POST /v1/charges`, `POST /v1/messages`, `POST /v1/jobs`) whose
-/// body is a JSON object naming a tenant. For whoever sees a request before the service does
-/// (the harness, pausing a worker around the request that carries a given call).
-pub fn request_content(method: &str, path: &str, body: &[u8]) -> Option<String> {
-    let path = path.split('?').next().unwrap_or_default();
-    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-    let (kind, ticket) = match (method.to_ascii_uppercase().as_str(), segments.as_slice()) {
-        ("POST", ["v1", "tickets"]) => (EffectKind::TicketCreated, None),
-        ("PATCH", ["v1", "tickets", id]) => (EffectKind::TicketStatusChanged, Some(*id)),
-        ("POST", ["v1", "charges"]) => (EffectKind::ChargeCreated, None),
-        ("POST", ["v1", "messages"]) => (EffectKind::MessageSent, None),
-        ("POST", ["v1", "jobs"]) => (EffectKind::JobAccepted, None),
-        _ => return None,
-    };
-    let Ok(Value::Object(mut fields)) = serde_json::from_slice::<Value>(body) else { return None };
-    let tenant = fields.get("tenant")?.as_str()?.to_owned();
-    if let Some(ticket) = ticket {
-        fields.insert("ticket_id".into(), Value::String(ticket.to_owned()));
-    }
-    if kind == EffectKind::JobAccepted {
-        // The service reads a job without `input` as one with an empty input.
-        fields.entry("input").or_insert_with(|| Value::Object(Map::new()));
-    }
-    Some(content_digest(kind, &tenant, &fields))
 }
 
 #[cfg(test)]
@@ -104,24 +78,35 @@ mod tests {
 
     #[test]
     fn a_raw_request_has_the_content_the_service_computes() {
-        let job = request_content("POST", "/v1/jobs", br#"{"tenant": "acme", "job_type": "report"}"#);
+        let job = crate::native::request_content(
+            "POST",
+            "/v1/jobs",
+            br#"{"tenant": "acme", "job_type": "report"}"#,
+        );
         let expected = content_digest(
             EffectKind::JobAccepted,
             "acme",
             &fields(json!({"job_type": "report", "input": {}})),
         );
         assert_eq!(job.as_deref(), Some(expected.as_str()));
-        let patch =
-            request_content("PATCH", "/v1/tickets/ticket_3", br#"{"tenant": "acme", "status": "closed"}"#);
+        let patch = crate::native::request_content(
+            "PATCH",
+            "/v1/tickets/ticket_3",
+            br#"{"tenant": "acme", "status": "closed"}"#,
+        );
         let expected = content_digest(
             EffectKind::TicketStatusChanged,
             "acme",
             &fields(json!({"ticket_id": "ticket_3", "status": "closed"})),
         );
         assert_eq!(patch.as_deref(), Some(expected.as_str()));
-        assert_eq!(request_content("GET", "/v1/tickets/ticket_3", b"{}"), None);
-        assert_eq!(request_content("POST", "/v1/tickets", b"not json"), None);
-        assert_eq!(request_content("POST", "/v1/tickets", br#"{"queue": "q"}"#), None, "no tenant");
+        assert_eq!(crate::native::request_content("GET", "/v1/tickets/ticket_3", b"{}"), None);
+        assert_eq!(crate::native::request_content("POST", "/v1/tickets", b"not json"), None);
+        assert_eq!(
+            crate::native::request_content("POST", "/v1/tickets", br#"{"queue": "q"}"#),
+            None,
+            "no tenant"
+        );
     }
 
     #[test]

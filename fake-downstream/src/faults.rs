@@ -132,10 +132,10 @@ impl FaultRule {
                  name the id (e.g. /v1/tickets/ticket_1) or use a prefix (e.g. /v1/tickets/*)"
             ));
         }
-        if crate::routes::business_paths().any(|route| serves(route, path)) {
+        if crate::paths::business_paths().any(|route| serves(route, path)) {
             return Ok(());
         }
-        let routes: Vec<&str> = crate::routes::business_paths().collect();
+        let routes: Vec<&str> = crate::paths::business_paths().collect();
         Err(format!(
             "no route serves `path` {path:?}, so the rule could never fire; the routes are {} \
              (name an id in place of `{{id}}`, e.g. /v1/tickets/ticket_1, or end a prefix with `*`, \
@@ -505,7 +505,7 @@ mod tests {
             "/v1/tickets//",
             "/v1/tickets/ticket_1/close",
             "/v1/tickets/ticket_1/*",
-            "/v1/charges/charge_1",
+            "/v1/charges/charge_1/capture",
             "/v1/messages/*",
             "/v1/receipts",
             "/v2/*",

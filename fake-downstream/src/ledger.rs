@@ -21,6 +21,8 @@ pub enum EffectKind {
     MessageSent,
     /// A job was accepted for processing.
     JobAccepted,
+    /// A payment was refunded (the Stripe twin's `POST /v1/refunds`).
+    RefundCreated,
 }
 
 impl EffectKind {
@@ -33,6 +35,7 @@ impl EffectKind {
             EffectKind::ChargeCreated => "charge_created",
             EffectKind::MessageSent => "message_sent",
             EffectKind::JobAccepted => "job_accepted",
+            EffectKind::RefundCreated => "refund_created",
         }
     }
 }

@@ -9,20 +9,36 @@
 //!
 //! The ledger records every business effect where it happens; a replayed answer is not an
 //! effect. Nothing here knows about executors.
+//!
+//! **Layout: one core, several dialects.** `service.rs` is the core (state, ledger, journal,
+//! fault rules, pause points, idempotency records, receipts, jobs, the request pipeline) and
+//! imports no dialect; `http.rs` is the HTTP plumbing dialects share; each dialect is one
+//! module over them: `native.rs` (replaylab's own JSON API) and `stripe.rs` (the Stripe twin).
+//! `routes.rs` assembles their routers with `admin.rs`; `facts.rs` is what the harness and the
+//! judge read of a request in the core's terms; `paths.rs` is the leaf table of business paths
+//! that fault rules are checked against. Imports run one way: routes, facts -> dialects ->
+//! http -> core -> faults, ledger, config, paths.
 #![deny(missing_docs)]
 #![warn(clippy::unwrap_used)]
 
+mod admin;
 mod config;
 mod content;
+mod facts;
 mod faults;
+mod http;
 mod ledger;
+mod native;
+mod paths;
 mod routes;
 mod service;
+mod stripe;
 
 pub use config::{
     DownstreamConfig, IdempotencyMode, Service, ServiceConfig, WebhookConfig, MAX_WEBHOOK_REPEATS,
 };
-pub use content::{content_digest, content_fields, request_content};
+pub use content::{content_digest, content_fields};
+pub use facts::{answer_references, request_content, request_effect, request_tenant, RequestEffect};
 pub use faults::{FaultAction, FaultRule, FaultRuleId, InstalledRule, RuleMatch, Times};
 pub use ledger::{Disposition, Effect, EffectKind, RequestRecord, VersionChange, WebhookDelivery};
 pub use service::{digest_of, Downstream, DownstreamError, Job, Observer, Ticket};

@@ -1,4 +1,9 @@
-//! The service's state and its in-process handle, [`Downstream`].
+//! The core every dialect runs on: the service's state (ledger, journal, fault rules, pause
+//! points, idempotency records, receipts, jobs), the one request pipeline ([`Downstream::handle`])
+//! and the in-process handle, [`Downstream`]. A dialect (`native.rs`, `stripe.rs`) turns a
+//! vendor's wire format into an [`Exchange`] and a commit under the state lock, and says
+//! through [`Dialect`] how its idempotency records behave and how its refusals read. The core
+//! imports no dialect.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -66,10 +71,56 @@ pub struct Job {
     pub result: Option<Value>,
 }
 
+/// An object a dialect keeps, with the tenant that owns it and its place in the order of making.
+#[derive(Debug, Clone)]
+pub(crate) struct Owned {
+    pub tenant: String,
+    pub made: u64,
+    pub object: Value,
+}
+
 #[derive(Debug, Clone)]
 enum KeyRecord {
-    InProgress { digest: String },
-    Done { digest: String, status: u16, body: Value },
+    InProgress {
+        digest: String,
+    },
+    /// The first answer under the key, kept from `at_ms` on.
+    Done {
+        digest: String,
+        status: u16,
+        body: Value,
+        at_ms: u64,
+    },
+}
+
+/// An idempotency record's scope: the dialect's name, the service, the tenant and the key.
+type KeyScope = (&'static str, Service, String, String);
+
+/// Why a request under a key it shares with an earlier one is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KeyConflict {
+    /// The first request with the key is still being processed.
+    InProgress,
+    /// The key was first used with another request.
+    ReusedWithDifferentRequest,
+}
+
+/// What the core asks of the dialect a request is written in.
+pub(crate) trait Dialect: Send + Sync + 'static {
+    /// The dialect's name; it scopes idempotency keys too (one dialect's key is not another's).
+    fn name(&self) -> &'static str;
+    /// The answer to a request refused for its key.
+    fn key_conflict(&self, conflict: KeyConflict) -> Processed;
+    /// The body of an error a fault rule injects after the commit (`commit_then_error`).
+    fn injected_error(&self, status: u16) -> Value;
+    /// Whether an answer that is no success is kept under its key and replayed (Stripe keeps
+    /// every answer of a request that began executing); otherwise the key is free again.
+    fn keeps_failures(&self) -> bool;
+    /// How long a key's record is kept after its first answer, in milliseconds; `None`: as long
+    /// as the service lives.
+    fn key_retention_ms(&self) -> Option<u64>;
+    /// The `Content-Type` of an answer with `status`.
+    fn content_type(&self, status: u16) -> &'static str;
 }
 
 /// Sees every effect and every journaled request as it happens (the harness keeps one
@@ -98,7 +149,10 @@ pub(crate) struct State {
     held: BTreeMap<FaultRuleId, u32>,
     pub(crate) tickets: BTreeMap<String, Ticket>,
     pub(crate) jobs: BTreeMap<String, Job>,
-    keys: BTreeMap<(Service, String, String), KeyRecord>,
+    /// The objects a dialect keeps by id (the Stripe twin's payment intents, charges and
+    /// refunds), each with the tenant that owns it, in the order they were made.
+    pub(crate) objects: BTreeMap<String, Owned>,
+    keys: BTreeMap<KeyScope, KeyRecord>,
     /// Revoked permissions: (actor, tool), tool `None` meaning every tool.
     revoked: BTreeSet<(String, Option<String>)>,
     counters: BTreeMap<&'static str, u64>,
@@ -125,8 +179,10 @@ impl State {
 }
 
 /// The facts of one request that the pipeline needs.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) struct Exchange {
+    /// The dialect the request is written in.
+    pub dialect: &'static dyn Dialect,
     pub method: String,
     pub path: String,
     pub tenant: String,
@@ -139,6 +195,17 @@ pub(crate) struct Exchange {
     pub digest: Option<String>,
     /// `Some` for requests that change state: their business content ([`crate::content_digest`]).
     pub content: Option<String>,
+}
+
+impl std::fmt::Debug for Exchange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Exchange")
+            .field("dialect", &self.dialect.name())
+            .field("method", &self.method)
+            .field("path", &self.path)
+            .field("tenant", &self.tenant)
+            .finish_non_exhaustive()
+    }
 }
 
 /// What handling a request produced.
@@ -490,7 +557,8 @@ impl Downstream {
                 .rules
                 .iter_mut()
                 .find_map(|rule| rule.offer(&facts).then_some((rule.id, rule.rule.action)));
-            let decision = decide(&mut state, &exchange);
+            let now = self.now_ms();
+            let decision = decide(&mut state, &exchange, now);
             (fault, decision)
         };
         let mut reservation = match decision {
@@ -537,7 +605,7 @@ impl Downstream {
                 Decision::Fresh { .. } => {
                     let processed = process(&mut state, &exchange, now);
                     if let Some(reservation) = reservation.take() {
-                        reservation.settle(&mut state, &processed);
+                        reservation.settle(&mut state, &processed, now);
                     }
                     (processed, false)
                 }
@@ -552,16 +620,9 @@ impl Downstream {
         // 4. After commit.
         let answer = match fault.map(|(_, action)| action) {
             Some(FaultAction::CommitThenDrop) => Answer::Close,
-            Some(FaultAction::CommitThenError(status)) => Answer::Json {
-                status,
-                body: serde_json::to_value(wire::Problem::new(
-                    status,
-                    "injected_error",
-                    "the service failed after committing",
-                ))
-                .expect("a problem serialises"),
-                replayed: false,
-            },
+            Some(FaultAction::CommitThenError(status)) => {
+                Answer::Json { status, body: exchange.dialect.injected_error(status), replayed: false }
+            }
             Some(FaultAction::CommitThenMalformed) => {
                 let bytes = serde_json::to_vec(&processed.body).expect("a value serialises");
                 Answer::Malformed { status: processed.status, bytes: bytes[..bytes.len() / 2].to_vec() }
@@ -740,65 +801,73 @@ enum Decision {
     Refuse(Processed),
 }
 
-fn decide(state: &mut State, exchange: &Exchange) -> Decision {
+fn decide(state: &mut State, exchange: &Exchange, now_ms: u64) -> Decision {
     let (Some(key), Some(digest)) = (&exchange.idempotency_key, &exchange.digest) else {
         return Decision::Fresh { reserved: false };
     };
     if state.config.service(exchange.service).idempotency == IdempotencyMode::Ignored {
         return Decision::Fresh { reserved: false };
     }
-    let scope = (exchange.service, exchange.tenant.clone(), key.clone());
+    let scope = scope_of(exchange, key);
+    // A record past its retention is gone: the key is new again.
+    let retention = exchange.dialect.key_retention_ms();
+    if let (Some(KeyRecord::Done { at_ms, .. }), Some(retention)) = (state.keys.get(&scope), retention) {
+        if now_ms >= at_ms.saturating_add(retention) {
+            state.keys.remove(&scope);
+        }
+    }
     match state.keys.get(&scope) {
         None => {
             state.keys.insert(scope, KeyRecord::InProgress { digest: digest.clone() });
             Decision::Fresh { reserved: true }
         }
-        Some(KeyRecord::Done { digest: first, status, body }) if first == digest => {
+        Some(KeyRecord::Done { digest: first, status, body, .. }) if first == digest => {
             Decision::Replay { status: *status, body: body.clone() }
         }
         Some(KeyRecord::InProgress { digest: first }) if first == digest => {
-            Decision::Refuse(Processed::problem(
-                409,
-                Disposition::KeyInProgress,
-                "idempotency_key_in_progress",
-                "a request with this idempotency key is still being processed",
-            ))
+            Decision::Refuse(exchange.dialect.key_conflict(KeyConflict::InProgress))
         }
-        Some(_) => Decision::Refuse(Processed::problem(
-            422,
-            Disposition::KeyReusedWithDifferentRequest,
-            "idempotency_key_reused_with_different_request",
-            "this idempotency key was used with a different request",
-        )),
+        Some(_) => Decision::Refuse(exchange.dialect.key_conflict(KeyConflict::ReusedWithDifferentRequest)),
     }
+}
+
+fn scope_of(exchange: &Exchange, key: &str) -> KeyScope {
+    (exchange.dialect.name(), exchange.service, exchange.tenant.clone(), key.to_owned())
 }
 
 /// An in-progress key record; removed again unless settled (a dropped request, a client that
 /// went away while held, or an answer that is not a success leaves the key free).
 struct Reservation {
     downstream: Downstream,
-    scope: (Service, String, String),
+    scope: KeyScope,
+    keeps_failures: bool,
     armed: bool,
 }
 
 impl Reservation {
     fn new(downstream: &Downstream, exchange: &Exchange) -> Self {
-        let key = exchange.idempotency_key.clone().expect("reserved requests carry a key");
+        let key = exchange.idempotency_key.as_deref().expect("reserved requests carry a key");
         Self {
             downstream: downstream.clone(),
-            scope: (exchange.service, exchange.tenant.clone(), key),
+            scope: scope_of(exchange, key),
+            keeps_failures: exchange.dialect.keeps_failures(),
             armed: true,
         }
     }
 
-    fn settle(mut self, state: &mut State, processed: &Processed) {
+    fn settle(mut self, state: &mut State, processed: &Processed, now_ms: u64) {
         self.armed = false;
         let digest = match state.keys.get(&self.scope) {
             Some(KeyRecord::InProgress { digest }) => digest.clone(),
             _ => return,
         };
-        if (200..300).contains(&processed.status) {
-            let record = KeyRecord::Done { digest, status: processed.status, body: processed.body.clone() };
+        if (200..300).contains(&processed.status) || self.keeps_failures {
+            let record = KeyRecord::Done {
+                digest,
+                status: processed.status,
+                body: processed.body.clone(),
+                at_ms: now_ms,
+            };
             state.keys.insert(self.scope.clone(), record);
         } else {
             state.keys.remove(&self.scope);

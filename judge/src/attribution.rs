@@ -48,19 +48,13 @@ pub enum RequestClass {
 }
 
 impl RequestClass {
-    /// Classifies a request of the fake downstream's API.
+    /// Classifies a request of the fake downstream's API, in whatever dialect
+    /// ([`fake_downstream::request_effect`]: the judge knows no dialect).
     pub fn of(method: &str, path: &str) -> RequestClass {
-        let path = path.split('?').next().unwrap_or_default();
-        let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-        let method = method.to_ascii_uppercase();
-        match (method.as_str(), segments.as_slice()) {
-            ("POST", ["v1", "tickets"]) => RequestClass::Change(EffectKind::TicketCreated),
-            ("PATCH", ["v1", "tickets", _]) => RequestClass::Change(EffectKind::TicketStatusChanged),
-            ("POST", ["v1", "charges"]) => RequestClass::Change(EffectKind::ChargeCreated),
-            ("POST", ["v1", "messages"]) => RequestClass::Change(EffectKind::MessageSent),
-            ("POST", ["v1", "jobs"]) => RequestClass::Change(EffectKind::JobAccepted),
-            ("GET", ["v1", "receipts", _, ..]) => RequestClass::ReceiptLookup,
-            ("GET", ["v1", "tickets" | "jobs", _]) => RequestClass::Read,
+        match fake_downstream::request_effect(method, path) {
+            fake_downstream::RequestEffect::Change(kind) => RequestClass::Change(kind),
+            fake_downstream::RequestEffect::ReceiptLookup => RequestClass::ReceiptLookup,
+            fake_downstream::RequestEffect::Read => RequestClass::Read,
             _ => RequestClass::Other,
         }
     }

@@ -283,7 +283,12 @@ impl Boundary {
             return Ok(self.enqueue(&worker, &method, &body));
         }
         let shared = self.shared.clone();
-        let content = fake_downstream::request_content(&method, &path, &body);
+        let authorization = parts
+            .headers
+            .get(http::header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_owned);
+        let content = fake_downstream::request_content(&method, &path, authorization.as_deref(), &body);
         let operations = shared.operations_sent(content.as_ref());
         let reached = |moment, committed| {
             PointReached::downstream(&worker, moment, (&method, &path), committed, &operations)
@@ -306,7 +311,7 @@ impl Boundary {
             method: method.clone(),
             path: full_path,
             idempotency_key,
-            tenant: tenant_in(&parts.uri.to_string(), &body),
+            tenant: tenant_in(&parts.uri.to_string(), authorization.as_deref(), &body),
             content,
         });
         // The harness's own headers cannot be set by the process.

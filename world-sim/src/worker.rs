@@ -370,7 +370,16 @@ struct SimDownstream {
 
 /// The tenant a downstream request names: its JSON body's `tenant`, else its `tenant` query.
 fn tenant_of(request: &HttpRequest) -> Option<String> {
-    tenant_in(&request.path, &request.body)
+    tenant_in(&request.path, authorization_of(request), &request.body)
+}
+
+/// The request's `Authorization` header, if any (a Stripe twin's secret key names the tenant).
+fn authorization_of(request: &HttpRequest) -> Option<&str> {
+    request
+        .headers
+        .iter()
+        .find(|(name, _)| name.eq_ignore_ascii_case("authorization"))
+        .map(|(_, value)| value.as_str())
 }
 
 /// Effect references a downstream answer carries (receipts the executor has seen).
@@ -392,7 +401,8 @@ impl DownstreamClient for SimDownstream {
                 .find(|(name, _)| name.eq_ignore_ascii_case("idempotency-key"))
                 .map(|(_, value)| value.clone());
             let request_id = self.shared.next_request_id(&self.worker);
-            let content = fake_downstream::request_content(&method, &path, &request.body);
+            let content =
+                fake_downstream::request_content(&method, &path, authorization_of(&request), &request.body);
             let tenant = tenant_of(&request);
             let operations = self.shared.operations_sent(content.as_ref());
             let mut request = request;

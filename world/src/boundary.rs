@@ -9,27 +9,17 @@ pub const ORIGIN_HEADER: &str = "x-replaylab-origin";
 /// The header on downstream requests that names the request itself (`worker-1#7`).
 pub const REQUEST_ID_HEADER: &str = "x-replaylab-request-id";
 
-/// The tenant a downstream request names: its body's `tenant`, or its `tenant` query.
-pub fn tenant_in(path: &str, body: &[u8]) -> Option<String> {
-    let from_body = serde_json::from_slice::<serde_json::Value>(body)
-        .ok()
-        .and_then(|body| body.get("tenant").and_then(|tenant| tenant.as_str()).map(str::to_owned));
-    from_body.or_else(|| {
-        let query = path.split_once('?')?.1;
-        query.split('&').find_map(|pair| pair.strip_prefix("tenant=")).map(str::to_owned)
-    })
+/// The tenant a downstream request names, in whatever dialect it is written
+/// ([`fake_downstream::request_tenant`]: a Stripe secret key in `authorization`, else its
+/// body's `tenant`, else its `tenant` query).
+pub fn tenant_in(path: &str, authorization: Option<&str>, body: &[u8]) -> Option<String> {
+    fake_downstream::request_tenant(path, authorization, body)
 }
 
-/// Effect references an answer with `status` and `body` carries (a 2xx only).
+/// Effect references an answer with `status` and `body` carries (a 2xx only), in whatever
+/// dialect ([`fake_downstream::answer_references`]).
 pub fn references_in_answer(status: u16, body: &[u8]) -> Vec<String> {
-    if !(200..300).contains(&status) {
-        return Vec::new();
-    }
-    let Ok(body) = serde_json::from_slice::<serde_json::Value>(body) else { return Vec::new() };
-    ["ticket_id", "charge_id", "message_id", "job_id", "effect_reference"]
-        .iter()
-        .filter_map(|field| body.get(*field).and_then(|value| value.as_str()).map(str::to_owned))
-        .collect()
+    fake_downstream::answer_references(status, body)
 }
 
 /// How much of a finding the history keeps: enough to read, bounded whatever an executor writes.

@@ -23,8 +23,14 @@ use wire::{HttpClient, HttpRequest, HttpResponse, TcpAcceptor, TcpConnector, Tra
 
 /// The page under test.
 const DOC: &str = include_str!("../../../docs/downstream.md");
-/// Where the routes are declared: every `"/v1/..."` literal in it is a path to probe.
-const ROUTES_RS: &str = include_str!("../../src/routes.rs");
+/// Where the native dialect's routes are declared (its routes, its HTTP plumbing, the admin API
+/// and the router): every `"/v1/..."` literal in it is a path to probe.
+const ROUTES_RS: &str = concat!(
+    include_str!("../../src/routes.rs"),
+    include_str!("../../src/native.rs"),
+    include_str!("../../src/http.rs"),
+    include_str!("../../src/admin.rs"),
+);
 /// Where the idempotency problems are answered.
 const SERVICE_RS: &str = include_str!("../../src/service.rs");
 /// Where the page's clock stands at the start (2026-01-01T00:00:00Z).

@@ -82,7 +82,7 @@ async fn requests_and_effects_carry_the_content_a_client_computes() {
     for (path, body) in [("/v1/charges", &charge), ("/v1/jobs", &job)] {
         let request =
             HttpRequest::json(http::Method::POST, path, body).header("X-Replaylab-Request-Id", "w#1");
-        let expected = fake_downstream::request_content("POST", path, &request.body);
+        let expected = fake_downstream::request_content("POST", path, None, &request.body);
         client.send(request).await.unwrap();
         let journaled = downstream.requests().last().cloned().expect("journaled");
         assert_eq!(journaled.content_digest, expected, "{path}");

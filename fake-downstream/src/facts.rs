@@ -1,0 +1,90 @@
+//! What whoever watches the service from outside reads of a request and its answer, in the
+//! core's terms whatever the dialect: the harness's boundaries (a simulated worker's client,
+//! a process's port) and the judge. The one place that knows which dialect a request is in.
+
+use serde_json::Value;
+
+use crate::ledger::EffectKind;
+use crate::{native, stripe};
+
+/// What a request to the service is, in the core's terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestEffect {
+    /// A state-changing business request that makes an effect of this kind when it commits.
+    Change(EffectKind),
+    /// The native dialect's `GET /v1/receipts/{key}`: what was made with a key.
+    ReceiptLookup,
+    /// A read of objects (`GET /v1/tickets/{id}`, Stripe's `GET /v1/payment_intents/{id}`,
+    /// its search, ...): a way to find out what exists.
+    Read,
+    /// Anything else (an unknown route).
+    Other,
+}
+
+/// Classifies a request by its method and path (a query is ignored).
+pub fn request_effect(method: &str, path: &str) -> RequestEffect {
+    let path = path.split('?').next().unwrap_or_default();
+    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let method = method.to_ascii_uppercase();
+    match (method.as_str(), segments.as_slice()) {
+        ("POST", ["v1", "tickets"]) => RequestEffect::Change(EffectKind::TicketCreated),
+        ("PATCH", ["v1", "tickets", _]) => RequestEffect::Change(EffectKind::TicketStatusChanged),
+        ("POST", ["v1", "charges"]) => RequestEffect::Change(EffectKind::ChargeCreated),
+        ("POST", ["v1", "messages"]) => RequestEffect::Change(EffectKind::MessageSent),
+        ("POST", ["v1", "jobs"]) => RequestEffect::Change(EffectKind::JobAccepted),
+        // Stripe: a payment intent confirmed at creation charges (one that is not makes no
+        // effect, and its content is none: nothing is attributed to it).
+        ("POST", ["v1", "payment_intents"]) => RequestEffect::Change(EffectKind::ChargeCreated),
+        ("POST", ["v1", "refunds"]) => RequestEffect::Change(EffectKind::RefundCreated),
+        ("GET", ["v1", "receipts", _, ..]) => RequestEffect::ReceiptLookup,
+        ("GET", ["v1", "tickets" | "jobs" | "payment_intents" | "charges" | "refunds", _]) => {
+            RequestEffect::Read
+        }
+        _ => RequestEffect::Other,
+    }
+}
+
+/// The business content digest of a raw request, as the service computes it when it reads one
+/// ([`crate::content_digest`] over the dialect's fields in the core's terms): `None` unless it
+/// is a state-changing business request that names its tenant (the native dialect's body
+/// field, Stripe's secret key in `authorization`, the `Authorization` header's value). For
+/// whoever sees a request before the service does (the harness, pausing a worker around the
+/// request that carries a given call).
+pub fn request_content(method: &str, path: &str, authorization: Option<&str>, body: &[u8]) -> Option<String> {
+    if stripe::speaks(authorization) {
+        stripe::request_content(method, path, authorization, body)
+    } else {
+        native::request_content(method, path, body)
+    }
+}
+
+/// The tenant a request names: Stripe's secret key, else a `tenant` body field, else a
+/// `tenant=` query parameter of `path_and_query`.
+pub fn request_tenant(path_and_query: &str, authorization: Option<&str>, body: &[u8]) -> Option<String> {
+    if stripe::speaks(authorization) {
+        return stripe::tenant_of_key(authorization).ok();
+    }
+    let from_body = serde_json::from_slice::<Value>(body)
+        .ok()
+        .and_then(|body| body.get("tenant").and_then(|tenant| tenant.as_str()).map(str::to_owned));
+    from_body.or_else(|| {
+        let query = path_and_query.split_once('?')?.1;
+        query.split('&').find_map(|pair| pair.strip_prefix("tenant=")).map(str::to_owned)
+    })
+}
+
+/// Effect references an answer with `status` and `body` carries (a 2xx only): the native
+/// dialect's `ticket_id`, `charge_id`, `message_id`, `job_id`, `effect_reference`; a Stripe
+/// object's `id` (and a payment intent's `latest_charge`).
+pub fn answer_references(status: u16, body: &[u8]) -> Vec<String> {
+    if !(200..300).contains(&status) {
+        return Vec::new();
+    }
+    let Ok(body) = serde_json::from_slice::<Value>(body) else { return Vec::new() };
+    let mut references: Vec<String> = ["ticket_id", "charge_id", "message_id", "job_id", "effect_reference"]
+        .iter()
+        .filter_map(|field| body.get(*field).and_then(|value| value.as_str()).map(str::to_owned))
+        .collect();
+    references.extend(stripe::references_in_answer(&body));
+    references
+}
