@@ -84,6 +84,61 @@ const WEBHOOK_RELAY_TIMEOUT: Duration = Duration::from_millis(1_500);
 mod tests {
     use super::*;
 
+    fn answered(structured: Option<serde_json::Value>, is_error: bool) -> (AgentResult, bool) {
+        let mut answer = CallToolResult::success(vec![rmcp::model::ContentBlock::text("done")]);
+        answer.structured_content = structured;
+        answer.is_error = Some(is_error);
+        outcome_of(&answer)
+    }
+
+    #[test]
+    fn a_server_that_knows_nothing_of_replaylab_makes_a_bare_success_claim() {
+        // The MCP SDKs' wrapping of a tool that returns a string, a vendor's own object, nothing.
+        for structured in [
+            Some(serde_json::json!({"result": "charged pi_1"})),
+            Some(serde_json::json!({"id": "pi_1", "object": "payment_intent", "status": "succeeded"})),
+            None,
+        ] {
+            let (result, bare) = answered(structured.clone(), false);
+            let AgentResult::Answered(outcome) = result else { panic!("{structured:?}: {result:?}") };
+            assert!(bare, "{structured:?}");
+            assert_eq!(outcome.status, OutcomeStatus::Applied);
+            assert!(
+                outcome.effect_reference.is_none() && outcome.result.is_none(),
+                "a bare claim names nothing"
+            );
+            let note = outcome.message.unwrap_or_default();
+            if let Some(structured) = structured {
+                assert!(note.contains(&structured.to_string()[..20]), "the note says what was read: {note}");
+            }
+        }
+    }
+
+    #[test]
+    fn an_outcome_is_read_whole_and_a_broken_one_claims_nothing() {
+        let mut replayed = Outcome::new(OutcomeStatus::Replayed);
+        replayed.effect_reference = Some("pi_1".into());
+        let (result, bare) = answered(serde_json::to_value(&replayed).ok(), false);
+        assert!(!bare);
+        assert!(
+            matches!(result, AgentResult::Answered(outcome) if outcome.status == OutcomeStatus::Replayed)
+        );
+        let (result, _) = {
+            let mut broken = serde_json::to_value(Outcome::new(OutcomeStatus::Unknown)).unwrap_or_default();
+            broken["next_action"] = serde_json::json!("pray");
+            answered(Some(broken), false)
+        };
+        assert!(
+            matches!(&result, AgentResult::NoAnswer(reason) if reason.starts_with("malformed_answer: ")),
+            "{result:?}"
+        );
+        let (result, _) = answered(Some(serde_json::json!({"result": "x"})), true);
+        assert!(
+            matches!(&result, AgentResult::NoAnswer(reason) if reason == "tool error: \"done\""),
+            "{result:?}"
+        );
+    }
+
     fn builtin(id: &str) -> Scenario {
         scenarios::builtin_by_id(id).expect("a built-in scenario")
     }
@@ -918,24 +973,56 @@ impl Run {
     }
 }
 
-/// What an MCP answer claims: its `structuredContent` as an outcome; without one, `isError:
-/// false` is a bare success claim naming nothing (the `bool`), `isError: true` claims nothing.
+/// What an MCP answer claims (docs/mcp.md, "A server that knows nothing of replaylab"):
+/// - `structuredContent` that is an `Outcome` is that outcome;
+/// - `structuredContent` whose `status` is an outcome's label but which is no `Outcome`
+///   otherwise claims something it does not say whole: no answer, `malformed_answer`;
+/// - other `structuredContent` (the MCP SDKs' `{"result": ...}` for a tool returning a string, a
+///   vendor's object) and none at all, with `isError: false`, are a bare success claim naming
+///   nothing (the `bool`), its note saying what was read;
+/// - `isError: true` claims nothing.
 fn outcome_of(answer: &CallToolResult) -> (AgentResult, bool) {
     if answer.is_error == Some(true) {
         let text = text_of(answer);
         return (AgentResult::NoAnswer(format!("tool error: {}", quoted(&text))), false);
     }
-    if let Some(structured) = &answer.structured_content {
-        let result = match serde_json::from_value::<Outcome>(structured.clone()) {
-            Ok(outcome) => AgentResult::Answered(outcome),
-            Err(_) => AgentResult::NoAnswer("malformed_answer".into()),
-        };
-        return (result, false);
-    }
     let mut outcome = Outcome::new(OutcomeStatus::Applied);
-    outcome.message = Some("no structuredContent: isError false taken as a success claim".into());
+    match &answer.structured_content {
+        Some(structured) => match serde_json::from_value::<Outcome>(structured.clone()) {
+            Ok(outcome) => return (AgentResult::Answered(outcome), false),
+            Err(error) if claims_an_outcome(structured) => {
+                return (AgentResult::NoAnswer(format!("malformed_answer: {error}")), false);
+            }
+            Err(_) => {
+                outcome.message = Some(format!(
+                    "structuredContent without an outcome ({}): isError false taken as a success claim",
+                    shown(structured)
+                ));
+            }
+        },
+        None => outcome.message = Some("no structuredContent: isError false taken as a success claim".into()),
+    }
     (AgentResult::Answered(outcome), true)
 }
+
+/// Whether `structured` names an outcome's label as its `status` (`applied`, `unknown`, ...).
+fn claims_an_outcome(structured: &serde_json::Value) -> bool {
+    structured
+        .get("status")
+        .is_some_and(|status| serde_json::from_value::<OutcomeStatus>(status.clone()).is_ok())
+}
+
+/// At most [`SHOWN_CONTENT_CHARS`] characters of `value`'s JSON, for a note.
+fn shown(value: &serde_json::Value) -> String {
+    let text = value.to_string();
+    match text.char_indices().nth(SHOWN_CONTENT_CHARS) {
+        Some((cut, _)) => format!("{}...", &text[..cut]),
+        None => text,
+    }
+}
+
+/// How much of a server's own `structuredContent` a note shows.
+const SHOWN_CONTENT_CHARS: usize = 160;
 
 fn text_of(answer: &CallToolResult) -> String {
     let text: Vec<String> =
