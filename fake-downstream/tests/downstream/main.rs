@@ -5,3 +5,4 @@ mod api_doc;
 mod real_port;
 mod sim;
 mod strict;
+mod stripe;
