@@ -171,3 +171,53 @@ async fn native_clients_see_the_native_api_alone_and_a_commit_then_error_reads_a
     let kinds: Vec<EffectKind> = downstream.ledger().iter().map(|effect| effect.kind).collect();
     assert_eq!(kinds, [EffectKind::ChargeCreated, EffectKind::ChargeCreated], "committed, then the error");
 }
+
+/// The `(method, path)` rows of docs/vendors.md's route table.
+fn documented_routes() -> Vec<(String, String)> {
+    let page = include_str!("../../../docs/vendors.md");
+    let table =
+        page.split("## 2. Routes").nth(1).expect("docs/vendors.md has section 2").split("\n\n").nth(2);
+    let rows: Vec<(String, String)> = table
+        .expect("the route table follows the comment")
+        .lines()
+        .filter(|line| line.starts_with("| `"))
+        .map(|line| {
+            let cells: Vec<&str> = line.split('|').map(|cell| cell.trim().trim_matches('`')).collect();
+            (cells[1].to_owned(), cells[2].to_owned())
+        })
+        .collect();
+    assert!(rows.len() >= 7, "too few routes read from docs/vendors.md: {rows:?}");
+    rows
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn docs_vendors_lists_exactly_the_routes_the_twin_serves() {
+    let (_, client, _) = twin().await;
+    let documented = documented_routes();
+    // Every business path a fault rule may name, as the crate lists them.
+    let error = FaultRule::from_json(br#"{"match": {"path": "/nowhere"}, "action": "hold"}"#).unwrap_err();
+    let listed = error.split_once("the routes are ").and_then(|(_, rest)| rest.split_once(" (")).unwrap().0;
+    let mut paths: Vec<String> = listed.split(", ").map(str::to_owned).collect();
+    paths.extend(documented.iter().map(|(_, path)| path.clone()));
+    // The native dialect's own paths answer whatever key a request carries (docs/downstream.md
+    // holds them); `/v1/charges` is both dialects'.
+    let native = include_str!("../../../docs/downstream.md");
+    let twin_paths: Vec<&str> = documented.iter().map(|(_, path)| path.as_str()).collect();
+    paths.retain(|path| twin_paths.contains(&path.as_str()) || !native.contains(&format!("| `{path}` |")));
+    paths.sort();
+    paths.dedup();
+    for path in &paths {
+        let sample = path.replace("{id}", "x").replace("{key}", "x");
+        for method in ["GET", "POST", "PATCH", "PUT", "DELETE"] {
+            let request = HttpRequest::new(method.parse().unwrap(), sample.clone())
+                .header("Authorization", "Bearer sk_test_acme")
+                .header("Content-Type", "application/x-www-form-urlencoded");
+            let answer = client.send(request).await.unwrap();
+            let unserved = answer.status == 405
+                || (answer.status == 404
+                    && answer.json::<Value>().is_ok_and(|body| body["error"]["code"] != "resource_missing"));
+            let listed = documented.contains(&(method.to_owned(), path.clone()));
+            assert_eq!(!unserved, listed, "{method} {path} with a Stripe key answers {}", answer.status);
+        }
+    }
+}
