@@ -173,7 +173,7 @@ impl DownstreamConfig {
                     ));
                 }
             }
-            if crate::service::split_url(&webhook.url).is_none() {
+            if split_url(&webhook.url).is_none() {
                 return Err(format!(
                     "`webhook.url` must be a URL like http://host:port/path, not {:?}",
                     webhook.url
@@ -202,6 +202,19 @@ impl DownstreamConfig {
             Service::Jobs => self.jobs = config,
         }
     }
+}
+
+/// `http://host:port/path` -> (host, port, path). A loaded configuration's webhook URL was
+/// checked with this ([`DownstreamConfig::validate`]); a bad one set in-process sends nothing.
+pub(crate) fn split_url(url: &str) -> Option<(String, u16, String)> {
+    let uri: http::Uri = url.parse().ok()?;
+    if uri.scheme_str() != Some("http") {
+        return None;
+    }
+    let host = uri.host().filter(|host| !host.is_empty())?.to_owned();
+    let port = uri.port_u16().unwrap_or(80);
+    let path = uri.path_and_query().map_or("/".to_owned(), |p| p.as_str().to_owned());
+    Some((host, port, path))
 }
 
 #[cfg(test)]

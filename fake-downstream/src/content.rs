@@ -8,9 +8,9 @@
 //! keeping the body itself.
 
 use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
 
 use crate::ledger::EffectKind;
-use crate::service::digest_of;
 
 /// The fields of a request that make up its business content, for a request that makes an
 /// effect of `kind`. The tenant is always part of it too.
@@ -49,6 +49,18 @@ pub fn content_digest(kind: EffectKind, tenant: &str, fields: &Map<String, Value
         content.insert((*field).to_owned(), fields.get(*field).cloned().unwrap_or(Value::Null));
     }
     digest_of(&Value::Object(content))
+}
+
+/// `sha256:<hex>` of the RFC 8785 canonical form of `value`.
+pub fn digest_of(value: &Value) -> String {
+    let canonical = serde_json_canonicalizer::to_vec(value).expect("a JSON value canonicalises");
+    let hash = Sha256::digest(&canonical);
+    let mut text = String::with_capacity(7 + 64);
+    text.push_str("sha256:");
+    for byte in hash {
+        text.push_str(&format!("{byte:02x}"));
+    }
+    text
 }
 
 #[cfg(test)]

@@ -37,9 +37,9 @@ mod stripe;
 pub use config::{
     DownstreamConfig, IdempotencyMode, Service, ServiceConfig, WebhookConfig, MAX_WEBHOOK_REPEATS,
 };
-pub use content::{content_digest, content_fields};
+pub use content::{content_digest, content_fields, digest_of};
 pub use facts::{answer_references, request_content, request_effect, request_tenant, RequestEffect};
 pub use faults::{FaultAction, FaultRule, FaultRuleId, InstalledRule, RuleMatch, Times};
 pub use ledger::{Disposition, Effect, EffectKind, RequestRecord, VersionChange, WebhookDelivery};
-pub use service::{digest_of, Downstream, DownstreamError, Job, Observer, Ticket};
+pub use service::{Downstream, DownstreamError, Job, Observer, Ticket};
 pub use wire::{Clock, SystemClock};

@@ -12,14 +12,14 @@ use serde_json::{json, Map, Value};
 use wire::{Problem, MAX_BODY_BYTES};
 
 use crate::config::Service;
-use crate::content::content_digest;
+use crate::content::{content_digest, digest_of};
 use crate::http::{
     bad_request, change_exchange, check_id, check_json_body, check_length, check_text, commit,
     idempotency_key, parse_json, parse_query, read_exchange, read_limited, segment, single_header, split, Ds,
     Incoming, Made, Refusal, Segment,
 };
 use crate::ledger::{Disposition, EffectKind, VersionChange};
-use crate::service::{digest_of, Dialect, Downstream, Job, KeyConflict, Processed, Ticket};
+use crate::service::{Dialect, Downstream, Job, KeyConflict, Processed, Ticket};
 
 /// Ticket statuses a `PATCH` may set.
 const TICKET_STATUSES: [&str; 3] = ["open", "pending", "closed"];

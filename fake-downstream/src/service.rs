@@ -12,11 +12,11 @@ use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
 use wire::{Clock, Connect};
 
-use crate::config::{DownstreamConfig, IdempotencyMode, Service};
+use crate::config::{split_url, DownstreamConfig, IdempotencyMode, Service};
+use crate::content::digest_of;
 use crate::faults::{FaultAction, FaultRule, FaultRuleId, InstalledRule, RequestFacts};
 use crate::ledger::{Disposition, Effect, EffectKind, RequestRecord, VersionChange, WebhookDelivery};
 
@@ -776,19 +776,6 @@ impl Downstream {
     }
 }
 
-/// `http://host:port/path` -> (host, port, path). A loaded configuration's webhook URL was
-/// checked with this ([`DownstreamConfig::validate`]); a bad one set in-process sends nothing.
-pub(crate) fn split_url(url: &str) -> Option<(String, u16, String)> {
-    let uri: http::Uri = url.parse().ok()?;
-    if uri.scheme_str() != Some("http") {
-        return None;
-    }
-    let host = uri.host().filter(|host| !host.is_empty())?.to_owned();
-    let port = uri.port_u16().unwrap_or(80);
-    let path = uri.path_and_query().map_or("/".to_owned(), |p| p.as_str().to_owned());
-    Some((host, port, path))
-}
-
 enum Decision {
     /// Process it; `reserved` when an in-progress key record was written for it.
     Fresh {
@@ -905,18 +892,6 @@ impl Drop for HeldGuard {
             *count = count.saturating_sub(1);
         }
     }
-}
-
-/// `sha256:<hex>` of the RFC 8785 canonical form of `value`.
-pub fn digest_of(value: &Value) -> String {
-    let canonical = serde_json_canonicalizer::to_vec(value).expect("a JSON value canonicalises");
-    let hash = Sha256::digest(&canonical);
-    let mut text = String::with_capacity(7 + 64);
-    text.push_str("sha256:");
-    for byte in hash {
-        text.push_str(&format!("{byte:02x}"));
-    }
-    text
 }
 
 /// What an effect is made of, before the ledger numbers it.

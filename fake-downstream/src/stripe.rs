@@ -17,12 +17,12 @@ use axum::Router;
 use serde_json::{json, Map, Value};
 
 use crate::config::Service;
-use crate::content::content_digest;
+use crate::content::{content_digest, digest_of};
 use crate::http::{
     check_length, commit, idempotency_key, not_found, read_exchange, read_limited, split, Ds, Incoming, Made,
 };
 use crate::ledger::{Disposition, EffectKind};
-use crate::service::{digest_of, Dialect, Downstream, Exchange, KeyConflict, Owned, Processed, State};
+use crate::service::{Dialect, Downstream, Exchange, KeyConflict, Owned, Processed, State};
 
 /// How long Stripe keeps an idempotency key: 24 hours from its first answer.
 const KEY_RETENTION_MS: u64 = 24 * 60 * 60 * 1000;
