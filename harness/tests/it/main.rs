@@ -29,3 +29,4 @@ mod runs;
 mod serve;
 mod typescript_examples;
 mod unusual;
+mod vendor_sdk;
