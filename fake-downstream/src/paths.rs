@@ -13,8 +13,9 @@ pub(crate) const NATIVE: [&str; 7] = [
     "/v1/receipts/{key}",
 ];
 
-/// The Stripe twin (`stripe.rs`). `/v1/charges` is both dialects': a request with Stripe's
-/// `Authorization: Bearer sk_...` is Stripe's, any other the native one's.
+/// The Stripe twin (`stripe.rs`; `tests/downstream/stripe.rs` checks that it serves these).
+/// `/v1/charges` is both dialects': a request with Stripe's `Authorization: Bearer sk_...` is
+/// Stripe's, any other the native one's.
 pub(crate) const STRIPE: [&str; 7] = [
     "/v1/payment_intents",
     "/v1/payment_intents/search",

@@ -225,18 +225,6 @@ pub(crate) fn routes() -> Router<Downstream> {
         .route("/v1/refunds/{id}", get(get_refund))
 }
 
-/// The paths [`routes`] serves, and `/v1/charges` (a test holds them to `paths::STRIPE`).
-#[cfg(test)]
-const SERVED: [&str; 7] = [
-    "/v1/payment_intents",
-    "/v1/payment_intents/search",
-    "/v1/payment_intents/{id}",
-    "/v1/charges",
-    "/v1/charges/{id}",
-    "/v1/refunds",
-    "/v1/refunds/{id}",
-];
-
 /// A request read this far: its parts, its tenant, its key, its parameters.
 struct Read {
     incoming: Incoming,
@@ -1143,11 +1131,6 @@ pub(crate) fn references_in_answer(body: &Value) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_served_paths_are_the_tables() {
-        assert_eq!(SERVED, crate::paths::STRIPE);
-    }
 
     #[test]
     fn forms_decode_into_nested_parameters() {

@@ -219,5 +219,10 @@ async fn docs_vendors_lists_exactly_the_routes_the_twin_serves() {
             let listed = documented.contains(&(method.to_owned(), path.clone()));
             assert_eq!(!unserved, listed, "{method} {path} with a Stripe key answers {}", answer.status);
         }
+        // A path the fault rules accept is served by some route (the table `paths.rs` is not stale).
+        assert!(
+            documented.iter().any(|(_, served)| served == path),
+            "{path} is a rule's path no route serves"
+        );
     }
 }
