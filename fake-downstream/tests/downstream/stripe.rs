@@ -99,8 +99,10 @@ async fn a_key_in_flight_is_a_409_and_other_parameters_under_it_a_400() {
         let client = client.clone();
         async move { client.send(form("/v1/payment_intents", INTENT, "acme", Some("k"))).await }
     });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while downstream.held(held) == 0 {
-        tokio::task::yield_now().await;
+        assert!(std::time::Instant::now() < deadline, "the first request never reached the hold");
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
     }
     let second = client.send(form("/v1/payment_intents", INTENT, "acme", Some("k"))).await.unwrap();
     let error: Value = second.json().unwrap();

@@ -59,7 +59,9 @@ test('other parameters under a key are a StripeIdempotencyError', async () => {
 test('a key in flight is a 409 StripeAPIError', async () => {
   const rule = await admin('POST', '/__admin/faults', { match: { path: '/v1/payment_intents' }, action: 'hold', times: 1 });
   const first = stripe.paymentIntents.create(intent(), { idempotencyKey: 'busy' });
+  const deadline = Date.now() + 30_000;
   while (!(await admin('GET', '/__admin/faults')).some((r) => r.id === rule.id && r.fired)) {
+    assert.ok(Date.now() < deadline, 'the first request never reached the hold');
     await new Promise((resolve) => setTimeout(resolve, 10));
   }
   try {

@@ -106,9 +106,11 @@ class StripeTwin(unittest.TestCase):
         def first():
             answers["first"] = self.stripe.payment_intents.create(params=intent_params(), options={"idempotency_key": "busy"})
 
-        thread = threading.Thread(target=first)
+        thread = threading.Thread(target=first, daemon=True)
         thread.start()
+        deadline = time.monotonic() + 30
         while not any(r["id"] == rule["id"] and r["fired"] for r in admin("GET", "/__admin/faults")):
+            self.assertLess(time.monotonic(), deadline, "the first request never reached the hold")
             time.sleep(0.01)
         try:
             with self.assertRaises(stripe.APIError) as raised:
