@@ -805,6 +805,14 @@ impl Run {
                     Ok(Err(error)) => (AgentResult::NoAnswer(format!("transport: {error}")), false),
                     Ok(Ok(answer)) => outcome_of(&answer),
                 };
+                // A tool error's text is often an SDK's message; what the downstream answered the
+                // call's requests says what happened (a 402, a 409, no answer at all).
+                let result = match result {
+                    AgentResult::NoAnswer(reason) if reason.starts_with("tool error: ") => {
+                        AgentResult::NoAnswer(format!("{reason}{}", downstream_answers(&shared, &label)))
+                    }
+                    other => other,
+                };
                 if let AgentResult::Answered(outcome) = &result {
                     shared.history.push(EventKind::Answered {
                         label: label.clone(),
@@ -1023,6 +1031,45 @@ fn shown(value: &serde_json::Value) -> String {
 
 /// How much of a server's own `structuredContent` a note shows.
 const SHOWN_CONTENT_CHARS: usize = 160;
+
+/// What the downstream answered the requests sent while serving `label`, as a sentence's tail
+/// (`; the downstream answered POST /v1/payment_intents 402`), or nothing when it sent none.
+fn downstream_answers(shared: &Shared, label: &str) -> String {
+    let events = shared.history.events();
+    let sent: Vec<(&str, String)> = events
+        .iter()
+        .filter_map(|event| match &event.kind {
+            EventKind::DownstreamSent { request_id, serving: Some(serving), method, path, .. }
+                if serving == label =>
+            {
+                Some((
+                    request_id.as_str(),
+                    format!("{method} {}", path.split('?').next().unwrap_or_default()),
+                ))
+            }
+            _ => None,
+        })
+        .collect();
+    if sent.is_empty() {
+        return "; it sent the downstream no request".into();
+    }
+    let answers: Vec<String> = sent
+        .iter()
+        .map(|(id, request)| {
+            let status = events.iter().find_map(|event| match &event.kind {
+                EventKind::DownstreamAnswered { request_id, status, .. } if request_id == id => {
+                    Some(status.to_string())
+                }
+                EventKind::DownstreamFailed { request_id, .. } if request_id == id => {
+                    Some("no answer".into())
+                }
+                _ => None,
+            });
+            format!("{request} {}", status.as_deref().unwrap_or("no answer yet"))
+        })
+        .collect();
+    format!("; the downstream answered {}", answers.join(", "))
+}
 
 fn text_of(answer: &CallToolResult) -> String {
     let text: Vec<String> =

@@ -663,3 +663,37 @@ fn a_black_box_matrix_requires_rows_and_times_junit_by_real_time() {
     );
     assert!(junit.contains("<property name=\"time\" value=\"real: "), "{junit}");
 }
+
+/// A server as the official Python SDK writes one by default (`MCPServer`, a tool returning
+/// `str`) whose call fails downstream: its `isError` text is the SDK's, which says nothing of
+/// what happened; the run's notes add what the downstream answered the call's requests.
+#[test]
+fn a_tool_error_says_what_the_downstream_answered() {
+    let Some(python) = python() else { return };
+    let out = scratch("tool-error");
+    let server = out.join("server.py");
+    std::fs::write(
+        &server,
+        r#"import json, os, urllib.request
+from mcp.server.mcpserver import MCPServer
+mcp = MCPServer("refused")
+@mcp.tool(name="tickets.create")
+def create(queue: str, subject: str, body: str) -> str:
+    fields = {"tenant": "acme", "queue": queue, "subject": subject, "body": body, "colour": "red"}
+    request = urllib.request.Request(os.environ["REPLAYLAB_DOWNSTREAM_URL"] + "/v1/tickets",
+        data=json.dumps(fields).encode(), headers={"Content-Type": "application/json"}, method="POST")
+    urllib.request.urlopen(request)
+    return "created"
+mcp.run()
+"#,
+    )
+    .expect("the server is written");
+    let command = format!("{} {}", python.display(), server.display());
+    let output = replaylab(&["run", "S07", "--seed", "1", "--trace", "--executor-cmd", &command]);
+    let said = text(&output);
+    assert_eq!(output.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("tool error: \"Error executing tool tickets.create\"; the downstream answered POST /v1/tickets 400"),
+        "{said}"
+    );
+}
