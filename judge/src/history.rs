@@ -519,12 +519,19 @@ impl Event {
             EventKind::OperationQuery { label, kind, worker, operation, .. } => {
                 format!("agent -> {worker}: {} {} for {operation}", kind.as_str(), quoted(label))
             }
-            EventKind::Answered { label, worker, outcome, .. } => format!(
-                "{worker} -> agent: {} {}{}{}",
+            EventKind::Answered { label, worker, outcome, bare } => format!(
+                "{worker} -> agent: {} {}{}{}{}",
                 quoted(label),
                 outcome.status.as_str(),
                 outcome.reason.map(|r| format!(" ({})", r.as_str())).unwrap_or_default(),
-                outcome.effect_reference.as_ref().map(|r| format!(" ref={r}")).unwrap_or_default()
+                outcome.effect_reference.as_ref().map(|r| format!(" ref={r}")).unwrap_or_default(),
+                // A bare claim's note says what the harness read in its place.
+                outcome
+                    .message
+                    .as_ref()
+                    .filter(|_| *bare)
+                    .map(|note| format!(": {note}"))
+                    .unwrap_or_default()
             ),
             EventKind::CallReceived { label, worker } => format!("{worker}: handling call {}", quoted(label)),
             EventKind::AgentReceived { label } => format!("agent received {}", quoted(label)),

@@ -697,3 +697,38 @@ mcp.run()
         "{said}"
     );
 }
+
+/// The most common Python server: the official SDK's `MCPServer` with a tool returning `str`,
+/// which the SDK answers as `structuredContent: {"result": "..."}`. That is a bare success
+/// claim, not a malformed answer: S07 (a new key, the same arguments: two tickets) passes.
+#[test]
+fn a_server_whose_tools_return_str_passes_s07() {
+    let Some(python) = python() else { return };
+    let out = scratch("returns-str");
+    let server = out.join("server.py");
+    std::fs::write(
+        &server,
+        r#"import json, os, urllib.request
+from mcp.server.mcpserver import MCPServer
+mcp = MCPServer("plain")
+@mcp.tool(name="tickets.create")
+def create(queue: str, subject: str, body: str) -> str:
+    fields = {"tenant": "acme", "queue": queue, "subject": subject, "body": body}
+    request = urllib.request.Request(os.environ["REPLAYLAB_DOWNSTREAM_URL"] + "/v1/tickets",
+        data=json.dumps(fields).encode(), headers={"Content-Type": "application/json"}, method="POST")
+    with urllib.request.urlopen(request) as answer:
+        return "created " + json.load(answer)["ticket_id"]
+mcp.run()
+"#,
+    )
+    .expect("the server is written");
+    let command = format!("{} {}", python.display(), server.display());
+    let output = replaylab(&["run", "S07", "--seed", "1", "--trace", "--executor-cmd", &command]);
+    let said = text(&output);
+    assert_eq!(output.status.code(), Some(0), "{said}");
+    assert!(said.contains(": pass"), "{said}");
+    assert!(
+        said.contains("structuredContent without an outcome ({\"result\":\"created ticket_1\"})"),
+        "{said}"
+    );
+}
