@@ -68,7 +68,7 @@
 //! them: [`ReferenceFactory::with_strategies`] and [`ReferenceFactory::recycled`] take a
 //! function that makes each worker's `Strategies` at its start, from its
 //! [`protocol::WorkerEnv`], so a decision may keep state and see the worker's clock and
-//! identity. [`mutants`] is the zoo of MATRIX.md built that way: thirty-four executors with
+//! identity. [`mutants`] is the zoo of MATRIX.md built that way: thirty-five executors with
 //! one defect each (M01..M18 from MATRIX.md, M19..M34 the project's own). The claim store
 //! ([`ClaimStore`]: claim, lease, compare-and-set completion, tombstones) and the downstream
 //! mapping ([`downstream`]: requests, receipts, what an answer means) are public too, for an

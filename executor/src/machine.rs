@@ -1190,6 +1190,13 @@ impl Machine {
                 self.note(&owned.tenant, &owned.operation_key, &format!("{finding}; resending")).await;
                 self.execute(owned, &fresh, contract, request).await
             }
+            Some(request) if plan.resend_with_same_key && plan.rederive_key_on_resend => {
+                // Mutants only: the resend carries the key this worker derives now.
+                let mut again = record.clone();
+                again.downstream_key = (self.strategies.downstream_key)(contract, &owned.operation_key);
+                self.note(&owned.tenant, &owned.operation_key, &format!("{finding}; resending")).await;
+                self.execute(owned, &again, contract, request).await
+            }
             Some(request) if plan.resend_with_same_key => {
                 let note = format!("{finding}; resending with the same key");
                 self.note(&owned.tenant, &owned.operation_key, &note).await;

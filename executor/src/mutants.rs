@@ -1,20 +1,20 @@
-//! The mutant zoo: thirty-four executors, each the reference with exactly one defect (M01..M18
+//! The mutant zoo: thirty-five executors, each the reference with exactly one defect (M01..M18
 //! are MATRIX.md's classic ones, M19..M22 the project's own, each caught only by the scenario
 //! that was added for it, M23, which only the liveness oracle O13 sees, M24 and M25, which only O8's
-//! rules for refusals and results see, M26, which only O10's count of completion notices sees, M27, which only S24's cross-version replay sees, M28, which only O13's hand-over rule sees, M29, which only S26's crash between a job's settlement and its notice sees, M30, which only S27's late answer sees, M31, which only S28's polls of abandoned claims see, M32, which only S29's unconfirmed notice sees, M33, which only S30's failing lookups see, and M34, which only S31's retry before the consumer sees), plugged in through the same public [`protocol::ExecutorFactory`]
+//! rules for refusals and results see, M26, which only O10's count of completion notices sees, M27, which only S24's cross-version replay sees, M28, which only O13's hand-over rule sees, M29, which only S26's crash between a job's settlement and its notice sees, M30, which only S27's late answer sees, M31, which only S28's polls of abandoned claims see, M32, which only S29's unconfirmed notice sees, M33, which only S30's failing lookups see, M34, which only S31's retry before the consumer sees, and M35, which only S32's crash where keys are honoured and nothing else can tell sees), plugged in through the same public [`protocol::ExecutorFactory`]
 //! interface as any user's executor.
 //!
 //! Every defect is code doing the wrong thing (a read then an insert with a store call in
 //! between, a claim table in the worker's private memory, a resend after a timeout without a
 //! key, ...), never a flag that tells the harness to fail: a mutant is killed only when a
 //! scenario makes its defect produce a wrong outcome or a second effect on the downstream's
-//! ledger. Thirty-three of them replace one decision of [`Strategies`] (two fields for
-//! `blind_retry`, whose single defect needs both; see there); `in_memory_claims` keeps every
+//! ledger. Thirty-four of them replace one decision of [`Strategies`] (two fields for
+//! `blind_retry` and `process_minted_key`, whose single defects need both; see there); `in_memory_claims` keeps every
 //! decision and moves the claim store into the worker's private memory.
 //!
 //! ```
 //! let zoo = executor::mutants::all();
-//! assert_eq!(zoo.len(), 34);
+//! assert_eq!(zoo.len(), 35);
 //! let blind_retry = executor::mutants::find("blind_retry").expect("in the zoo");
 //! assert_eq!((blind_retry.id, blind_retry.caught_by), ("M05", &["S02"][..]));
 //! // The harness makes one factory per run (scenario and seed).
@@ -344,7 +344,52 @@ pub fn all() -> Vec<Mutant> {
             strategies: queued_taken_over_strategies,
             factory: || boxed(queued_taken_over()),
         },
+        Mutant {
+            id: "M35",
+            name: "process_minted_key",
+            defect: "mints the downstream key per process (as an SDK's generated key): a resend after the process \
+                     that sent the first request died carries another key",
+            caught_by: &["S32"],
+            // A process serving the mutant (`executor serve --mutant`) is one worker start:
+            // its minted part is its process id.
+            strategies: || process_minted_key_strategies(u64::from(std::process::id())),
+            factory: || boxed(process_minted_key()),
+        },
     ]
+}
+
+/// The decisions of the mutant below, for one worker start whose minted part is `minted`:
+/// the reference's, but downstream_key and recovery.
+fn process_minted_key_strategies(minted: u64) -> Strategies {
+    let minted = format!("{:08x}", minted as u32);
+    Strategies {
+        downstream_key: Rc::new(move |contract, key| {
+            crate::strategy::reference_downstream_key(contract, key).map(|key| format!("{key}:{minted}"))
+        }),
+        recovery: Rc::new(|contract| RecoveryPlan {
+            rederive_key_on_resend: true,
+            ..crate::strategy::reference_recovery(contract)
+        }),
+        ..Strategies::reference()
+    }
+}
+
+/// M35 process_minted_key — the project's own (a crash after a commit where the downstream
+/// honours keys and has no receipt lookup: Stripe's way); caught by S32.
+///
+/// Difference from the reference: `downstream_key` appends a part drawn once per worker start,
+/// and `recovery` sends a resend under the key this worker derives (its client stamps its own
+/// key on every request) instead of the one the record kept.
+///
+/// Plausible because it is what a vendor SDK does for you: the official Stripe clients mint an
+/// idempotency key per request and keep it in memory across their own retries, so a lost
+/// answer retried inside one process is safe. The key dies with the process: a restarted
+/// worker's resend is a new key, and the provider charges again. A receipt lookup by the
+/// recorded key (S03, S04) finds the first effect before any resend and hides the defect.
+pub fn process_minted_key() -> Result<ReferenceFactory, StoreError> {
+    ReferenceFactory::recycled(ReferenceConfig::default(), |env: &WorkerEnv| {
+        process_minted_key_strategies(env.entropy.next_u64())
+    })
 }
 
 /// The mutant called `name` (`blind_retry`, without the harness's `mutant:` prefix).
@@ -1179,7 +1224,12 @@ pub fn forget_after_retention(record: &OperationRecord, now_ms: u64) -> Retentio
 
 /// M09: recovery never asks for a receipt and always sends again.
 pub fn re_execute_without_lookup(_contract: &ToolContract) -> RecoveryPlan {
-    RecoveryPlan { look_up_receipt: false, resend_with_same_key: true, fresh_key_on_resend: false }
+    RecoveryPlan {
+        look_up_receipt: false,
+        resend_with_same_key: true,
+        fresh_key_on_resend: false,
+        rederive_key_on_resend: false,
+    }
 }
 
 /// M10: the model's tool-call id, when there is one.
@@ -1308,6 +1358,7 @@ mod tests {
         ("M32", "unconfirmed_notice_forgotten", &["S29"]),
         ("M33", "reconcile_gives_up_quietly", &["S30"]),
         ("M34", "queued_taken_over", &["S31"]),
+        ("M35", "process_minted_key", &["S32"]),
     ];
 
     #[test]
@@ -1461,7 +1512,8 @@ mod tests {
                 RecoveryPlan {
                     look_up_receipt: false,
                     resend_with_same_key: true,
-                    fresh_key_on_resend: false
+                    fresh_key_on_resend: false,
+                    rederive_key_on_resend: false
                 }
             );
         }

@@ -67,6 +67,11 @@ pub struct RecoveryPlan {
     /// Send that request under a new downstream key instead (a resend as a new provider
     /// request). Never safe: the first request may have committed.
     pub fresh_key_on_resend: bool,
+    /// Derive the resend's downstream key again with this worker's `downstream_key` instead
+    /// of sending the one the record kept (a client that stamps its own key on every request it
+    /// sends). The reference's derivation gives the kept key again; a key minted per process
+    /// does not survive the process.
+    pub rederive_key_on_resend: bool,
 }
 
 /// What retention makes of a record at a given time.
@@ -390,6 +395,7 @@ pub fn reference_recovery(contract: &ToolContract) -> RecoveryPlan {
         look_up_receipt: contract.downstream.receipt_lookup,
         resend_with_same_key: contract.downstream.honours_key,
         fresh_key_on_resend: false,
+        rederive_key_on_resend: false,
     }
 }
 
@@ -584,16 +590,31 @@ mod tests {
         let mut messages = contract("messages.send");
         assert_eq!(
             reference_recovery(&messages),
-            RecoveryPlan { look_up_receipt: true, resend_with_same_key: false, fresh_key_on_resend: false }
+            RecoveryPlan {
+                look_up_receipt: true,
+                resend_with_same_key: false,
+                fresh_key_on_resend: false,
+                rederive_key_on_resend: false
+            }
         );
         messages.downstream.receipt_lookup = false;
         assert_eq!(
             reference_recovery(&messages),
-            RecoveryPlan { look_up_receipt: false, resend_with_same_key: false, fresh_key_on_resend: false }
+            RecoveryPlan {
+                look_up_receipt: false,
+                resend_with_same_key: false,
+                fresh_key_on_resend: false,
+                rederive_key_on_resend: false
+            }
         );
         assert_eq!(
             reference_recovery(&contract("payments.charge")),
-            RecoveryPlan { look_up_receipt: true, resend_with_same_key: true, fresh_key_on_resend: false }
+            RecoveryPlan {
+                look_up_receipt: true,
+                resend_with_same_key: true,
+                fresh_key_on_resend: false,
+                rederive_key_on_resend: false
+            }
         );
     }
 

@@ -603,6 +603,8 @@ fn mutants_of_the_queue_webhooks_and_jobs_fail_as_processes_too() {
         ("webhook_no_dedupe", "S17", "O1"),
         ("resubmit_job", "S10", "O10"),
         ("queued_taken_over", "S31", "expect"),
+        // And a key minted per process, which only a real restart shows.
+        ("process_minted_key", "S32", "O1"),
     ] {
         let command =
             format!("{REPLAYLAB} executor serve --mutant {mutant} --store sqlite:{{state}}/claims.db");
