@@ -88,3 +88,77 @@ pub fn answer_references(status: u16, body: &[u8]) -> Vec<String> {
     references.extend(stripe::references_in_answer(&body));
     references
 }
+
+/// What a tool map (`replaylab.toml`) needs to know of a dialect to bind a scenario's role to
+/// one of its routes: which routes make which effect, and what the dialect does whatever the
+/// scenario's `[downstream]` says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DialectFacts {
+    /// `native`, `stripe`.
+    pub name: &'static str,
+    /// A vendor's twin: its clients reach it by a base URL and an API key of their own (the
+    /// tool map's `[vendor.NAME]`), not by `REPLAYLAB_DOWNSTREAM_URL`.
+    pub vendor: bool,
+    /// It honours every idempotency key: a scenario's `idempotency = "ignored"` cannot hold.
+    pub honours_every_key: bool,
+    /// It serves receipt lookups (`GET /v1/receipts/{key}`).
+    pub receipts: bool,
+    /// How long it keeps a key, when the dialect says so (Stripe: 24 h) rather than the
+    /// contract's retention.
+    pub key_retention_ms: Option<u64>,
+    /// The tenant comes from the client's API key: one tenant per process.
+    pub tenant_from_key: bool,
+}
+
+/// Every dialect the service speaks, the native one first.
+pub const DIALECTS: [DialectFacts; 2] = [
+    DialectFacts {
+        name: "native",
+        vendor: false,
+        honours_every_key: false,
+        receipts: true,
+        key_retention_ms: None,
+        tenant_from_key: false,
+    },
+    DialectFacts {
+        name: "stripe",
+        vendor: true,
+        honours_every_key: true,
+        receipts: false,
+        key_retention_ms: stripe::KEY_RETENTION_MS_FACT,
+        tenant_from_key: true,
+    },
+];
+
+/// The dialect named `name`.
+pub fn dialect(name: &str) -> Option<DialectFacts> {
+    DIALECTS.into_iter().find(|facts| facts.name == name)
+}
+
+/// The effect a dialect's route makes when it commits: `None` unless `dialect` serves
+/// `method path` and it changes state.
+pub fn route_effect(dialect: &str, method: &str, path: &str) -> Option<EffectKind> {
+    let served = match dialect {
+        "native" => crate::paths::NATIVE.as_slice(),
+        "stripe" => crate::paths::STRIPE.as_slice(),
+        _ => return None,
+    };
+    served.contains(&path).then_some(())?;
+    match request_effect(method, path) {
+        RequestEffect::Change(kind) => Some(kind),
+        _ => None,
+    }
+}
+
+/// The native dialect's route that makes `kind`: what scenarios' fault rules and pause points
+/// name, and what a tool map moves to the route it binds the role to.
+pub fn native_route(kind: EffectKind) -> Option<(&'static str, &'static str)> {
+    match kind {
+        EffectKind::TicketCreated => Some(("POST", "/v1/tickets")),
+        EffectKind::TicketStatusChanged => Some(("PATCH", "/v1/tickets/{id}")),
+        EffectKind::ChargeCreated => Some(("POST", "/v1/charges")),
+        EffectKind::MessageSent => Some(("POST", "/v1/messages")),
+        EffectKind::JobAccepted => Some(("POST", "/v1/jobs")),
+        _ => None,
+    }
+}

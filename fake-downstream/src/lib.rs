@@ -38,7 +38,10 @@ pub use config::{
     DownstreamConfig, IdempotencyMode, Service, ServiceConfig, WebhookConfig, MAX_WEBHOOK_REPEATS,
 };
 pub use content::{content_digest, content_fields, digest_of};
-pub use facts::{answer_references, request_content, request_effect, request_tenant, RequestEffect};
+pub use facts::{
+    answer_references, dialect, native_route, request_content, request_effect, request_tenant, route_effect,
+    DialectFacts, RequestEffect, DIALECTS,
+};
 pub use faults::{FaultAction, FaultRule, FaultRuleId, InstalledRule, RuleMatch, Times};
 pub use ledger::{Disposition, Effect, EffectKind, RequestRecord, VersionChange, WebhookDelivery};
 pub use service::{Downstream, DownstreamError, Job, Observer, Ticket};

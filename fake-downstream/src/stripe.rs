@@ -26,6 +26,8 @@ use crate::service::{Dialect, Downstream, Exchange, KeyConflict, Owned, Processe
 
 /// How long Stripe keeps an idempotency key: 24 hours from its first answer.
 const KEY_RETENTION_MS: u64 = 24 * 60 * 60 * 1000;
+/// The key retention as `facts::DIALECTS` states it.
+pub(crate) const KEY_RETENTION_MS_FACT: Option<u64> = Some(KEY_RETENTION_MS);
 /// The most metadata keys an object may have (Stripe's limit).
 const MAX_METADATA_KEYS: usize = 50;
 /// The longest metadata key and value, in characters (Stripe's limits).
@@ -1122,6 +1124,11 @@ pub(crate) fn request_content(
 /// The ids an answer of the twin names: the object's own, and a payment intent's charge.
 pub(crate) fn references_in_answer(body: &Value) -> Vec<String> {
     let object = body["object"].as_str().unwrap_or_default();
+    if matches!(object, "search_result" | "list") {
+        // A search (or a list) shows the server each object it found.
+        let found = body["data"].as_array().map(Vec::as_slice).unwrap_or_default();
+        return found.iter().flat_map(references_in_answer).collect();
+    }
     if !matches!(object, "payment_intent" | "charge" | "refund") {
         return Vec::new();
     }

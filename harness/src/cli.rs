@@ -57,6 +57,11 @@ struct BlackBoxArgs {
     /// the MCP handshake (`90s`, `2m`; default 120s); a slower start makes the run `crashed`.
     #[arg(long, requires = "executor_cmd")]
     start_timeout: Option<String>,
+    /// With --executor-cmd: the tool map that binds the scenarios' roles to the server's own
+    /// tools (docs/toolmap.md). Without it, `replaylab.toml` in the working directory, if
+    /// there is one.
+    #[arg(long, requires = "executor_cmd")]
+    config: Option<PathBuf>,
 }
 
 /// Seeds per scenario of a matrix unless `--seeds` says.
@@ -539,10 +544,12 @@ impl Registry {
                 }
             },
         };
+        let tool_map = tool_map(black_box.config.as_deref())?;
         let spec = world::process::BlackBoxSpec {
             transport,
             key_placement,
             start_patience,
+            tool_map,
             ..world::process::BlackBoxSpec::new(command.clone(), black_box.workers)
         };
         let probe = probe(&spec).map_err(|error| {
@@ -562,6 +569,24 @@ impl Registry {
             bad_input(anyhow::anyhow!("unknown executor {}; known: {}", quoted(name), known.join(", ")))
         })
     }
+}
+
+/// The tool map `--config` names, or `replaylab.toml` in the working directory if there is
+/// one (said on stderr, since nothing on the command line named it); checked before any
+/// process starts.
+fn tool_map(named: Option<&std::path::Path>) -> Result<Option<Arc<world::toolmap::ToolMap>>, Failure> {
+    let found = std::path::Path::new(world::toolmap::FILE_NAME);
+    let path = match named {
+        Some(path) => path,
+        None if found.exists() => found,
+        None => return Ok(None),
+    };
+    let map = world::toolmap::ToolMap::load(path)
+        .map_err(|error| bad_input(anyhow::anyhow!("the tool map {error}")))?;
+    if named.is_none() {
+        eprintln!("tool map: {} (from the working directory)", map.path.display());
+    }
+    Ok(Some(Arc::new(map)))
 }
 
 /// Starts `spec`'s command once to read what it supports (`world_process::probe`). From here

@@ -128,9 +128,10 @@ struct Facts<'a> {
     effects: Vec<EffectFact>,
     /// Every effect seen committed, human edits included.
     observed: Vec<Effect>,
-    /// (history seq, operation, references) of receipts an executor saw: answers to
-    /// state-changing requests and receipt lookups, and completion webhooks.
-    receipts: Vec<(u64, Option<String>, Vec<String>)>,
+    /// (history seq, operation, references, whether it was a read) of receipts an executor
+    /// saw: answers to state-changing requests, receipt lookups and reads, and completion
+    /// webhooks. A read counts only for an operation that creates (see [`Facts::shows`]).
+    receipts: Vec<(u64, Option<String>, Vec<String>, bool)>,
     /// (operation, ticket) of updates the downstream found already done (`unchanged`).
     unchanged: Vec<(Option<String>, String)>,
     sent: Vec<SentFact>,
@@ -294,10 +295,18 @@ impl<'a> Facts<'a> {
                     let attributed = attribution.request(request_id);
                     let (method, path) = request.split_once(' ').unwrap_or((request.as_str(), ""));
                     let class = attributed.map_or_else(|| RequestClass::of(method, path), |a| a.class);
-                    let receipt = matches!(class, RequestClass::Change(_) | RequestClass::ReceiptLookup);
+                    let receipt = matches!(
+                        class,
+                        RequestClass::Change(_) | RequestClass::ReceiptLookup | RequestClass::Read
+                    );
                     if receipt && (200..300).contains(status) {
                         let operation = attributed.map_or_else(|| origin.clone(), |a| a.operation.clone());
-                        facts.receipts.push((event.seq, operation, references.clone()));
+                        facts.receipts.push((
+                            event.seq,
+                            operation,
+                            references.clone(),
+                            class == RequestClass::Read,
+                        ));
                     }
                 }
                 EventKind::WebhookReceived { references, .. } => {
@@ -311,7 +320,7 @@ impl<'a> Facts<'a> {
                             })
                             .and_then(|e| e.operation.clone())
                     });
-                    facts.receipts.push((event.seq, operation, references.clone()));
+                    facts.receipts.push((event.seq, operation, references.clone(), false));
                 }
                 EventKind::DownstreamHandled {
                     request,
@@ -389,6 +398,19 @@ impl<'a> Facts<'a> {
 
     /// Whether an answer carrying `reference` (to a state-changing request or a receipt
     /// lookup) reached a worker that was not killed afterwards: the executor holds the proof.
+    /// Whether an answer to a request of `class` for `operation` that names an effect is a
+    /// receipt for it: an answer to a state-changing request or a receipt lookup always; a read
+    /// that names a created object (a vendor's search by the operation's metadata) for an
+    /// operation that creates; a read of an updated object never (it shows the object, not
+    /// that this update was made).
+    fn shows(&self, operation: &str, class: RequestClass) -> bool {
+        match class {
+            RequestClass::Change(_) | RequestClass::ReceiptLookup => true,
+            RequestClass::Read => self.kind_of(operation) != Some(EffectKind::TicketStatusChanged),
+            RequestClass::Other => false,
+        }
+    }
+
     fn told(&self, operation: &str, reference: &str) -> bool {
         let history = self.evidence.history;
         history.iter().enumerate().any(|(at, event)| match &event.kind {
@@ -400,7 +422,7 @@ impl<'a> Facts<'a> {
                 let class = attributed.map_or_else(|| RequestClass::of(method, path), |a| a.class);
                 let whose = attributed.map_or_else(|| origin.clone(), |a| a.operation.clone());
                 whose.as_deref() == Some(operation)
-                    && matches!(class, RequestClass::Change(_) | RequestClass::ReceiptLookup)
+                    && self.shows(operation, class)
                     && !history[at..].iter().any(|later| {
                         matches!(&later.kind, EventKind::Crashed { worker: crashed, .. } if crashed == worker)
                     })
@@ -619,17 +641,34 @@ fn no_phantom_success(facts: &Facts<'_>, judgement: &mut Judgement) {
         judgement.exercise(2);
         let status = answer.outcome.status.as_str();
         if answer.bare {
-            // A server that names no effect claims only that the operation's effect exists.
+            // A server that names no outcome claims only that the operation's effect exists;
+            // where a tool map says where its answer names the effect, that effect must be the
+            // operation's own.
             if facts.own_effects(operation).next().is_none() {
                 judgement.violate(
                     2,
                     Some(operation),
                     vec![answer.seq],
                     format!(
-                        "{} was answered as a success (isError false, no structuredContent), but the ledger has no effect made by this operation",
+                        "{} was answered as a success (isError false, no outcome), but the ledger has no effect made by this operation",
                         quoted(&answer.label)
                     ),
                 );
+            } else if let Some(reference) = &answer.outcome.effect_reference {
+                if !facts.own_effects(operation).any(|e| &e.effect.effect_reference == reference) {
+                    let own: Vec<&str> =
+                        facts.own_effects(operation).map(|e| e.effect.effect_reference.as_str()).collect();
+                    judgement.violate(
+                        2,
+                        Some(operation),
+                        vec![answer.seq],
+                        format!(
+                            "{} was answered as a success naming {reference}, but the operation's effect is {}",
+                            quoted(&answer.label),
+                            own.join(", ")
+                        ),
+                    );
+                }
             }
             continue;
         }
@@ -817,10 +856,11 @@ fn no_success_from_ambiguity(facts: &Facts<'_>, judgement: &mut Judgement) {
     for (answer, (operation, _)) in facts.success_claims() {
         let Some(reference) = answer.outcome.effect_reference.as_ref() else { continue };
         judgement.exercise(4);
-        let seen = facts.receipts.iter().any(|(seq, origin, references)| {
+        let seen = facts.receipts.iter().any(|(seq, origin, references, read)| {
             *seq < answer.seq
                 && origin.as_deref() == Some(operation.as_str())
                 && references.contains(reference)
+                && (!read || facts.shows(operation, RequestClass::Read))
         });
         if !seen {
             judgement.violate(
@@ -828,7 +868,7 @@ fn no_success_from_ambiguity(facts: &Facts<'_>, judgement: &mut Judgement) {
                 Some(operation),
                 vec![answer.seq],
                 format!(
-                    "{} was answered {} with {reference}, but no executor had seen a receipt for it in this operation (an answer to the change itself or a receipt lookup)",
+                    "{} was answered {} with {reference}, but no executor had seen a receipt for it in this operation (an answer to the change itself, a receipt lookup, or a read that names what it created)",
                     quoted(&answer.label),
                     answer.outcome.status.as_str()
                 ),

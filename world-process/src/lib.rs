@@ -59,7 +59,8 @@ use judge::history::{EventKind, RequestKind};
 use judge::text::{duration, quoted};
 use world::boundary::{bounded_finding, references_in_answer, tenant_in, ORIGIN_HEADER, REQUEST_ID_HEADER};
 use world::clock::WorldClock;
-pub use world::process::{lacks, BlackBoxSpec, Probe, Transport, DEFAULT_START_PATIENCE};
+pub use world::process::{lacks, BlackBoxSpec, ListedTool, Probe, Transport, DEFAULT_START_PATIENCE};
+use world::toolmap::{Binding, ToolMap};
 use world::{AgentCommand, AgentResult, Delivery, PointReached, Reached, Shared, World, AGENT_TIMEOUT};
 
 pub use signals::end_processes_on_signals;
@@ -88,7 +89,7 @@ mod tests {
         let mut answer = CallToolResult::success(vec![rmcp::model::ContentBlock::text("done")]);
         answer.structured_content = structured;
         answer.is_error = Some(is_error);
-        outcome_of(&answer)
+        outcome_of(&answer, None)
     }
 
     #[test]
@@ -654,6 +655,8 @@ struct Run {
     /// The workers handling a queue delivery now (one at a time each).
     consuming: RefCell<BTreeSet<String>>,
     starting_ms: Cell<u64>,
+    /// The tenant of the scenario's first operation: the one a vendor twin's API key names.
+    tenant: String,
 }
 
 impl Run {
@@ -703,6 +706,13 @@ impl Run {
             .env(env::WEBHOOK_LISTEN, format!("127.0.0.1:{webhook_port}"));
         for (name, value) in &self.timing {
             command.env(name, value);
+        }
+        if let Some(map) = &self.spec.tool_map {
+            // The vendor twins on the same port: the server's SDK reaches them by its own
+            // variables, with the run's tenant's API key.
+            for (name, value) in map.vendor_environment(&base, &self.tenant) {
+                command.env(name, value);
+            }
         }
         let stderr = std::fs::File::create(self.stderr_path(worker, incarnation))
             .map_err(|error| format!("cannot write {worker}'s stderr file: {error}"))?;
@@ -803,7 +813,7 @@ impl Run {
                         (AgentResult::NoAnswer(format!("protocol error: {}", error.message)), false)
                     }
                     Ok(Err(error)) => (AgentResult::NoAnswer(format!("transport: {error}")), false),
-                    Ok(Ok(answer)) => outcome_of(&answer),
+                    Ok(Ok(answer)) => outcome_of(&answer, self.binding_of(&command)),
                 };
                 // A tool error's text is often an SDK's message; what the downstream answered the
                 // call's requests says what happened (a 402, a 409, no answer at all).
@@ -920,6 +930,14 @@ impl Run {
         }
     }
 
+    /// The tool map's binding of the role a call plays, if the map binds it.
+    fn binding_of(&self, command: &AgentCommand) -> Option<&Binding> {
+        match command {
+            AgentCommand::Call { call, .. } => self.spec.tool_map.as_ref()?.binding(&call.tool),
+            AgentCommand::Query { .. } => None,
+        }
+    }
+
     /// The `tools/call` an agent command is, and whether its answer is to be lost.
     fn params(&self, command: &AgentCommand) -> (CallToolRequestParams, bool) {
         let meta = |operation: &protocol::OperationRef, tool_version: &str, call_id: String, attempt: u32| {
@@ -950,13 +968,27 @@ impl Run {
                     _ => serde_json::Map::new(),
                 };
                 let call_meta = meta(&operation, &call.tool_version, call.call_id.clone(), call.attempt);
-                if let KeyPlacement::Argument(argument) = &self.spec.key_placement {
-                    arguments.insert(
-                        argument.clone(),
-                        serde_json::Value::String(call_meta.idempotency_key.clone()),
-                    );
+                if let Some(binding) = self.binding_of(command) {
+                    // The role's business arguments, the contract's defaults filled (as the
+                    // judge reads them), built into the bound tool's own.
+                    let business = self
+                        .shared
+                        .contracts
+                        .get(&call.tool, &call.tool_version)
+                        .and_then(|contract| contract.validated_arguments(call).ok())
+                        .unwrap_or(arguments);
+                    let arguments =
+                        binding.arguments_for(&business, &call.call_id, &call_meta.idempotency_key);
+                    (binding.tool.clone(), arguments, call_meta, *lose_answer)
+                } else {
+                    if let KeyPlacement::Argument(argument) = &self.spec.key_placement {
+                        arguments.insert(
+                            argument.clone(),
+                            serde_json::Value::String(call_meta.idempotency_key.clone()),
+                        );
+                    }
+                    (call.tool.clone(), arguments, call_meta, *lose_answer)
                 }
-                (call.tool.clone(), arguments, call_meta, *lose_answer)
             }
             AgentCommand::Query { label, kind, operation, .. } => {
                 let tool_version =
@@ -989,9 +1021,18 @@ impl Run {
 ///   vendor's object) and none at all, with `isError: false`, are a bare success claim naming
 ///   nothing (the `bool`), its note saying what was read;
 /// - `isError: true` claims nothing.
-fn outcome_of(answer: &CallToolResult) -> (AgentResult, bool) {
+///
+/// A tool the tool map binds reads further, as the map says: a tool error whose text the map
+/// names is that outcome (`unknown`, `in_flight`, `rejected`), and a success names the effect
+/// reference found where the map says (the judge holds it to the operation's own effect).
+fn outcome_of(answer: &CallToolResult, binding: Option<&Binding>) -> (AgentResult, bool) {
     if answer.is_error == Some(true) {
         let text = text_of(answer);
+        if let Some(outcome) = binding.and_then(|binding| binding.read_error(&text)) {
+            let mut outcome = outcome;
+            outcome.message = outcome.message.map(|note| format!("{note}: {}", quoted(&text)));
+            return (AgentResult::Answered(outcome), false);
+        }
         return (AgentResult::NoAnswer(format!("tool error: {}", quoted(&text))), false);
     }
     let mut outcome = Outcome::new(OutcomeStatus::Applied);
@@ -1002,13 +1043,33 @@ fn outcome_of(answer: &CallToolResult) -> (AgentResult, bool) {
                 return (AgentResult::NoAnswer(format!("malformed_answer: {error}")), false);
             }
             Err(_) => {
+                outcome.effect_reference = binding.and_then(|binding| binding.reference_in(structured));
                 outcome.message = Some(format!(
-                    "structuredContent without an outcome ({}): isError false taken as a success claim",
-                    shown(structured)
+                    "structuredContent without an outcome ({}): isError false taken as a success claim{}",
+                    shown(structured),
+                    outcome
+                        .effect_reference
+                        .as_ref()
+                        .map(|reference| format!(" naming {reference}"))
+                        .unwrap_or_default()
                 ));
             }
         },
-        None => outcome.message = Some("no structuredContent: isError false taken as a success claim".into()),
+        None => {
+            // A tool returning text (the TypeScript SDK's usual answer) may name its effect in
+            // JSON text.
+            outcome.effect_reference = binding.and_then(|binding| {
+                binding.reference_in(&serde_json::from_str::<serde_json::Value>(&text_of(answer)).ok()?)
+            });
+            outcome.message = Some(format!(
+                "no structuredContent: isError false taken as a success claim{}",
+                outcome
+                    .effect_reference
+                    .as_ref()
+                    .map(|reference| format!(" naming {reference}"))
+                    .unwrap_or_default()
+            ));
+        }
     }
     (AgentResult::Answered(outcome), true)
 }
@@ -1240,6 +1301,12 @@ impl RealWorld {
             last_tool: RefCell::default(),
             consuming: RefCell::default(),
             starting_ms: Cell::new(0),
+            tenant: scenario
+                .operations
+                .values()
+                .next()
+                .map(|operation| operation.tenant.clone())
+                .unwrap_or_default(),
         });
         let mut world = RealWorld {
             runtime,
@@ -1541,16 +1608,36 @@ pub fn probe(spec: &BlackBoxSpec) -> Result<Probe, String> {
         .await;
         (tools, manifest)
     });
-    let tools: BTreeSet<String> = match tools {
-        Ok(Ok(tools)) => tools.into_iter().map(|tool| tool.name.to_string()).collect(),
+    let listed: Vec<ListedTool> = match tools {
+        Ok(Ok(tools)) => tools
+            .into_iter()
+            .map(|tool| ListedTool {
+                name: tool.name.to_string(),
+                description: tool.description.as_ref().map(|text| text.to_string()),
+                input_schema: serde_json::Value::Object((*tool.input_schema).clone()),
+                annotations: tool.annotations.as_ref().and_then(|a| serde_json::to_value(a).ok()),
+            })
+            .collect(),
         Ok(Err(error)) => return Err(format!("tools/list failed: {error}")),
         Err(_) => return Err("tools/list was not answered in time".into()),
     };
-    let contract_tools: BTreeSet<String> = tools
-        .iter()
-        .filter(|tool| protocol::ContractSet::builtin().iter().any(|contract| &contract.name == *tool))
-        .cloned()
-        .collect();
+    let tools: BTreeSet<String> = listed.iter().map(|tool| tool.name.clone()).collect();
+    let contract_tools: BTreeSet<String> = match &spec.tool_map {
+        Some(map) => {
+            let roles = map.served_roles(&tools)?;
+            for binding in map.roles.values() {
+                if let Some(tool) = listed.iter().find(|tool| tool.name == binding.tool) {
+                    check_required(map, binding, tool)?;
+                }
+            }
+            roles
+        }
+        None => tools
+            .iter()
+            .filter(|tool| protocol::ContractSet::builtin().iter().any(|contract| &contract.name == *tool))
+            .cloned()
+            .collect(),
+    };
     let manifest = match manifest {
         Ok(Ok(result)) => {
             let text = result.contents.iter().find_map(|contents| match contents {
@@ -1585,5 +1672,39 @@ pub fn probe(spec: &BlackBoxSpec) -> Result<Probe, String> {
         None => ExecutorCapabilities::tools(contract_tools.clone()).with_poll(polls),
     };
     drop(world);
-    Ok(Probe { manifest, tools, capabilities, server, start })
+    Ok(Probe { manifest, tools, listed, capabilities, server, start })
+}
+
+/// Refuses a binding that leaves one of the tool's required arguments (its `inputSchema`'s
+/// `required`) unbuilt: every call would be refused by the server's own validation.
+fn check_required(map: &ToolMap, binding: &Binding, tool: &ListedTool) -> Result<(), String> {
+    let required: Vec<&str> = tool
+        .input_schema
+        .get("required")
+        .and_then(|required| required.as_array())
+        .map(|names| names.iter().filter_map(|name| name.as_str()).collect())
+        .unwrap_or_default();
+    let built: BTreeSet<String> = match &binding.arguments {
+        Some(table) => table.keys().cloned().collect(),
+        None => protocol::ContractSet::builtin()
+            .iter()
+            .filter(|contract| contract.name == binding.role)
+            .flat_map(|contract| contract.arguments.keys().cloned())
+            .collect(),
+    };
+    let missing: Vec<&str> = required
+        .into_iter()
+        .filter(|name| !built.contains(*name) && binding.key_argument.as_deref() != Some(*name))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "{}: [tools.{}] builds no {} for {}, which its inputSchema requires: add it under [tools.{}.arguments] (a business argument, a `{{ value = ... }}`, or `{{ per_call = true }}`), or name it key_argument",
+        map.path.display(),
+        quoted(&binding.role),
+        missing.join(", "),
+        quoted(&binding.tool),
+        quoted(&binding.role)
+    ))
 }

@@ -19,6 +19,7 @@
 pub mod boundary;
 pub mod clock;
 pub mod process;
+pub mod toolmap;
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};

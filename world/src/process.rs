@@ -69,6 +69,8 @@ pub struct BlackBoxSpec {
     /// How long the probe's one process took to start and shake hands (set from the
     /// [`Probe`]): what the default number of runs side by side is sized by.
     pub measured_start: Duration,
+    /// The user's tool map (`replaylab.toml`): the roles bound to the server's own tools.
+    pub tool_map: Option<std::sync::Arc<crate::toolmap::ToolMap>>,
 }
 
 impl BlackBoxSpec {
@@ -88,6 +90,7 @@ impl BlackBoxSpec {
             webhook_path: protocol::mcp::DEFAULT_WEBHOOK_PATH.to_owned(),
             start_patience: DEFAULT_START_PATIENCE,
             measured_start: Duration::ZERO,
+            tool_map: None,
         }
     }
 
@@ -101,6 +104,9 @@ impl BlackBoxSpec {
         }
         if let KeyPlacement::Argument(name) = &self.key_placement {
             arguments.push_str(&format!(" --key-argument {}", shell_quote(name)));
+        }
+        if let Some(map) = &self.tool_map {
+            arguments.push_str(&format!(" --config {}", shell_quote(&map.path.display().to_string())));
         }
         if self.start_patience != DEFAULT_START_PATIENCE {
             arguments.push_str(&format!(" --start-timeout {}ms", self.start_patience.as_millis()));
@@ -132,12 +138,28 @@ pub struct Probe {
     pub manifest: Option<Manifest>,
     /// The tools it lists.
     pub tools: BTreeSet<String>,
+    /// What `tools/list` says of each tool: its description, `inputSchema` and annotations
+    /// (`replaylab init` guesses the roles from them).
+    pub listed: Vec<ListedTool>,
     /// What it supports.
     pub capabilities: ExecutorCapabilities,
     /// The server's name and version, from its MCP handshake.
     pub server: String,
     /// How long its one process took from its start to the end of the MCP handshake.
     pub start: Duration,
+}
+
+/// One tool as `tools/list` describes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ListedTool {
+    /// Its name.
+    pub name: String,
+    /// Its description, if any.
+    pub description: Option<String>,
+    /// Its `inputSchema` (a JSON Schema object).
+    pub input_schema: serde_json::Value,
+    /// Its annotations (`idempotentHint`, `destructiveHint`, ...), if any.
+    pub annotations: Option<serde_json::Value>,
 }
 
 #[cfg(test)]

@@ -1,0 +1,715 @@
+//! A user's tool map (`replaylab.toml`, `docs/toolmap.md`): the roles the scenarios play
+//! (`payments.charge`, `tickets.create`, ...) bound to a black-box server's own tools.
+//!
+//! A binding says which of the server's tools plays a role, on which dialect's route its
+//! effect goes (`stripe POST /v1/payment_intents`), how its arguments are built from the
+//! scenario's business arguments (renames, constants, value forms, a value new on every
+//! delivery for an argument that is not material), which argument carries the operation's key,
+//! and how its answers read as outcomes (where a success names its effect; which tool-error
+//! texts mean `unknown`, `in_flight` or `rejected`). The harness then plays every scenario
+//! written for the role against the bound tool: fault rules and pause points on the role's
+//! native route move to the bound route ([`ToolMap::scenario_for`]), and what the bound
+//! dialect cannot do whatever a scenario says makes that scenario `not applicable`
+//! ([`ToolMap::lacks`]). The judge is untouched: it reads effects, requests and answers in the
+//! core's terms, whatever the dialect.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use fake_downstream::{DialectFacts, EffectKind, FaultRule, IdempotencyMode};
+use judge::attribution::tool_effect_kind;
+use judge::text::quoted;
+use protocol::{ContractSet, Outcome, OutcomeStatus, ReasonCode};
+use scenarios::{PausePoint, Scenario, StepKind};
+use serde_json::{Map, Value};
+
+/// The file's name, looked for in the working directory when `--config` names none.
+pub const FILE_NAME: &str = "replaylab.toml";
+/// The largest tool map read: a megabyte (a map is a few dozen lines).
+pub const MAX_FILE_BYTES: u64 = 1 << 20;
+
+/// A tool map, checked: every role a built-in contract, every route one its dialect serves
+/// and that makes the role's effect, every material argument passed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolMap {
+    /// The file it was read from, absolute: reproduce commands name it.
+    pub path: PathBuf,
+    /// The bindings, by role (the contract's tool name).
+    pub roles: BTreeMap<String, Binding>,
+    /// How the server reaches each vendor twin a route names: the environment variables the
+    /// harness sets on every worker process.
+    pub vendors: BTreeMap<String, VendorEnv>,
+}
+
+/// One role bound to one of the server's tools.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Binding {
+    /// The role: a built-in contract's tool name (`payments.charge`).
+    pub role: String,
+    /// The server's tool that plays it (`create_payment_intent`).
+    pub tool: String,
+    /// The dialect of the route its effect goes to.
+    pub dialect: DialectFacts,
+    /// The route's method (`POST`).
+    pub method: String,
+    /// The route's path, as the dialect serves it (`/v1/payment_intents`).
+    pub path: String,
+    /// The argument that carries the operation's key (`tenant/environment/workflow/step`,
+    /// docs/mcp.md section 1), if the tool takes one.
+    pub key_argument: Option<String>,
+    /// How each of the tool's arguments is built; `None`: the scenario's business arguments
+    /// as they are (the contract's names).
+    pub arguments: Option<BTreeMap<String, Source>>,
+    /// How its answers read.
+    pub answers: Answers,
+}
+
+/// Where one of the tool's arguments comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Source {
+    /// A business argument of the scenario's call (after the contract's defaults), in a form.
+    From {
+        /// The contract's argument (`amount_minor`).
+        argument: String,
+        /// The form the tool takes it in.
+        form: Form,
+    },
+    /// The same value on every call.
+    Value(Value),
+    /// A value new on every delivery (the agent's call id): an argument the tool must not
+    /// count as material, such as a trace id. A server that fingerprints it refuses a retry.
+    PerCall,
+}
+
+/// The form of a passed value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Form {
+    /// As the scenario wrote it.
+    AsIs,
+    /// Text in lower case (`eur`, as Stripe writes currencies).
+    Lower,
+    /// Text in upper case.
+    Upper,
+    /// Written as text (`1200` becomes `"1200"`).
+    Text,
+    /// Read as a whole number (`"1200"` becomes `1200`).
+    Integer,
+}
+
+/// How a bound tool's answers read as outcomes (docs/mcp.md, "A server that knows nothing of
+/// replaylab", says how they read without this).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Answers {
+    /// Where a success's `structuredContent` names the effect it made or found (`id`, or a
+    /// dotted path such as `result.id`): the success claim then names that reference, and the
+    /// judge holds it to the operation's own effect.
+    pub reference: Option<String>,
+    /// Tool-error texts (`isError: true`) that say an outcome: the first whose `contains` is
+    /// in the text is the answer; any other tool error claims nothing.
+    pub errors: Vec<ErrorReading>,
+}
+
+/// A tool-error text that says an outcome.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ErrorReading {
+    /// A piece of the error's text.
+    pub contains: String,
+    /// What it says: `unknown`, `in_flight`, `rejected` or `expired` (a tool error never
+    /// claims a success).
+    pub status: OutcomeStatus,
+    /// For `rejected`: why.
+    pub reason: Option<ReasonCode>,
+}
+
+/// The environment variables through which a server reaches a vendor twin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VendorEnv {
+    /// Set to the twin's base URL (`http://127.0.0.1:PORT`, the worker's own port).
+    pub base_url_env: String,
+    /// Set to the API key of the run's tenant (Stripe: `sk_test_<tenant>`).
+    pub api_key_env: String,
+}
+
+/// The file as written.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileSpec {
+    #[serde(default)]
+    tools: BTreeMap<String, ToolSpec>,
+    #[serde(default)]
+    vendor: BTreeMap<String, VendorSpec>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ToolSpec {
+    tool: String,
+    route: Option<String>,
+    key_argument: Option<String>,
+    arguments: Option<BTreeMap<String, toml::Value>>,
+    answers: Option<AnswersSpec>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AnswersSpec {
+    reference: Option<String>,
+    #[serde(default)]
+    errors: Vec<ErrorSpec>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ErrorSpec {
+    contains: String,
+    status: OutcomeStatus,
+    reason: Option<ReasonCode>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VendorSpec {
+    base_url_env: String,
+    api_key_env: String,
+}
+
+/// Reads `path` whole if it is a regular file of at most `limit` bytes: a FIFO, a device or a
+/// directory is refused before any read (a FIFO would block for good).
+pub fn read_regular_file(path: &Path, limit: u64) -> Result<String, String> {
+    let metadata = std::fs::metadata(path).map_err(|error| format!("{}: {error}", path.display()))?;
+    if !metadata.is_file() {
+        return Err(format!("{}: not a regular file", path.display()));
+    }
+    if metadata.len() > limit {
+        return Err(format!(
+            "{}: {} bytes, more than the {limit} a file of this kind may have",
+            path.display(),
+            metadata.len()
+        ));
+    }
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|file| file.take(limit + 1).read_to_string(&mut text))
+        .map_err(|error| format!("{}: {error}", path.display()))?;
+    Ok(text)
+}
+
+impl ToolMap {
+    /// Reads and checks the tool map at `path`.
+    pub fn load(path: &Path) -> Result<ToolMap, String> {
+        let text = read_regular_file(path, MAX_FILE_BYTES)?;
+        let path = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
+        ToolMap::parse(&text, &path).map_err(|error| format!("{}: {error}", path.display()))
+    }
+
+    /// Parses and checks a tool map's text; `path` is where it says it came from.
+    pub fn parse(text: &str, path: &Path) -> Result<ToolMap, String> {
+        let file: FileSpec = toml::from_str(text).map_err(|error| error.to_string().trim_end().to_owned())?;
+        if file.tools.is_empty() {
+            return Err(
+                "it binds no role: write a [tools.\"ROLE\"] table for each role your server plays (replaylab init writes a starting file)"
+                    .into(),
+            );
+        }
+        let mut vendors = BTreeMap::new();
+        for (name, spec) in file.vendor {
+            let facts = fake_downstream::dialect(&name).filter(|facts| facts.vendor).ok_or_else(|| {
+                format!(
+                    "[vendor.{name}]: no vendor twin is called {}; the twins are {}",
+                    quoted(&name),
+                    vendor_names()
+                )
+            })?;
+            for (field, value) in [("base_url_env", &spec.base_url_env), ("api_key_env", &spec.api_key_env)] {
+                check_env_name(value).map_err(|error| format!("[vendor.{name}] {field}: {error}"))?;
+            }
+            vendors.insert(
+                facts.name.to_owned(),
+                VendorEnv { base_url_env: spec.base_url_env, api_key_env: spec.api_key_env },
+            );
+        }
+        let mut roles = BTreeMap::new();
+        for (role, spec) in file.tools {
+            let binding =
+                Binding::check(&role, spec).map_err(|error| format!("[tools.{}]: {error}", quoted(&role)))?;
+            if binding.dialect.vendor && !vendors.contains_key(binding.dialect.name) {
+                return Err(format!(
+                    "[tools.{}]: its route is the {} twin's, and no [vendor.{}] says how the server reaches it: add\n  [vendor.{}]\n  base_url_env = \"...\"   # the variable your SDK's base URL is read from\n  api_key_env = \"...\"    # the variable its API key is read from",
+                    quoted(&role),
+                    binding.dialect.name,
+                    binding.dialect.name,
+                    binding.dialect.name
+                ));
+            }
+            roles.insert(role, binding);
+        }
+        Ok(ToolMap { path: path.to_owned(), roles, vendors })
+    }
+
+    /// The binding of `role`, if the map has one.
+    pub fn binding(&self, role: &str) -> Option<&Binding> {
+        self.roles.get(role)
+    }
+
+    /// The roles the server plays, given the tools its `tools/list` names: every bound role
+    /// (its tool must be listed, or the map is wrong: an error naming what is listed), and
+    /// every contract tool it lists under the contract's own name that the map does not bind.
+    pub fn served_roles(&self, listed: &BTreeSet<String>) -> Result<BTreeSet<String>, String> {
+        let mut roles = BTreeSet::new();
+        for binding in self.roles.values() {
+            if !listed.contains(&binding.tool) {
+                let names: Vec<&str> = listed.iter().map(String::as_str).collect();
+                return Err(format!(
+                    "{}: [tools.{}] binds the tool {}, which the server's tools/list does not name (it names {})",
+                    self.path.display(),
+                    quoted(&binding.role),
+                    quoted(&binding.tool),
+                    if names.is_empty() { "no tool".to_owned() } else { names.join(", ") }
+                ));
+            }
+            roles.insert(binding.role.clone());
+        }
+        let bound_tools: BTreeSet<&str> = self.roles.values().map(|binding| binding.tool.as_str()).collect();
+        for contract in ContractSet::builtin().iter() {
+            if listed.contains(&contract.name) && !bound_tools.contains(contract.name.as_str()) {
+                roles.insert(contract.name.clone());
+            }
+        }
+        Ok(roles)
+    }
+
+    /// What the bound dialects cannot do that `scenario` needs of them: the reasons it is
+    /// `not applicable` to this server, whatever its tools.
+    pub fn lacks(&self, scenario: &Scenario) -> Vec<String> {
+        let mut lacks = BTreeSet::new();
+        let mut tenants: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+        for call in scenario_calls(scenario) {
+            let Some(binding) = self.binding(&call.tool) else { continue };
+            let service = ContractSet::builtin()
+                .iter()
+                .find(|contract| contract.name == binding.role)
+                .map(|contract| contract.downstream.service.clone())
+                .unwrap_or_default();
+            let ignored = scenario
+                .downstream
+                .services
+                .get(&service)
+                .is_some_and(|spec| spec.idempotency == IdempotencyMode::Ignored);
+            if ignored && binding.dialect.honours_every_key {
+                lacks.insert(format!(
+                    "a {service} service that ignores idempotency keys, where {} is bound to the {} twin, which honours every key ({})",
+                    binding.role,
+                    binding.dialect.name,
+                    self.path.display()
+                ));
+            }
+            if binding.dialect.tenant_from_key {
+                if let Some(operation) = scenario.operations.get(&call.operation) {
+                    tenants.entry(binding.dialect.name).or_default().insert(operation.tenant.as_str());
+                }
+            }
+        }
+        for (dialect, tenants) in tenants {
+            if tenants.len() > 1 {
+                let named: Vec<&str> = tenants.into_iter().collect();
+                lacks.insert(format!(
+                    "operations of {} tenants ({}) on the {dialect} twin, whose tenant is the one API key a process is given",
+                    named.len(),
+                    named.join(", ")
+                ));
+            }
+        }
+        lacks.into_iter().collect()
+    }
+
+    /// `scenario` as it runs against this server: each fault rule and pause point that names a
+    /// bound role's native route (`POST /v1/charges`) names the bound route instead
+    /// (`POST /v1/payment_intents`). Everything else is as written.
+    pub fn scenario_for(&self, scenario: &Scenario) -> Scenario {
+        let mut moved = scenario.clone();
+        for step in &mut moved.steps {
+            match &mut step.kind {
+                StepKind::Fault { rule, .. } => self.move_rule(rule),
+                StepKind::Pause { point: PausePoint::Downstream { filter, .. }, .. } => {
+                    if let Some((method, path)) = self.moved(filter.method.as_deref(), filter.path.as_deref())
+                    {
+                        filter.method = method.map(str::to_owned);
+                        filter.path = Some(path.to_owned());
+                    }
+                }
+                _ => {}
+            }
+        }
+        moved
+    }
+
+    fn move_rule(&self, rule: &mut FaultRule) {
+        if let Some((method, path)) = self.moved(rule.matches.method.as_deref(), rule.matches.path.as_deref())
+        {
+            rule.matches.method = method.map(str::to_owned);
+            rule.matches.path = Some(path.to_owned());
+        }
+    }
+
+    /// Where a request filter's `method path` goes: the bound route of the role whose native
+    /// route it names exactly, if that route is another.
+    fn moved(&self, method: Option<&str>, path: Option<&str>) -> Option<(Option<&str>, &str)> {
+        let path = path?;
+        let binding = self.roles.values().find(|binding| {
+            let Some(kind) = tool_effect_kind(&binding.role) else { return false };
+            let Some((native_method, native_path)) = fake_downstream::native_route(kind) else {
+                return false;
+            };
+            native_path == path
+                && method.is_none_or(|method| method.eq_ignore_ascii_case(native_method))
+                && (binding.dialect.name != "native" || binding.path != native_path)
+        })?;
+        Some((method.map(|_| binding.method.as_str()), binding.path.as_str()))
+    }
+
+    /// The environment a worker process gets for the vendor twins: each vendor's base URL
+    /// (`base`, the worker's own port) and the API key of `tenant`.
+    pub fn vendor_environment(&self, base: &str, tenant: &str) -> Vec<(String, String)> {
+        let mut environment = Vec::new();
+        for (name, env) in &self.vendors {
+            environment.push((env.base_url_env.clone(), base.to_owned()));
+            environment.push((env.api_key_env.clone(), api_key(name, tenant)));
+        }
+        environment
+    }
+}
+
+/// The API key a vendor twin reads `tenant` from.
+pub fn api_key(vendor: &str, tenant: &str) -> String {
+    match vendor {
+        "stripe" => format!("sk_test_{tenant}"),
+        _ => format!("{vendor}_{tenant}"),
+    }
+}
+
+fn vendor_names() -> String {
+    let names: Vec<&str> =
+        fake_downstream::DIALECTS.iter().filter(|facts| facts.vendor).map(|facts| facts.name).collect();
+    names.join(", ")
+}
+
+fn check_env_name(name: &str) -> Result<(), String> {
+    let valid = name.chars().next().is_some_and(|first| first.is_ascii_uppercase() || first == '_')
+        && name.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
+    if !valid {
+        return Err(format!(
+            "{} is no environment variable's name (upper-case letters, digits and _)",
+            quoted(name)
+        ));
+    }
+    if name.starts_with("REPLAYLAB_") {
+        return Err(format!(
+            "{} is the harness's own (docs/mcp.md section 5): name your SDK's variable",
+            quoted(name)
+        ));
+    }
+    Ok(())
+}
+
+/// Every call a scenario makes (its `call` steps and the calls of its `concurrent` steps).
+fn scenario_calls(scenario: &Scenario) -> impl Iterator<Item = &scenarios::CallStep> {
+    scenario.steps.iter().flat_map(|step| match &step.kind {
+        StepKind::Call(call) => std::slice::from_ref(call),
+        StepKind::Concurrent(calls) => calls.as_slice(),
+        _ => &[],
+    })
+}
+
+impl Binding {
+    fn check(role: &str, spec: ToolSpec) -> Result<Binding, String> {
+        let contracts: Vec<_> =
+            ContractSet::builtin().iter().filter(|contract| contract.name == role).cloned().collect();
+        if contracts.is_empty() {
+            let roles: BTreeSet<String> =
+                ContractSet::builtin().iter().map(|contract| contract.name.clone()).collect();
+            let roles: Vec<String> = roles.into_iter().collect();
+            return Err(format!(
+                "no scenario plays a role called {}; the roles are {}",
+                quoted(role),
+                roles.join(", ")
+            ));
+        }
+        let kind = tool_effect_kind(role)
+            .ok_or_else(|| format!("{} makes no effect a route could be bound to", quoted(role)))?;
+        if spec.tool.trim().is_empty() {
+            return Err("`tool` is empty: name the server's tool that plays this role".into());
+        }
+        let (dialect, method, path) = match &spec.route {
+            None => {
+                let (method, path) =
+                    fake_downstream::native_route(kind).ok_or("no native route makes this effect")?;
+                (fake_downstream::DIALECTS[0], method.to_owned(), path.to_owned())
+            }
+            Some(route) => parse_route(route, kind)?,
+        };
+        let mut arguments_of_role = BTreeSet::new();
+        let mut material = BTreeSet::new();
+        for contract in &contracts {
+            arguments_of_role.extend(contract.arguments.keys().cloned());
+            material.extend(contract.material.iter().cloned());
+        }
+        if let Some(key) = &spec.key_argument {
+            if key.trim().is_empty() {
+                return Err("`key_argument` is empty: name the argument that takes the operation's key, or leave it out".into());
+            }
+        }
+        let arguments = match spec.arguments {
+            None => None,
+            Some(table) => {
+                let mut built = BTreeMap::new();
+                for (name, value) in table {
+                    if spec.key_argument.as_deref() == Some(name.as_str()) {
+                        return Err(format!(
+                            "arguments.{name}: it is the key_argument too; the harness fills it with the operation's key"
+                        ));
+                    }
+                    let source = parse_source(&value, &arguments_of_role)
+                        .map_err(|error| format!("arguments.{name}: {error}"))?;
+                    built.insert(name, source);
+                }
+                let passed: BTreeSet<&str> = built
+                    .values()
+                    .filter_map(|source| match source {
+                        Source::From { argument, .. } => Some(argument.as_str()),
+                        _ => None,
+                    })
+                    .collect();
+                let missing: Vec<&str> =
+                    material.iter().map(String::as_str).filter(|name| !passed.contains(name)).collect();
+                if !missing.is_empty() {
+                    return Err(format!(
+                        "the role's material argument{} {} {} passed to no argument of {}: the scenarios vary {} to tell one request from another, so map {} (e.g. `{} = \"{}\"`)",
+                        if missing.len() == 1 { "" } else { "s" },
+                        missing.join(", "),
+                        if missing.len() == 1 { "is" } else { "are" },
+                        quoted(&spec.tool),
+                        if missing.len() == 1 { "it" } else { "them" },
+                        if missing.len() == 1 { "it" } else { "each" },
+                        missing[0],
+                        missing[0]
+                    ));
+                }
+                Some(built)
+            }
+        };
+        let answers = match spec.answers {
+            None => Answers::default(),
+            Some(answers) => {
+                if answers
+                    .reference
+                    .as_deref()
+                    .is_some_and(|reference| reference.is_empty() || reference.split('.').any(str::is_empty))
+                {
+                    return Err("answers.reference: a field of structuredContent (`id`) or a dotted path (`result.id`)".into());
+                }
+                let mut errors = Vec::new();
+                for (index, error) in answers.errors.into_iter().enumerate() {
+                    if error.contains.is_empty() {
+                        return Err(format!(
+                            "answers.errors[{index}]: `contains` is empty (it would match every error)"
+                        ));
+                    }
+                    if error.status.claims_success() {
+                        return Err(format!(
+                            "answers.errors[{index}]: a tool error cannot claim {}: a success is answered with isError false",
+                            error.status.as_str()
+                        ));
+                    }
+                    if error.reason.is_some() && error.status != OutcomeStatus::Rejected {
+                        return Err(format!("answers.errors[{index}]: a `reason` is for `rejected` only"));
+                    }
+                    errors.push(ErrorReading {
+                        contains: error.contains,
+                        status: error.status,
+                        reason: error.reason,
+                    });
+                }
+                Answers { reference: answers.reference, errors }
+            }
+        };
+        Ok(Binding {
+            role: role.to_owned(),
+            tool: spec.tool,
+            dialect,
+            method,
+            path,
+            key_argument: spec.key_argument,
+            arguments,
+            answers,
+        })
+    }
+
+    /// The tool's arguments for a call whose business arguments (the contract's defaults
+    /// filled) are `business`; `call_id` is the delivery's own id; `key` the operation's key.
+    pub fn arguments_for(
+        &self,
+        business: &Map<String, Value>,
+        call_id: &str,
+        key: &str,
+    ) -> Map<String, Value> {
+        let mut arguments = match &self.arguments {
+            None => business.clone(),
+            Some(table) => {
+                let mut built = Map::new();
+                for (name, source) in table {
+                    let value = match source {
+                        Source::From { argument, form } => {
+                            business.get(argument).map(|value| in_form(value, *form))
+                        }
+                        Source::Value(value) => Some(value.clone()),
+                        Source::PerCall => Some(Value::String(call_id.to_owned())),
+                    };
+                    if let Some(value) = value {
+                        built.insert(name.clone(), value);
+                    }
+                }
+                built
+            }
+        };
+        if let Some(name) = &self.key_argument {
+            arguments.insert(name.clone(), Value::String(key.to_owned()));
+        }
+        arguments
+    }
+
+    /// What a tool error's `text` says, if the map reads it as an outcome.
+    pub fn read_error(&self, text: &str) -> Option<Outcome> {
+        let reading = self.answers.errors.iter().find(|reading| text.contains(&reading.contains))?;
+        let mut outcome = Outcome::new(reading.status);
+        outcome.reason = reading.reason;
+        outcome.message = Some(format!(
+            "tool error read as {} (its text has {}, {})",
+            reading.status.as_str(),
+            quoted(&reading.contains),
+            FILE_NAME
+        ));
+        Some(outcome)
+    }
+
+    /// The effect reference a success's `structuredContent` names, where the map says where.
+    /// The MCP SDKs wrap a tool's plain return value as `{"result": ...}`; a reference written
+    /// `id` is looked for under `result` too, and inside a `result` that is JSON text.
+    pub fn reference_in(&self, structured: &Value) -> Option<String> {
+        let reference = self.answers.reference.as_deref()?;
+        let at = |value: &Value| {
+            reference.split('.').try_fold(value, |value, field| value.get(field)).and_then(
+                |found| match found {
+                    Value::String(text) => Some(text.clone()),
+                    Value::Number(number) => Some(number.to_string()),
+                    _ => None,
+                },
+            )
+        };
+        at(structured).or_else(|| match structured.get("result")? {
+            Value::String(text) => at(&serde_json::from_str::<Value>(text).ok()?),
+            inner => at(inner),
+        })
+    }
+}
+
+fn parse_route(route: &str, kind: EffectKind) -> Result<(DialectFacts, String, String), String> {
+    let parts: Vec<&str> = route.split_whitespace().collect();
+    let [dialect, method, path] = parts.as_slice() else {
+        return Err(format!(
+            "route {}: write it `DIALECT METHOD PATH` (`stripe POST /v1/payment_intents`)",
+            quoted(route)
+        ));
+    };
+    let facts = fake_downstream::dialect(dialect).ok_or_else(|| {
+        let names: Vec<&str> = fake_downstream::DIALECTS.iter().map(|facts| facts.name).collect();
+        format!(
+            "route {}: no dialect is called {}; the dialects are {}",
+            quoted(route),
+            quoted(dialect),
+            names.join(", ")
+        )
+    })?;
+    let method = method.to_ascii_uppercase();
+    match fake_downstream::route_effect(facts.name, &method, path) {
+        Some(made) if made == kind => Ok((facts, method, (*path).to_owned())),
+        Some(made) => Err(format!(
+            "route {}: it makes a {} effect, and the role makes a {} one (docs/vendors.md lists each route's effect)",
+            quoted(route),
+            made.as_str(),
+            kind.as_str()
+        )),
+        None => Err(format!(
+            "route {}: the {} dialect serves no state-changing {method} {path} (docs/vendors.md lists its routes)",
+            quoted(route),
+            facts.name
+        )),
+    }
+}
+
+fn parse_source(value: &toml::Value, arguments: &BTreeSet<String>) -> Result<Source, String> {
+    let from = |argument: &str, form: Form| {
+        if arguments.contains(argument) {
+            Ok(Source::From { argument: argument.to_owned(), form })
+        } else {
+            let names: Vec<&str> = arguments.iter().map(String::as_str).collect();
+            Err(format!(
+                "the role has no argument {}; its arguments are {}",
+                quoted(argument),
+                names.join(", ")
+            ))
+        }
+    };
+    match value {
+        toml::Value::String(argument) => from(argument, Form::AsIs),
+        toml::Value::Table(table) => {
+            let keys: BTreeSet<&str> = table.keys().map(String::as_str).collect();
+            let shape = "write `\"ARGUMENT\"`, `{ from = \"ARGUMENT\", form = \"lower\" }`, `{ value = ... }` or `{ per_call = true }`";
+            if keys == BTreeSet::from(["value"]) {
+                let value = serde_json::to_value(&table["value"]).map_err(|error| error.to_string())?;
+                return Ok(Source::Value(value));
+            }
+            if keys == BTreeSet::from(["per_call"]) {
+                return match table["per_call"] {
+                    toml::Value::Boolean(true) => Ok(Source::PerCall),
+                    _ => Err(format!("`per_call` is `true` or left out; {shape}")),
+                };
+            }
+            if keys.contains("from") && keys.iter().all(|key| *key == "from" || *key == "form") {
+                let Some(argument) = table["from"].as_str() else {
+                    return Err(format!("`from` names a business argument as text; {shape}"));
+                };
+                let form = match table.get("form").map(|form| form.as_str()) {
+                    None => Form::AsIs,
+                    Some(Some("lower")) => Form::Lower,
+                    Some(Some("upper")) => Form::Upper,
+                    Some(Some("text")) => Form::Text,
+                    Some(Some("integer")) => Form::Integer,
+                    Some(other) => {
+                        return Err(format!(
+                            "form {}: the forms are lower, upper, text and integer",
+                            other.map(quoted).unwrap_or_else(|| "that is not text".into())
+                        ))
+                    }
+                };
+                return from(argument, form);
+            }
+            Err(shape.to_owned())
+        }
+        _ => Err("write `\"ARGUMENT\"`, `{ from = \"ARGUMENT\", form = \"lower\" }`, `{ value = ... }` or `{ per_call = true }`".into()),
+    }
+}
+
+fn in_form(value: &Value, form: Form) -> Value {
+    match (form, value) {
+        (Form::AsIs, value) => value.clone(),
+        (Form::Lower, Value::String(text)) => Value::String(text.to_lowercase()),
+        (Form::Upper, Value::String(text)) => Value::String(text.to_uppercase()),
+        (Form::Text, Value::String(text)) => Value::String(text.clone()),
+        (Form::Text, other) => Value::String(other.to_string()),
+        (Form::Integer, Value::String(text)) => {
+            text.trim().parse::<i64>().map(Value::from).unwrap_or_else(|_| Value::String(text.clone()))
+        }
+        (_, other) => other.clone(),
+    }
+}
