@@ -713,3 +713,233 @@ fn in_form(value: &Value, form: Form) -> Value {
         (_, other) => other.clone(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STRIPE: &str = r#"
+[tools."payments.charge"]
+tool = "create_payment_intent"
+route = "stripe POST /v1/payment_intents"
+key_argument = "idempotency_key"
+
+[tools."payments.charge".arguments]
+amount = "amount_minor"
+currency = { from = "currency", form = "lower" }
+customer = "customer"
+confirm = { value = true }
+request_id = { per_call = true }
+
+[tools."payments.charge".answers]
+reference = "id"
+
+[[tools."payments.charge".answers.errors]]
+contains = "may have been made"
+status = "unknown"
+
+[[tools."payments.charge".answers.errors]]
+contains = "other parameters"
+status = "rejected"
+reason = "idempotency_key_reused_with_different_request"
+
+[vendor.stripe]
+base_url_env = "STRIPE_API_BASE"
+api_key_env = "STRIPE_API_KEY"
+"#;
+
+    fn parse(text: &str) -> Result<ToolMap, String> {
+        ToolMap::parse(text, Path::new("/work/replaylab.toml"))
+    }
+
+    fn builtin(id: &str) -> Scenario {
+        scenarios::builtin_by_id(id).expect("a built-in scenario")
+    }
+
+    #[test]
+    fn a_binding_builds_the_tools_arguments_from_the_business_ones() {
+        let map = parse(STRIPE).expect("valid");
+        let binding = map.binding("payments.charge").expect("bound");
+        assert_eq!(
+            (binding.dialect.name, binding.method.as_str(), binding.path.as_str()),
+            ("stripe", "POST", "/v1/payment_intents")
+        );
+        let business = serde_json::json!({"customer": "cus_7", "amount_minor": 2500, "currency": "EUR", "trace_id": "t-1"});
+        let built = binding.arguments_for(
+            business.as_object().expect("object"),
+            "call_3",
+            "acme/production/run_1/charge",
+        );
+        assert_eq!(
+            Value::Object(built),
+            serde_json::json!({
+                "amount": 2500, "currency": "eur", "customer": "cus_7", "confirm": true,
+                "request_id": "call_3", "idempotency_key": "acme/production/run_1/charge"
+            }),
+            "renamed, lower-cased, constant, per call, the key; the ignored trace_id not passed"
+        );
+        // Without an arguments table, the business arguments go as they are.
+        let plain = parse("[tools.\"tickets.create\"]\ntool = \"create_issue\"\n").expect("valid");
+        let binding = plain.binding("tickets.create").expect("bound");
+        assert_eq!((binding.dialect.name, binding.path.as_str()), ("native", "/v1/tickets"));
+        let business = serde_json::json!({"queue": "q", "subject": "s", "body": "b"});
+        assert_eq!(
+            Value::Object(binding.arguments_for(business.as_object().expect("object"), "c", "k")),
+            business
+        );
+    }
+
+    #[test]
+    fn answers_read_as_the_map_says() {
+        let map = parse(STRIPE).expect("valid");
+        let binding = map.binding("payments.charge").expect("bound");
+        let unknown = binding.read_error("Error: the charge may have been made (timeout)").expect("read");
+        assert_eq!((unknown.status, unknown.reason), (OutcomeStatus::Unknown, None));
+        let refused = binding.read_error("key used with other parameters").expect("read");
+        assert_eq!(refused.reason, Some(ReasonCode::IdempotencyKeyReusedWithDifferentRequest));
+        assert_eq!(
+            binding.read_error("card declined"),
+            None,
+            "an error the map does not name claims nothing"
+        );
+        assert_eq!(
+            binding.reference_in(&serde_json::json!({"id": "pi_3", "status": "succeeded"})),
+            Some("pi_3".into())
+        );
+        assert_eq!(binding.reference_in(&serde_json::json!({"result": {"id": "pi_4"}})), Some("pi_4".into()));
+        assert_eq!(
+            binding.reference_in(&serde_json::json!({"result": "{\"id\": \"pi_5\"}"})),
+            Some("pi_5".into())
+        );
+        assert_eq!(binding.reference_in(&serde_json::json!({"result": "created"})), None);
+    }
+
+    #[test]
+    fn fault_rules_and_pause_points_move_to_the_bound_route() {
+        let map = parse(STRIPE).expect("valid");
+        let moved = map.scenario_for(&builtin("S32"));
+        let rule = moved
+            .steps
+            .iter()
+            .find_map(|step| match &step.kind {
+                StepKind::Fault { rule, .. } => Some(rule.clone()),
+                _ => None,
+            })
+            .expect("S32 installs a rule");
+        assert_eq!(
+            (rule.matches.method.as_deref(), rule.matches.path.as_deref()),
+            (Some("POST"), Some("/v1/payment_intents"))
+        );
+        // A ticket rule stays where it was: no binding moves tickets.
+        let tickets = map.scenario_for(&builtin("S02"));
+        assert_eq!(tickets.steps, builtin("S02").steps);
+        // A binding to the native route moves nothing.
+        let native = parse("[tools.\"payments.charge\"]\ntool = \"charge\"\n").expect("valid");
+        assert_eq!(native.scenario_for(&builtin("S32")).steps, builtin("S32").steps);
+    }
+
+    #[test]
+    fn what_a_twin_cannot_do_makes_a_scenario_not_applicable() {
+        let map = parse(STRIPE).expect("valid");
+        assert_eq!(map.lacks(&builtin("S32")), Vec::<String>::new(), "keys honoured, one tenant");
+        let s05 = map.lacks(&builtin("S05"));
+        assert_eq!(s05.len(), 1, "{s05:?}");
+        assert!(s05[0].contains("ignores idempotency keys") && s05[0].contains("stripe twin"), "{s05:?}");
+        // Roles the map does not bind are not its business.
+        assert_eq!(map.lacks(&builtin("S03")), Vec::<String>::new());
+        let two_tenants = scenarios::Scenario::from_toml(
+            &builtin_text("S32").replace(
+                "[operations.crashed]\ntenant = \"acme\"",
+                "[operations.crashed]\ntenant = \"globex\"",
+            ),
+            "two-tenants.toml",
+        )
+        .expect("valid");
+        let lacks = map.lacks(&two_tenants);
+        assert!(lacks.iter().any(|lack| lack.contains("2 tenants (acme, globex)")), "{lacks:?}");
+    }
+
+    fn builtin_text(id: &str) -> String {
+        scenarios::builtin_texts()
+            .iter()
+            .find(|(name, _)| name.starts_with(id))
+            .map(|(_, text)| (*text).to_owned())
+            .expect("a built-in file")
+    }
+
+    #[test]
+    fn the_roles_a_server_plays_are_its_bound_tools_and_its_contract_names() {
+        let map = parse(STRIPE).expect("valid");
+        let listed: BTreeSet<String> =
+            ["create_payment_intent", "tickets.create", "replaylab.poll"].map(str::to_owned).into();
+        assert_eq!(
+            map.served_roles(&listed).expect("served"),
+            BTreeSet::from(["payments.charge".to_owned(), "tickets.create".to_owned()])
+        );
+        let missing = map.served_roles(&BTreeSet::from(["charge".to_owned()])).expect_err("not listed");
+        assert!(
+            missing.contains("create_payment_intent") && missing.contains("it names charge"),
+            "{missing}"
+        );
+    }
+
+    #[test]
+    fn a_wrong_map_is_refused_with_what_is_wrong() {
+        let wrong = |text: &str, says: &str| {
+            let error = parse(text).expect_err(text);
+            assert!(error.contains(says), "{text}\n-> {error}\n(wanted {says:?})");
+        };
+        wrong("", "binds no role");
+        wrong("[tools.\"payments.refund\"]\ntool = \"refund\"\n", "no scenario plays a role called");
+        wrong("[tools.\"payments.charge\"]\ntool = \"\"\n", "`tool` is empty");
+        wrong(
+            "[tools.\"payments.charge\"]\ntool = \"c\"\nroute = \"stripe /v1/payment_intents\"\n",
+            "DIALECT METHOD PATH",
+        );
+        wrong(
+            "[tools.\"payments.charge\"]\ntool = \"c\"\nroute = \"paypal POST /v1/x\"\n",
+            "no dialect is called",
+        );
+        wrong(
+            "[tools.\"payments.charge\"]\ntool = \"c\"\nroute = \"stripe POST /v1/refunds\"\n",
+            "makes a refund_created effect",
+        );
+        wrong(
+            "[tools.\"payments.charge\"]\ntool = \"c\"\nroute = \"stripe GET /v1/charges\"\n",
+            "serves no state-changing GET",
+        );
+        wrong(
+            "[tools.\"payments.charge\"]\ntool = \"c\"\nroute = \"stripe POST /v1/payment_intents\"\n",
+            "no [vendor.stripe]",
+        );
+        wrong("[tools.\"payments.charge\"]\ntool = \"c\"\n[tools.\"payments.charge\".arguments]\namount = \"amount_minor\"\n", "currency, customer are passed to no argument");
+        wrong("[tools.\"payments.charge\"]\ntool = \"c\"\n[tools.\"payments.charge\".arguments]\namount = \"amount\"\n", "the role has no argument");
+        wrong(
+            "[tools.\"payments.charge\"]\ntool = \"c\"\n[tools.\"payments.charge\".arguments]\ncurrency = { from = \"currency\", form = \"title\" }\n",
+            "the forms are lower",
+        );
+        wrong(
+            "[tools.\"payments.charge\"]\ntool = \"c\"\nkey_argument = \"k\"\n[tools.\"payments.charge\".arguments]\nk = \"customer\"\n",
+            "it is the key_argument too",
+        );
+        wrong("[tools.\"payments.charge\"]\ntool = \"c\"\ncolour = 1\n", "unknown field");
+        wrong(
+            "[tools.\"payments.charge\"]\ntool = \"c\"\n[[tools.\"payments.charge\".answers.errors]]\ncontains = \"ok\"\nstatus = \"applied\"\n",
+            "cannot claim applied",
+        );
+        wrong(
+            "[tools.\"payments.charge\"]\ntool = \"c\"\n[vendor.stripe]\nbase_url_env = \"REPLAYLAB_X\"\napi_key_env = \"K\"\n",
+            "the harness's own",
+        );
+        wrong("[tools.\"payments.charge\"]\ntool = \"c\"\n[vendor.github]\nbase_url_env = \"B\"\napi_key_env = \"K\"\n", "no vendor twin is called");
+    }
+
+    #[test]
+    fn only_a_regular_file_is_read() {
+        let directory = std::env::temp_dir();
+        let error = ToolMap::load(&directory).expect_err("a directory");
+        assert!(error.contains("not a regular file"), "{error}");
+        let error = ToolMap::load(Path::new("/no/such/replaylab.toml")).expect_err("missing");
+        assert!(error.contains("/no/such/replaylab.toml"), "{error}");
+    }
+}

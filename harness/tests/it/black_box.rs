@@ -20,7 +20,7 @@ use serde_json::Value;
 
 const REPLAYLAB: &str = env!("CARGO_BIN_EXE_replaylab");
 
-fn root() -> PathBuf {
+pub(crate) fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
@@ -43,7 +43,7 @@ pub(crate) fn text(output: &Output) -> String {
 }
 
 /// A scratch directory of this test's own.
-fn scratch(test: &str) -> PathBuf {
+pub(crate) fn scratch(test: &str) -> PathBuf {
     let directory = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("black-box").join(test);
     let _ = std::fs::remove_dir_all(&directory);
     std::fs::create_dir_all(&directory).expect("a scratch directory");
@@ -64,7 +64,7 @@ pub(crate) fn row<'a>(matrix: &'a Value, id: &str) -> &'a Value {
 }
 
 /// The checked-in matrix.json schema accepts `matrix`.
-fn assert_valid(matrix: &Value) {
+pub(crate) fn assert_valid(matrix: &Value) {
     let path = root().join("reports/schema/matrix.schema.json");
     let schema: Value =
         serde_json::from_str(&std::fs::read_to_string(path).expect("the schema")).expect("JSON");
@@ -242,7 +242,7 @@ arguments = '{"subject": "s", "body": "b"}'
 
 /// The venv's python with the examples' packages, or `None` (outside CI) after saying how
 /// to set it up.
-fn python() -> Option<PathBuf> {
+pub(crate) fn python() -> Option<PathBuf> {
     let python = std::env::var_os("REPLAYLAB_PYTHON")
         .map(PathBuf::from)
         .unwrap_or_else(|| root().join("target/python-venv/bin/python"));
