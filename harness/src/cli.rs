@@ -257,6 +257,22 @@ enum Command {
         #[arg(long = "scenario-file")]
         scenario_files: Vec<PathBuf>,
     },
+    /// Start an MCP server once, read its tools/list, and write a starting tool map
+    /// (replaylab.toml, docs/toolmap.md): the roles it seems to play, and what to decide.
+    Init {
+        /// The command that starts one worker process of the server (as for matrix).
+        #[arg(long)]
+        executor_cmd: String,
+        /// How to talk to it: `stdio`, or `http`.
+        #[arg(long, default_value = "stdio")]
+        transport: String,
+        /// Where to write the map.
+        #[arg(long, default_value = world::toolmap::FILE_NAME)]
+        out: PathBuf,
+        /// Overwrite a file that is there.
+        #[arg(long)]
+        force: bool,
+    },
     /// List the executors that can be named with --executor.
     Executors,
     /// Measure: `sim` (harness runs/s against a raw turmoil yardstick) or `store` (executor
@@ -587,6 +603,72 @@ fn tool_map(named: Option<&std::path::Path>) -> Result<Option<Arc<world::toolmap
         eprintln!("tool map: {} (from the working directory)", map.path.display());
     }
     Ok(Some(Arc::new(map)))
+}
+
+/// `replaylab init`: every flag checked before the server starts; then one start, its
+/// `tools/list`, the starting file.
+fn init(command: &str, transport: &str, out: &std::path::Path, force: bool) -> Result<u8, Failure> {
+    if command.trim().is_empty() {
+        return Err(bad_input(anyhow::anyhow!(
+            "--executor-cmd is empty: give the command that starts the server"
+        )));
+    }
+    let transport = match transport {
+        "stdio" => world::process::Transport::Stdio,
+        "http" => world::process::Transport::Http,
+        other => {
+            return Err(bad_input(anyhow::anyhow!("--transport {}: must be stdio or http", quoted(other))))
+        }
+    };
+    if out.exists() && !force {
+        return Err(bad_input(anyhow::anyhow!(
+            "--out {}: the file is there; --force overwrites it",
+            out.display()
+        )));
+    }
+    if out.is_dir() {
+        return Err(bad_input(anyhow::anyhow!("--out {}: a directory, not a file", out.display())));
+    }
+    // A server that reads its vendor's variables as it starts gets them under the names the
+    // starting file proposes (`[vendor.stripe]`), pointed at the twin.
+    let vendors = crate::init::PROPOSED_VENDORS
+        .iter()
+        .map(|(name, base, key)| {
+            let env = world::toolmap::VendorEnv {
+                base_url_env: (*base).to_owned(),
+                api_key_env: (*key).to_owned(),
+            };
+            ((*name).to_owned(), env)
+        })
+        .collect();
+    let provisional = world::toolmap::ToolMap { path: out.to_owned(), roles: Default::default(), vendors };
+    let spec = world::process::BlackBoxSpec {
+        transport,
+        tool_map: Some(Arc::new(provisional)),
+        ..world::process::BlackBoxSpec::new(command, 1)
+    };
+    let probe = probe(&spec).map_err(|error| {
+        bad_input(anyhow::anyhow!(
+            "--executor-cmd {}: not an MCP server replaylab can drive: {error}",
+            quoted(command)
+        ))
+    })?;
+    let file = crate::init::starting_file(&probe.listed, command);
+    std::fs::write(out, &file).map_err(|error| Failure {
+        code: exit::BAD_INPUT,
+        error: anyhow::anyhow!("cannot write {}: {error}", out.display()),
+    })?;
+    let bound = file.lines().filter(|line| line.starts_with("[tools.\"") && line.ends_with("\"]")).count();
+    let decide = file.matches("# DECIDE:").count();
+    println!(
+        "wrote {}: {} tool{} listed, {bound} role{} bound by a guess, {decide} thing{} to decide (the `# DECIDE:` lines)",
+        out.display(),
+        probe.listed.len(),
+        if probe.listed.len() == 1 { "" } else { "s" },
+        if bound == 1 { "" } else { "s" },
+        if decide == 1 { "" } else { "s" }
+    );
+    Ok(exit::SUCCESS)
 }
 
 /// Starts `spec`'s command once to read what it supports (`world_process::probe`). From here
@@ -1210,6 +1292,7 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
             );
             Ok(exit::SUCCESS)
         }
+        Command::Init { executor_cmd, transport, out, force } => init(&executor_cmd, &transport, &out, force),
         Command::Executors => {
             for spec in &registry.executors {
                 println!("{:<28} {}", spec.name, spec.description);

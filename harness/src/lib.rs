@@ -63,6 +63,7 @@ pub mod world {
 
 pub mod bench;
 pub mod cli;
+pub mod init;
 pub mod merge;
 pub mod mutants;
 pub mod verify;

@@ -169,3 +169,99 @@ fn a_map_that_does_not_fit_the_server_is_bad_input_before_any_run() {
     assert!(!marker.exists(), "no process was started");
     assert!(!Path::new(&out).join("matrix.json").exists(), "nothing was written");
 }
+
+/// `replaylab init` against the careful server writes a map from its tools/list alone, and
+/// the matrix runs against the server with that file as written; it refuses to overwrite a
+/// file without `--force`, before starting anything.
+#[test]
+fn init_writes_a_map_the_matrix_runs_with() {
+    let Some(python) = stripe_python() else { return };
+    let directory = scratch("stripe-init");
+    let server = format!(
+        "PAYMENTS_DB={}/payments.db {} {}",
+        directory.display(),
+        python.display(),
+        example("python-stripe-careful").join("server.py").display()
+    );
+    let output = replaylab_in(&directory, &["init", "--executor-cmd", &server]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output));
+    assert!(text(&output).contains("1 role bound by a guess"), "{}", text(&output));
+    let written = std::fs::read_to_string(directory.join("replaylab.toml")).expect("the file");
+    assert!(written.contains("tool = \"create_payment_intent\""), "{written}");
+    assert!(written.contains("key_argument = \"idempotency_key\""), "{written}");
+    let again = replaylab_in(&directory, &["init", "--executor-cmd", "touch started; false"]);
+    assert_eq!(again.status.code(), Some(2), "{}", text(&again));
+    assert!(text(&again).contains("--force"), "{}", text(&again));
+    assert!(!directory.join("started").exists(), "nothing was started");
+    let out = directory.join("report");
+    let command = command(&python, "python-stripe-careful");
+    let output = replaylab_in(
+        &directory,
+        &[
+            "matrix",
+            "--executor-cmd",
+            &command,
+            "--only",
+            "S32",
+            "--repeat",
+            "1",
+            "--out",
+            &out.display().to_string(),
+        ],
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output));
+    assert_eq!(row(&matrix_json(&out), "C3")["verdict"], "pass");
+}
+
+/// A server with its own tool (`create_issue(project, title, body)`, on the native API): init
+/// binds it to `tickets.create` by its name and arguments, and with that file S07 (a new key,
+/// the same arguments: two tickets) runs against it and passes; the scenario's arguments
+/// reached it under its own names.
+#[test]
+fn init_binds_a_tool_of_its_own_name_and_the_scenarios_run_against_it() {
+    let Some(python) = python() else { return };
+    let directory = scratch("own-names");
+    let server = directory.join("server.py");
+    std::fs::write(
+        &server,
+        r#"import json, os, urllib.request
+from mcp.server.mcpserver import MCPServer
+mcp = MCPServer("issues")
+@mcp.tool()
+def create_issue(project: str, title: str, body: str) -> str:
+    """Open an issue in a project."""
+    fields = {"tenant": "acme", "queue": project, "subject": title, "body": body}
+    request = urllib.request.Request(os.environ["REPLAYLAB_DOWNSTREAM_URL"] + "/v1/tickets",
+        data=json.dumps(fields).encode(), headers={"Content-Type": "application/json"}, method="POST")
+    with urllib.request.urlopen(request) as answer:
+        return "created " + json.load(answer)["ticket_id"]
+mcp.run()
+"#,
+    )
+    .expect("the server is written");
+    let command = format!("{} {}", python.display(), server.display());
+    let output = replaylab_in(&directory, &["init", "--executor-cmd", &command]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output));
+    let written = std::fs::read_to_string(directory.join("replaylab.toml")).expect("the file");
+    for line in ["tool = \"create_issue\"", "project = \"queue\"", "title = \"subject\"", "body = \"body\""] {
+        assert!(written.contains(line), "{line}:\n{written}");
+    }
+    let out = directory.join("report");
+    let output = replaylab_in(
+        &directory,
+        &[
+            "matrix",
+            "--executor-cmd",
+            &command,
+            "--only",
+            "S07",
+            "--repeat",
+            "1",
+            "--out",
+            &out.display().to_string(),
+        ],
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output));
+    let matrix = matrix_json(&out);
+    assert_eq!(scenario(&matrix, "S07")["verdict"], "pass", "{:#}", scenario(&matrix, "S07"));
+}
