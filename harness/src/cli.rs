@@ -127,6 +127,10 @@ enum Command {
         /// row saying why.
         #[arg(long, value_delimiter = ',')]
         require: Vec<String>,
+        /// With --executor-cmd: exit 1 when a tool declares an MCP hint in its tools/list
+        /// (`idempotentHint`, `destructiveHint`, `readOnlyHint`) that its results contradict.
+        #[arg(long, requires = "executor_cmd")]
+        check_annotations: bool,
         #[command(flatten)]
         black_box: BlackBoxArgs,
     },
@@ -770,6 +774,7 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
             only,
             repeat,
             require,
+            check_annotations,
             black_box,
         } => {
             // The runs per scenario the user asked for are checked before a black-box command
@@ -859,7 +864,17 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
                     println!("{line}");
                 }
             }
-            let code = write_matrix_reports(&result, &out, &formats, &render_options)?;
+            let mut code = write_matrix_reports(&result, &out, &formats, &render_options)?;
+            let hints =
+                result.black_box.as_ref().map(|black_box| black_box.hints.as_slice()).unwrap_or_default();
+            for line in reports::hint_lines(hints) {
+                println!("{line}");
+            }
+            let contradicted: usize = hints.iter().map(|tool| tool.contradicted.len()).sum();
+            if check_annotations && contradicted > 0 {
+                println!("--check-annotations: {contradicted} declared hint(s) the results contradict");
+                code = exit::CHECK_FAILED;
+            }
             let required = match required {
                 Some(Required::All) => result.rows.iter().map(|row| row.row.clone()).collect(),
                 Some(Required::Rows(rows)) => rows,

@@ -15,7 +15,9 @@ pub fn black_box_text(result: &MatrixResult) -> Vec<String> {
     let share = |ms: u64| (ms * 100).checked_div(time.wall_ms).unwrap_or(0);
     let all: Vec<String> = (1..=13).map(|n| format!("O{n}")).collect();
     let missing: Vec<&String> = all.iter().filter(|o| !black_box.oracles_judged.contains(o)).collect();
-    vec![
+    let hints =
+        crate::hints::hint_lines(&black_box.hints).into_iter().map(|line| format!("MCP hints: {line}."));
+    let mut lines = vec![
         format!(
             "Black-box world: {}, {} worker process(es) per run over {}{}; capabilities from {}.",
             quoted_command(&black_box.command),
@@ -46,7 +48,9 @@ pub fn black_box_text(result: &MatrixResult) -> Vec<String> {
                 missing.iter().map(|o| o.as_str()).collect::<Vec<_>>().join(", ")
             )
         },
-    ]
+    ];
+    lines.extend(hints);
+    lines
 }
 
 /// A command in a sentence: in quotes.

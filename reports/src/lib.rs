@@ -23,6 +23,7 @@
 mod annotations;
 mod evidence;
 mod format;
+mod hints;
 mod html;
 mod json;
 mod junit;
@@ -38,13 +39,14 @@ pub use format::{
     append_matrix_step_summary, append_step_summary, render, write_reports, write_reports_with, Format,
     RenderOptions, ReportError, STEP_SUMMARY_LIMIT_BYTES, STEP_SUMMARY_VARIABLE,
 };
+pub use hints::hint_lines;
 pub use html::render_html;
 pub use json::{matrix_schema, matrix_sha256, render_json};
 pub use junit::render_junit;
 pub use markdown::{render_markdown, render_markdown_capped, MARKDOWN_CAP_BYTES};
 pub use model::{
-    Answer, Band, BlackBox, FailedRun, Lane, LedgerEntry, Mark, MarkKind, MatrixResult, OperationRecord,
-    RealTime, RequestKind, RowSummary, RunDigest, RunResult, ScenarioSummary, Shard, Timeline, Verdict,
-    Violation, WorldParameters, SCHEMA_VERSION,
+    Answer, Band, BlackBox, FailedRun, Hints, Lane, LedgerEntry, Mark, MarkKind, MatrixResult,
+    OperationRecord, RealTime, RequestKind, RowSummary, RunDigest, RunResult, ScenarioSummary, Shard,
+    Timeline, ToolHints, Verdict, Violation, WorldParameters, SCHEMA_VERSION,
 };
 pub use require::{unmet_requirements, SEED_ROWS};

@@ -158,6 +158,47 @@ pub struct BlackBox {
     /// could not judge this executor in this world (it reads what the server does not say,
     /// or what the harness cannot see of a process).
     pub oracles_judged: Vec<String>,
+    /// Per tool the scenarios called: the MCP hints its `tools/list` declares beside those
+    /// its results earned (clients decide retries from them). Empty for a server that listed
+    /// no tool the scenarios called.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hints: Vec<ToolHints>,
+}
+
+/// What one tool's results earned of MCP's tool hints (`readOnlyHint`, `destructiveHint`,
+/// `idempotentHint`), beside what its `tools/list` declares: `matrix --check-annotations` fails
+/// on a declared hint the results contradict.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolHints {
+    /// The role the scenarios called it as (`payments.charge`).
+    pub role: String,
+    /// The server's tool (`create_payment_intent`).
+    pub tool: String,
+    /// What its `tools/list` annotations say (absent: not declared).
+    pub declared: Hints,
+    /// What its results earned (absent: the runs did not show either way).
+    pub earned: Hints,
+    /// What the earned hints rest on, in words.
+    pub evidence: String,
+    /// The declared hints the results contradict (`idempotentHint`, ...).
+    pub contradicted: Vec<String>,
+}
+
+/// MCP's tool hints, each known or not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Hints {
+    /// The tool does not change its environment.
+    #[serde(rename = "readOnlyHint", default, skip_serializing_if = "Option::is_none")]
+    pub read_only: Option<bool>,
+    /// The tool may update or delete (not only add).
+    #[serde(rename = "destructiveHint", default, skip_serializing_if = "Option::is_none")]
+    pub destructive: Option<bool>,
+    /// Calling it again with the same arguments (the same operation, delivered again) has no
+    /// further effect.
+    #[serde(rename = "idempotentHint", default, skip_serializing_if = "Option::is_none")]
+    pub idempotent: Option<bool>,
 }
 
 impl RunResult {
@@ -486,14 +527,15 @@ pub struct RowSummary {
 /// `expect` violation, `builtin` scenarios), each scenario's `time_ms`, and count maps whose
 /// keys the schema checks; each ledger effect names the downstream request that made it
 /// and what its worker was serving (`request_id`, `sent_for`).
-pub const SCHEMA_VERSION: u32 = 6;
+/// 7: the black-box world's per-tool hints (`black_box.hints`).
+pub const SCHEMA_VERSION: u32 = 7;
 
 /// The result of a matrix run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MatrixResult {
     /// [`SCHEMA_VERSION`].
-    #[schemars(range(min = 6, max = 6))]
+    #[schemars(range(min = 7, max = 7))]
     pub schema_version: u32,
     /// The replaylab version that ran it.
     pub harness_version: String,

@@ -271,6 +271,7 @@ fn times_are_the_runs_time_and_the_timestamp_is_utc_without_a_zone() {
         time: reports::RealTime::default(),
         matrix_wall_ms: 0,
         oracles_judged: vec![],
+        hints: vec![],
     });
     assert!(basis(&black_box).starts_with("real: "), "{}", basis(&black_box));
 

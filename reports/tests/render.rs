@@ -319,6 +319,7 @@ fn a_black_box_matrix_says_it_was_real_and_not_deterministic() {
         time: reports::RealTime { wall_ms: 40_000, starting_ms: 4_000, waiting_ms: 30_000 },
         matrix_wall_ms: 9_000,
         oracles_judged: vec!["O1".into(), "O2".into(), "O13".into()],
+        hints: vec![],
     });
     let said = reports::black_box_text(&result);
     assert_eq!(said.len(), 4, "{said:#?}");

@@ -88,6 +88,7 @@ impl ExecutorSpec {
             .and_then(|manifest| manifest.capabilities.webhook_path.clone())
             .unwrap_or_else(|| protocol::mcp::DEFAULT_WEBHOOK_PATH.to_owned());
         spec.measured_start = probe.start;
+        spec.listed = probe.listed.clone();
         let (name, version) = probe.server.split_once(' ').unwrap_or((probe.server.as_str(), ""));
         let name = if name.is_empty() { spec.command.clone() } else { format!("{name} ({})", spec.command) };
         let mut executor = Self::new(name, |_run: &str| {

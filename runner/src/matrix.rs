@@ -134,6 +134,13 @@ pub fn run(config: &MatrixConfig) -> MatrixResult {
                     timeline::draw(seed, &scenario.worker_names(), &record.history, &record.result.violations)
                 });
                 let time_ms = runner::time_ms(&record);
+                let judged =
+                    matches!(record.result.verdict, Verdict::Pass | Verdict::Fail | Verdict::Unknown);
+                let uses = if judged && config.executor.black_box.is_some() {
+                    tool_uses(&record.history, &record.result)
+                } else {
+                    BTreeMap::new()
+                };
                 let finished = Finished {
                     index,
                     seed,
@@ -142,6 +149,7 @@ pub fn run(config: &MatrixConfig) -> MatrixResult {
                     deterministic,
                     timeline,
                     exercised: record.coverage.exercised,
+                    uses,
                 };
                 results.lock().unwrap_or_else(|p| p.into_inner()).push(finished);
             });
@@ -188,6 +196,15 @@ pub fn run(config: &MatrixConfig) -> MatrixResult {
                 judged
                     .sort_by_key(|oracle| oracle.trim_start_matches('O').parse::<u32>().unwrap_or(u32::MAX));
                 judged
+            },
+            hints: {
+                let mut summed: BTreeMap<String, ToolUse> = BTreeMap::new();
+                for finished in &results {
+                    for (role, use_) in &finished.uses {
+                        summed.entry(role.clone()).or_default().add(use_);
+                    }
+                }
+                hints(spec, &summed)
             },
         }),
     };
@@ -315,6 +332,117 @@ struct Finished {
     timeline: Option<Timeline>,
     /// The oracles that had something to judge.
     exercised: std::collections::BTreeSet<&'static str>,
+    /// What each role's operations did in the run (for the black-box hints).
+    uses: BTreeMap<String, ToolUse>,
+}
+
+/// What one role's operations did in one run, or summed over runs: what its MCP hints are
+/// earned from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct ToolUse {
+    /// Operations delivered more than once (a retry, a duplicate).
+    repeated: u64,
+    /// Of the operations, those that made more than one effect.
+    duplicated: u64,
+    /// Effects its operations made, by kind.
+    kinds: BTreeMap<String, u64>,
+}
+
+impl ToolUse {
+    fn add(&mut self, other: &ToolUse) {
+        self.repeated += other.repeated;
+        self.duplicated += other.duplicated;
+        for (kind, count) in &other.kinds {
+            *self.kinds.entry(kind.clone()).or_default() += count;
+        }
+    }
+}
+
+/// What each role's operations did in one run: the role of an operation is its first call's
+/// tool; its calls are counted from the history, its effects are the ledger's, as attributed.
+fn tool_uses(history: &[judge::history::Event], result: &RunResult) -> BTreeMap<String, ToolUse> {
+    let mut roles: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut calls: BTreeMap<&str, u64> = BTreeMap::new();
+    for event in history {
+        if let judge::history::EventKind::CallSent { operation, tool, .. } = &event.kind {
+            roles.entry(operation.as_str()).or_insert(tool.as_str());
+            *calls.entry(operation.as_str()).or_default() += 1;
+        }
+    }
+    let mut uses: BTreeMap<String, ToolUse> = BTreeMap::new();
+    for (operation, role) in &roles {
+        let use_ = uses.entry((*role).to_owned()).or_default();
+        if calls.get(operation).copied().unwrap_or_default() > 1 {
+            use_.repeated += 1;
+        }
+        let ledger = result
+            .operations
+            .iter()
+            .find(|record| record.operation.as_deref() == Some(*operation))
+            .map(|record| record.ledger.as_slice())
+            .unwrap_or_default();
+        if ledger.len() > 1 {
+            use_.duplicated += 1;
+        }
+        for entry in ledger {
+            *use_.kinds.entry(entry.kind.clone()).or_default() += 1;
+        }
+    }
+    uses
+}
+
+/// The hints each role's tool declares (its `tools/list` annotations) and earned over `uses`.
+fn hints(spec: &world::process::BlackBoxSpec, uses: &BTreeMap<String, ToolUse>) -> Vec<reports::ToolHints> {
+    let mut hints = Vec::new();
+    for (role, use_) in uses {
+        let tool = spec.tool_of(role);
+        let annotations = spec
+            .listed
+            .iter()
+            .find(|listed| listed.name == tool)
+            .and_then(|listed| listed.annotations.clone());
+        let declared_hint =
+            |name: &str| annotations.as_ref().and_then(|a| a.get(name)).and_then(serde_json::Value::as_bool);
+        let declared = reports::Hints {
+            read_only: declared_hint("readOnlyHint"),
+            destructive: declared_hint("destructiveHint"),
+            idempotent: declared_hint("idempotentHint"),
+        };
+        let effects: u64 = use_.kinds.values().sum();
+        // An update changes what is there (destructive, in MCP's words); a creation only adds.
+        let updates = use_.kinds.iter().any(|(kind, count)| *count > 0 && kind == "ticket_status_changed");
+        let earned = reports::Hints {
+            read_only: (effects > 0).then_some(false),
+            destructive: (effects > 0).then_some(updates),
+            idempotent: if use_.duplicated > 0 {
+                Some(false)
+            } else if use_.repeated > 0 {
+                Some(true)
+            } else {
+                None
+            },
+        };
+        let mut contradicted = Vec::new();
+        if declared.read_only == Some(true) && earned.read_only == Some(false) {
+            contradicted.push("readOnlyHint".to_owned());
+        }
+        if declared.destructive == Some(false) && earned.destructive == Some(true) {
+            contradicted.push("destructiveHint".to_owned());
+        }
+        if declared.idempotent == Some(true) && earned.idempotent == Some(false) {
+            contradicted.push("idempotentHint".to_owned());
+        }
+        let kinds: Vec<String> = use_.kinds.iter().map(|(kind, count)| format!("{count} {kind}")).collect();
+        let evidence = format!(
+            "{} operation{} delivered more than once, {} of them made more than one effect; effects: {}",
+            use_.repeated,
+            if use_.repeated == 1 { "" } else { "s" },
+            use_.duplicated,
+            if kinds.is_empty() { "none".to_owned() } else { kinds.join(", ") }
+        );
+        hints.push(reports::ToolHints { role: role.clone(), tool, declared, earned, evidence, contradicted });
+    }
+    hints
 }
 
 fn summarise(scenario: &Scenario, runs: &[&Finished]) -> ScenarioSummary {

@@ -71,6 +71,8 @@ pub struct BlackBoxSpec {
     pub measured_start: Duration,
     /// The user's tool map (`replaylab.toml`): the roles bound to the server's own tools.
     pub tool_map: Option<std::sync::Arc<crate::toolmap::ToolMap>>,
+    /// What its `tools/list` said of each tool (set from the [`Probe`]): the hints it declares.
+    pub listed: Vec<ListedTool>,
 }
 
 impl BlackBoxSpec {
@@ -91,7 +93,16 @@ impl BlackBoxSpec {
             start_patience: DEFAULT_START_PATIENCE,
             measured_start: Duration::ZERO,
             tool_map: None,
+            listed: Vec::new(),
         }
+    }
+
+    /// The server's tool that plays `role`: the tool map's binding, else the role's own name.
+    pub fn tool_of(&self, role: &str) -> String {
+        self.tool_map
+            .as_ref()
+            .and_then(|map| map.binding(role))
+            .map_or_else(|| role.to_owned(), |binding| binding.tool.clone())
     }
 
     /// The command line's arguments that name this executor, for reproduce commands:

@@ -121,6 +121,10 @@ fn the_careful_stripe_server_passes_every_row_that_applies() {
     }
     let s32 = scenario(&matrix, "S32");
     assert_eq!(s32["verdict"], "pass", "{s32:#}");
+    // Delivered again and again, one charge per operation: the idempotent hint is earned.
+    let hints = &matrix["black_box"]["hints"][0];
+    assert_eq!(hints["tool"], "create_payment_intent", "{hints:#}");
+    assert_eq!(hints["earned"]["idempotentHint"], true, "{hints:#}");
     // Every other scenario says why it did not run: a role the server does not play, or a
     // premise the Stripe twin cannot give (keys ignored).
     let s05 = scenario(&matrix, "S05");
@@ -264,4 +268,60 @@ mcp.run()
     assert_eq!(output.status.code(), Some(0), "{}", text(&output));
     let matrix = matrix_json(&out);
     assert_eq!(scenario(&matrix, "S07")["verdict"], "pass", "{:#}", scenario(&matrix, "S07"));
+}
+
+/// The naive Stripe server declaring `idempotentHint: true` and `destructiveHint: false` (as
+/// servers often do for a create): the matrix reports what its results earned beside what it
+/// declares, and `--check-annotations` fails it on the idempotent hint that a second charge
+/// for one operation contradicts; the additive hint holds.
+#[test]
+fn a_declared_hint_the_results_contradict_fails_check_annotations() {
+    let Some(python) = stripe_python() else { return };
+    let directory = scratch("stripe-hints");
+    let naive =
+        std::fs::read_to_string(example("python-stripe-naive").join("server.py")).expect("the server");
+    let declaring = naive
+        .replace(
+            "from mcp.server.mcpserver import MCPServer",
+            "from mcp.server.mcpserver import MCPServer\nfrom mcp.types import ToolAnnotations",
+        )
+        .replace(
+            "@mcp.tool()",
+            "@mcp.tool(annotations=ToolAnnotations(idempotentHint=True, destructiveHint=False))",
+        );
+    assert_ne!(declaring, naive, "the decorator was rewritten");
+    std::fs::write(directory.join("server.py"), declaring).expect("written");
+    std::fs::copy(example("python-stripe-naive").join("replaylab.toml"), directory.join("replaylab.toml"))
+        .expect("the map");
+    let command = format!("{} {}", python.display(), directory.join("server.py").display());
+    let out = directory.join("report");
+    let output = replaylab_in(
+        &directory,
+        &[
+            "matrix",
+            "--executor-cmd",
+            &command,
+            "--only",
+            "S32",
+            "--repeat",
+            "1",
+            "--check-annotations",
+            "--out",
+            &out.display().to_string(),
+        ],
+    );
+    let said = text(&output);
+    assert_eq!(output.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("tool create_payment_intent (payments.charge): declares destructiveHint=false idempotentHint=true; earned readOnlyHint=false destructiveHint=false idempotentHint=false"),
+        "{said}"
+    );
+    assert!(
+        said.contains("CONTRADICTED: idempotentHint") && said.contains("--check-annotations: 1 declared"),
+        "{said}"
+    );
+    let matrix = matrix_json(&out);
+    let hints = &matrix["black_box"]["hints"][0];
+    assert_eq!(hints["contradicted"], serde_json::json!(["idempotentHint"]), "{hints:#}");
+    assert_eq!(hints["earned"]["destructiveHint"], false, "charges only add: {hints:#}");
 }
