@@ -188,6 +188,9 @@ pub fn merge(parts: Vec<MatrixResult>) -> Result<MatrixResult, MergeError> {
             let mut judged: Vec<String> = judged.into_iter().cloned().collect();
             judged.sort_by_key(|oracle| oracle.trim_start_matches('O').parse::<u32>().unwrap_or(u32::MAX));
             black_box.oracles_judged = judged;
+            black_box.hints = reports::ToolHints::merged(
+                parts.iter().filter_map(|s| s.black_box.as_ref()).flat_map(|b| &b.hints),
+            );
             black_box
         }),
     };

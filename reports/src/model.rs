@@ -177,7 +177,14 @@ pub struct ToolHints {
     pub tool: String,
     /// What its `tools/list` annotations say (absent: not declared).
     pub declared: Hints,
-    /// What its results earned (absent: the runs did not show either way).
+    /// Operations of this role delivered more than once, over the runs.
+    pub repeated: u64,
+    /// Of the operations, those that made more than one effect.
+    pub duplicated: u64,
+    /// The effects its operations made, by kind.
+    pub effects: BTreeMap<String, u64>,
+    /// What its results earned (absent: the runs did not show either way), from the counts
+    /// above ([`ToolHints::new`]).
     pub earned: Hints,
     /// What the earned hints rest on, in words.
     pub evidence: String,

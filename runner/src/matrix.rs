@@ -408,39 +408,14 @@ fn hints(spec: &world::process::BlackBoxSpec, uses: &BTreeMap<String, ToolUse>) 
             destructive: declared_hint("destructiveHint"),
             idempotent: declared_hint("idempotentHint"),
         };
-        let effects: u64 = use_.kinds.values().sum();
-        // An update changes what is there (destructive, in MCP's words); a creation only adds.
-        let updates = use_.kinds.iter().any(|(kind, count)| *count > 0 && kind == "ticket_status_changed");
-        let earned = reports::Hints {
-            read_only: (effects > 0).then_some(false),
-            destructive: (effects > 0).then_some(updates),
-            idempotent: if use_.duplicated > 0 {
-                Some(false)
-            } else if use_.repeated > 0 {
-                Some(true)
-            } else {
-                None
-            },
-        };
-        let mut contradicted = Vec::new();
-        if declared.read_only == Some(true) && earned.read_only == Some(false) {
-            contradicted.push("readOnlyHint".to_owned());
-        }
-        if declared.destructive == Some(false) && earned.destructive == Some(true) {
-            contradicted.push("destructiveHint".to_owned());
-        }
-        if declared.idempotent == Some(true) && earned.idempotent == Some(false) {
-            contradicted.push("idempotentHint".to_owned());
-        }
-        let kinds: Vec<String> = use_.kinds.iter().map(|(kind, count)| format!("{count} {kind}")).collect();
-        let evidence = format!(
-            "{} operation{} delivered more than once, {} of them made more than one effect; effects: {}",
+        hints.push(reports::ToolHints::new(
+            role,
+            &tool,
+            declared,
             use_.repeated,
-            if use_.repeated == 1 { "" } else { "s" },
             use_.duplicated,
-            if kinds.is_empty() { "none".to_owned() } else { kinds.join(", ") }
-        );
-        hints.push(reports::ToolHints { role: role.clone(), tool, declared, earned, evidence, contradicted });
+            use_.kinds.clone(),
+        ));
     }
     hints
 }
