@@ -1,6 +1,6 @@
 //! The mutant zoo: thirty-five executors, each the reference with exactly one defect (M01..M18
 //! are MATRIX.md's classic ones, M19..M22 the project's own, each caught only by the scenario
-//! that was added for it, M23, which only the liveness oracle O13 sees, M24 and M25, which only O8's
+//! that was added for it (M21 also by S32, which plays S22's lost answer for a charge), M23, which only the liveness oracle O13 sees, M24 and M25, which only O8's
 //! rules for refusals and results see, M26, which only O10's count of completion notices sees, M27, which only S24's cross-version replay sees, M28, which only O13's hand-over rule sees, M29, which only S26's crash between a job's settlement and its notice sees, M30, which only S27's late answer sees, M31, which only S28's polls of abandoned claims see, M32, which only S29's unconfirmed notice sees, M33, which only S30's failing lookups see, M34, which only S31's retry before the consumer sees, and M35, which only S32's crash where keys are honoured and nothing else can tell sees), plugged in through the same public [`protocol::ExecutorFactory`]
 //! interface as any user's executor.
 //!
@@ -227,7 +227,8 @@ pub fn all() -> Vec<Mutant> {
             id: "M21",
             name: "fresh_key_resend",
             defect: "when recovery resends a request, it sends it under a new downstream key",
-            caught_by: &["S22"],
+            // S32 plays S22's lost answer for a charge.
+            caught_by: &["S22", "S32"],
             strategies: fresh_key_resend_strategies,
             factory: || boxed(fresh_key_resend()),
         },
@@ -794,7 +795,7 @@ fn fresh_key_resend_strategies() -> Strategies {
 }
 
 /// M21 fresh_key_resend — the project's own (a lost answer where keys are honoured and there is
-/// no receipt lookup); caught by S22.
+/// no receipt lookup); caught by S22, and by S32, which plays the same lost answer for a charge.
 ///
 /// Difference from the reference: `recovery: resend_under_fresh_key` (as the reference, but
 /// when recovery resends, the request carries a new downstream key).
@@ -1344,7 +1345,7 @@ mod tests {
         ("M18", "consumer_no_claim", &["S16"]),
         ("M19", "optional_fields_unfingerprinted", &["S20"]),
         ("M20", "replay_before_auth", &["S21"]),
-        ("M21", "fresh_key_resend", &["S22"]),
+        ("M21", "fresh_key_resend", &["S22", "S32"]),
         ("M22", "impatient_job_poll", &["S23"]),
         ("M23", "recovery_never_resends", &["S04", "S12"]),
         ("M24", "refusal_reason_forgotten", &["S18"]),

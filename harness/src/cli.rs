@@ -865,11 +865,9 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
                 }
             }
             let mut code = write_matrix_reports(&result, &out, &formats, &render_options)?;
+            // The hints were printed with the black-box world's lines (render_matrix).
             let hints =
                 result.black_box.as_ref().map(|black_box| black_box.hints.as_slice()).unwrap_or_default();
-            for line in reports::hint_lines(hints) {
-                println!("{line}");
-            }
             let contradicted: usize = hints.iter().map(|tool| tool.contradicted.len()).sum();
             if check_annotations && contradicted > 0 {
                 println!("--check-annotations: {contradicted} declared hint(s) the results contradict");

@@ -1059,7 +1059,7 @@ fn outcome_of(answer: &CallToolResult, binding: Option<&Binding>) -> (AgentResul
             // A tool returning text (the TypeScript SDK's usual answer) may name its effect in
             // JSON text.
             outcome.effect_reference = binding.and_then(|binding| {
-                binding.reference_in(&serde_json::from_str::<serde_json::Value>(&text_of(answer)).ok()?)
+                binding.reference_in(&serde_json::from_str::<serde_json::Value>(&whole_text_of(answer)).ok()?)
             });
             outcome.message = Some(format!(
                 "no structuredContent: isError false taken as a success claim{}",
@@ -1133,10 +1133,14 @@ fn downstream_answers(shared: &Shared, label: &str) -> String {
 }
 
 fn text_of(answer: &CallToolResult) -> String {
+    whole_text_of(answer).chars().take(200).collect()
+}
+
+/// Every text content of `answer`, joined, uncut: what a tool map reads a reference from.
+fn whole_text_of(answer: &CallToolResult) -> String {
     let text: Vec<String> =
         answer.content.iter().filter_map(|c| c.as_text().map(|t| t.text.clone())).collect();
-    let text = text.join(" ");
-    text.chars().take(200).collect()
+    text.join(" ")
 }
 
 /// The MCP handshake over streamable HTTP with a server that is starting on `port`: once
