@@ -99,8 +99,8 @@ pub struct DialectFacts {
     /// A vendor's twin: its clients reach it by a base URL and an API key of their own (the
     /// tool map's `[vendor.NAME]`), not by `REPLAYLAB_DOWNSTREAM_URL`.
     pub vendor: bool,
-    /// It honours every idempotency key: a scenario's `idempotency = "ignored"` cannot hold.
-    pub honours_every_key: bool,
+    /// Which idempotency keys it honours, whatever the scenario's `[downstream]` says.
+    pub keys: KeyPolicy,
     /// It serves receipt lookups (`GET /v1/receipts/{key}`).
     pub receipts: bool,
     /// How long it keeps a key, when the dialect says so (Stripe: 24 h) rather than the
@@ -110,12 +110,24 @@ pub struct DialectFacts {
     pub tenant_from_key: bool,
 }
 
+/// Which idempotency keys a dialect honours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyPolicy {
+    /// As the scenario's `[downstream]` configures the service (the native dialect).
+    AsConfigured,
+    /// Every key (Stripe): a scenario's `idempotency = "ignored"` cannot hold.
+    Every,
+    /// None: the vendor has no idempotency key at all (GitHub, Slack); a scenario's
+    /// `idempotency = "honoured"` cannot hold.
+    None,
+}
+
 /// Every dialect the service speaks, the native one first.
 pub const DIALECTS: [DialectFacts; 2] = [
     DialectFacts {
         name: "native",
         vendor: false,
-        honours_every_key: false,
+        keys: KeyPolicy::AsConfigured,
         receipts: true,
         key_retention_ms: None,
         tenant_from_key: false,
@@ -123,7 +135,7 @@ pub const DIALECTS: [DialectFacts; 2] = [
     DialectFacts {
         name: "stripe",
         vendor: true,
-        honours_every_key: true,
+        keys: KeyPolicy::Every,
         receipts: false,
         key_retention_ms: stripe::KEY_RETENTION_MS_FACT,
         tenant_from_key: true,

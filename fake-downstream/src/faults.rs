@@ -30,6 +30,10 @@ pub enum FaultAction {
     CommitThenMalformed,
     /// Wait the delay, then handle the request normally.
     DelayBeforeCommit(Duration),
+    /// No effect: the request is refused as the dialect refuses a client over its rate limit
+    /// (GitHub's 403 secondary rate limit, Slack's 429 `ratelimited`, ...), with a
+    /// `Retry-After` of this many whole seconds.
+    RateLimited(Duration),
 }
 
 impl FaultAction {
@@ -44,6 +48,7 @@ impl FaultAction {
             FaultAction::CommitThenError(_) => "commit_then_error",
             FaultAction::CommitThenMalformed => "commit_then_malformed",
             FaultAction::DelayBeforeCommit(_) => "delay_before_commit",
+            FaultAction::RateLimited(_) => "rate_limited",
         }
     }
 }
@@ -126,12 +131,6 @@ impl FaultRule {
         if path.contains('?') {
             return Err(format!("`path` {path:?} has a query; a rule's path is matched without it"));
         }
-        if path.split('/').any(is_placeholder) {
-            return Err(format!(
-                "`path` {path:?} has a placeholder segment, but a rule's path is matched as it is: \
-                 name the id (e.g. /v1/tickets/ticket_1) or use a prefix (e.g. /v1/tickets/*)"
-            ));
-        }
         if crate::paths::business_paths().any(|route| serves(route, path)) {
             return Ok(());
         }
@@ -152,10 +151,7 @@ impl FaultRule {
     pub(crate) fn selects(&self, request: &RequestFacts<'_>) -> bool {
         let m = &self.matches;
         m.method.as_deref().is_none_or(|method| method.eq_ignore_ascii_case(request.method))
-            && m.path.as_deref().is_none_or(|pattern| match pattern.strip_suffix('*') {
-                Some(prefix) => request.path.starts_with(prefix),
-                None => request.path == pattern,
-            })
+            && m.path.as_deref().is_none_or(|pattern| path_selects(pattern, request.path))
             && m.tenant.as_deref().is_none_or(|tenant| Some(tenant) == request.tenant)
             && m.idempotency_key.as_deref().is_none_or(|key| Some(key) == request.idempotency_key)
     }
@@ -246,6 +242,7 @@ enum ActionName {
     CommitThenError,
     CommitThenMalformed,
     DelayBeforeCommit,
+    RateLimited,
 }
 
 /// `times` as written: any number (checked in [`FaultRule::try_from`], so that `-1` gets a
@@ -275,9 +272,12 @@ impl TryFrom<RuleSpec> for FaultRule {
             }
             Ok(delay)
         };
-        let takes_delay = matches!(spec.action, ActionName::CommitThenDelay | ActionName::DelayBeforeCommit);
+        let takes_delay = matches!(
+            spec.action,
+            ActionName::CommitThenDelay | ActionName::DelayBeforeCommit | ActionName::RateLimited
+        );
         if spec.delay.is_some() && !takes_delay {
-            return Err("`delay` is only for commit_then_delay and delay_before_commit".into());
+            return Err("`delay` is only for commit_then_delay, delay_before_commit and rate_limited".into());
         }
         if spec.status.is_some() && !matches!(spec.action, ActionName::CommitThenError) {
             return Err("`status` is only for commit_then_error".into());
@@ -297,6 +297,16 @@ impl TryFrom<RuleSpec> for FaultRule {
             }
             ActionName::CommitThenMalformed => FaultAction::CommitThenMalformed,
             ActionName::DelayBeforeCommit => FaultAction::DelayBeforeCommit(delay()?),
+            ActionName::RateLimited => {
+                let wait =
+                    delay().map_err(|_| "rate_limited needs `delay`, the Retry-After (e.g. \"2s\")")?;
+                if wait.subsec_nanos() != 0 || wait.is_zero() {
+                    return Err(
+                        "rate_limited's `delay` is the Retry-After: whole seconds, at least 1s".into()
+                    );
+                }
+                FaultAction::RateLimited(wait)
+            }
         };
         let times = match spec.times {
             TimesSpec::Count(n) if n < 1 => return Err(format!("`times` must be at least 1, not {n}")),
@@ -330,12 +340,49 @@ fn check_match(matches: &RuleMatch) -> Result<(), String> {
     Ok(())
 }
 
-/// Whether `pattern` (a rule's path: exact, or a prefix ending in `*`) can select a request to
-/// `route` (axum syntax: a `{name}` segment stands for any one non-empty segment).
+/// Whether a rule's or a pause point's `pattern` selects a request to `path` (its query
+/// ignored): segment by segment, a `{name}` segment fitting any one non-empty segment
+/// (`/repos/{owner}/{repo}/issues` selects `/repos/acme/support/issues`), or as a prefix
+/// when it ends in `*` (`/v1/tickets/*`), the segments before the last whole.
+pub fn path_selects(pattern: &str, path: &str) -> bool {
+    let path = path.split('?').next().unwrap_or_default();
+    if !pattern.contains('{') {
+        return match pattern.strip_suffix('*') {
+            Some(prefix) => path.starts_with(prefix),
+            None => path == pattern,
+        };
+    }
+    let segments: Vec<&str> = path.split('/').collect();
+    let fits = |wanted: &str, segment: &str| {
+        if is_placeholder(wanted) {
+            !segment.is_empty()
+        } else {
+            wanted == segment
+        }
+    };
+    match pattern.strip_suffix('*') {
+        None => {
+            let wanted: Vec<&str> = pattern.split('/').collect();
+            wanted.len() == segments.len()
+                && wanted.iter().zip(&segments).all(|(wanted, segment)| fits(wanted, segment))
+        }
+        Some(prefix) => {
+            let wanted: Vec<&str> = prefix.split('/').collect();
+            let (partial, whole) = wanted.split_last().expect("split yields at least one piece");
+            whole.len() < segments.len()
+                && whole.iter().zip(&segments).all(|(wanted, segment)| fits(wanted, segment))
+                && segments[whole.len()].starts_with(partial)
+        }
+    }
+}
+
+/// Whether `pattern` (a rule's path: exact, or a prefix ending in `*`; a `{name}` segment in
+/// it fits any one segment) can select a request to `route` (axum syntax: a `{name}` segment
+/// stands for any one non-empty segment).
 fn serves(route: &str, pattern: &str) -> bool {
     let route: Vec<&str> = route.split('/').collect();
     let fits = |wanted: &str, segment: &str| {
-        if is_placeholder(segment) {
+        if is_placeholder(segment) || is_placeholder(wanted) {
             !wanted.is_empty()
         } else {
             wanted == segment
@@ -384,6 +431,7 @@ impl From<&FaultRule> for RuleSpec {
             FaultAction::CommitThenError(s) => (ActionName::CommitThenError, None, Some(s)),
             FaultAction::CommitThenMalformed => (ActionName::CommitThenMalformed, None, None),
             FaultAction::DelayBeforeCommit(d) => (ActionName::DelayBeforeCommit, Some(d), None),
+            FaultAction::RateLimited(d) => (ActionName::RateLimited, Some(d), None),
         };
         RuleSpec {
             matches: rule.matches.clone(),
@@ -520,8 +568,12 @@ mod tests {
         }
         let error = parse("/v1/receipts/k1?tenant=acme").unwrap_err();
         assert!(error.contains("has a query"), "{error}");
-        let error = parse("/v1/tickets/{id}").unwrap_err();
-        assert!(error.contains("placeholder"), "{error}");
+        // A `{name}` segment fits any one segment, in the check as in matching.
+        let rule = parse("/v1/tickets/{id}").unwrap();
+        assert!(rule.selects(&facts("/v1/tickets/ticket_9", None)));
+        assert!(!rule.selects(&facts("/v1/tickets", None)));
+        assert!(!rule.selects(&facts("/v1/tickets/ticket_9/x", None)));
+        assert!(parse("/v1/tickets/{id}/close").is_err());
         // A scenario file's rule is deserialized without the check (its premise says when it
         // never fired); an empty match is refused there too.
         let rule: FaultRule =

@@ -251,6 +251,21 @@ impl Downstream {
                 }
                 response
             }
+            Answer::RateLimited { status, body, retry_after_s } => {
+                let content_type = dialect.content_type(status);
+                let status =
+                    http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::TOO_MANY_REQUESTS);
+                let retry_after = http::HeaderValue::from(retry_after_s);
+                (
+                    status,
+                    [
+                        (http::header::CONTENT_TYPE, http::HeaderValue::from_static(content_type)),
+                        (http::header::RETRY_AFTER, retry_after),
+                    ],
+                    body.to_string(),
+                )
+                    .into_response()
+            }
             Answer::Malformed { status, bytes } => {
                 let status = http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::OK);
                 (status, [(http::header::CONTENT_TYPE, "application/json")], bytes).into_response()

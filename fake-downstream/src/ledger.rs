@@ -121,6 +121,8 @@ pub enum Disposition {
     DroppedBeforeCommit,
     /// A fault rule closed the connection before commit.
     ResetBeforeCommit,
+    /// A fault rule refused the request before commit as over the rate limit (`Retry-After`).
+    RateLimited,
     /// An admin endpoint.
     Admin,
 }
@@ -137,6 +139,7 @@ impl Disposition {
             Disposition::KeyReusedWithDifferentRequest => "key_reused_with_different_request",
             Disposition::PreconditionFailed => "precondition_failed",
             Disposition::Invalid => "invalid",
+            Disposition::RateLimited => "rate_limited",
             Disposition::NotFound => "not_found",
             Disposition::Unsupported => "unsupported",
             Disposition::DroppedBeforeCommit => "dropped_before_commit",

@@ -40,9 +40,9 @@ pub use config::{
 pub use content::{content_digest, content_fields, digest_of};
 pub use facts::{
     answer_references, dialect, native_route, request_content, request_effect, request_tenant, route_effect,
-    DialectFacts, RequestEffect, DIALECTS,
+    DialectFacts, KeyPolicy, RequestEffect, DIALECTS,
 };
-pub use faults::{FaultAction, FaultRule, FaultRuleId, InstalledRule, RuleMatch, Times};
+pub use faults::{path_selects, FaultAction, FaultRule, FaultRuleId, InstalledRule, RuleMatch, Times};
 pub use ledger::{Disposition, Effect, EffectKind, RequestRecord, VersionChange, WebhookDelivery};
 pub use service::{Downstream, DownstreamError, Job, Observer, Ticket};
 pub use wire::{Clock, SystemClock};

@@ -121,6 +121,16 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     fn key_retention_ms(&self) -> Option<u64>;
     /// The `Content-Type` of an answer with `status`.
     fn content_type(&self, status: u16) -> &'static str;
+    /// The status and body of a refusal over the rate limit (a `rate_limited` fault rule; the
+    /// answer carries `Retry-After: retry_after_s`). By default a `429` problem.
+    fn rate_limited(&self, retry_after_s: u64) -> (u16, Value) {
+        let problem = wire::Problem::new(
+            429,
+            "rate_limited",
+            format!("too many requests: retry after {retry_after_s} s"),
+        );
+        (429, serde_json::to_value(problem).expect("a problem serialises"))
+    }
 }
 
 /// Sees every effect and every journaled request as it happens (the harness keeps one
@@ -238,6 +248,8 @@ pub(crate) enum Answer {
     Json { status: u16, body: Value, replayed: bool },
     /// A body cut short, so that it is not valid JSON.
     Malformed { status: u16, bytes: Vec<u8> },
+    /// A refusal over the rate limit, answered with `Retry-After: retry_after_s`.
+    RateLimited { status: u16, body: Value, retry_after_s: u64 },
     /// Close the connection without answering.
     Close,
     /// Never answer.
@@ -583,6 +595,13 @@ impl Downstream {
                 self.journal(&exchange, Disposition::ResetBeforeCommit, None, fault, None);
                 return Answer::Close;
             }
+            Some(FaultAction::RateLimited(wait)) => {
+                drop(reservation.take());
+                let retry_after_s = wait.as_secs();
+                let (status, body) = exchange.dialect.rate_limited(retry_after_s);
+                self.journal(&exchange, Disposition::RateLimited, None, fault, Some(status));
+                return Answer::RateLimited { status, body, retry_after_s };
+            }
             _ => {}
         }
 
@@ -630,7 +649,9 @@ impl Downstream {
             _ => Answer::Json { status: processed.status, body: processed.body.clone(), replayed },
         };
         let status = match &answer {
-            Answer::Json { status, .. } | Answer::Malformed { status, .. } => Some(*status),
+            Answer::Json { status, .. }
+            | Answer::Malformed { status, .. }
+            | Answer::RateLimited { status, .. } => Some(*status),
             Answer::Close | Answer::Silence => None,
         };
         self.journal(&exchange, processed.disposition, processed.effect_seq, fault, status);

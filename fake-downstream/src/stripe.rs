@@ -94,6 +94,16 @@ impl Dialect for Stripe {
     fn content_type(&self, _status: u16) -> &'static str {
         "application/json"
     }
+
+    fn rate_limited(&self, _retry_after_s: u64) -> (u16, Value) {
+        let error = StripeError::new(
+            429,
+            "invalid_request_error",
+            "Request rate limit exceeded. Learn more about rate limits here https://stripe.com/docs/rate-limits.",
+        )
+        .code("rate_limit");
+        (429, error.body())
+    }
 }
 
 /// Whether a request is written in Stripe's dialect: it carries a Stripe secret key.

@@ -123,10 +123,7 @@ impl PointReached {
                 moment == reached
                     && (!filter.effect || qualified)
                     && filter.method.as_deref().is_none_or(|wanted| wanted.eq_ignore_ascii_case(method))
-                    && filter.path.as_deref().is_none_or(|wanted| match wanted.strip_suffix('*') {
-                        Some(prefix) => path.starts_with(prefix),
-                        None => path == wanted,
-                    })
+                    && filter.path.as_deref().is_none_or(|wanted| fake_downstream::path_selects(wanted, path))
                     && filter.tool.as_deref().is_none_or(|tool| {
                         tool_effect_kind(tool).is_some_and(|kind| class.effect_kind() == Some(kind))
                     })

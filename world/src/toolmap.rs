@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use fake_downstream::{DialectFacts, EffectKind, FaultRule, IdempotencyMode};
+use fake_downstream::{DialectFacts, EffectKind, FaultRule, IdempotencyMode, KeyPolicy};
 use judge::attribution::tool_effect_kind;
 use judge::text::quoted;
 use protocol::{ContractSet, Outcome, OutcomeStatus, ReasonCode};
@@ -291,17 +291,27 @@ impl ToolMap {
                 .find(|contract| contract.name == binding.role)
                 .map(|contract| contract.downstream.service.clone())
                 .unwrap_or_default();
-            let ignored = scenario
-                .downstream
-                .services
-                .get(&service)
-                .is_some_and(|spec| spec.idempotency == IdempotencyMode::Ignored);
-            if ignored && binding.dialect.honours_every_key {
+            // The service as the scenario runs it: its `[downstream]`, else the defaults.
+            let Some(kind) = fake_downstream::Service::parse(&service) else { continue };
+            let config = crate::downstream_config(scenario).service(kind);
+            let honoured = config.idempotency == IdempotencyMode::Honoured;
+            let (twin, role, file) = (binding.dialect.name, &binding.role, self.path.display());
+            match binding.dialect.keys {
+                KeyPolicy::Every if !honoured => {
+                    lacks.insert(format!(
+                        "a {service} service that ignores idempotency keys, where {role} is bound to the {twin} twin, which honours every key ({file})"
+                    ));
+                }
+                KeyPolicy::None if honoured => {
+                    lacks.insert(format!(
+                        "a {service} service that honours idempotency keys, where {role} is bound to the {twin} twin, which has no idempotency key at all ({file})"
+                    ));
+                }
+                _ => {}
+            }
+            if config.receipts && !binding.dialect.receipts {
                 lacks.insert(format!(
-                    "a {service} service that ignores idempotency keys, where {} is bound to the {} twin, which honours every key ({})",
-                    binding.role,
-                    binding.dialect.name,
-                    self.path.display()
+                    "a {service} service with receipt lookups by key, where {role} is bound to the {twin} twin, which has none ({file})"
                 ));
             }
             if binding.dialect.tenant_from_key {
