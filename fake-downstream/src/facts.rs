@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 use crate::ledger::EffectKind;
-use crate::{native, stripe};
+use crate::{github, native, stripe};
 
 /// What a request to the service is, in the core's terms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +36,11 @@ pub fn request_effect(method: &str, path: &str) -> RequestEffect {
         // effect, and its content is none: nothing is attributed to it).
         ("POST", ["v1", "payment_intents"]) => RequestEffect::Change(EffectKind::ChargeCreated),
         ("POST", ["v1", "refunds"]) => RequestEffect::Change(EffectKind::RefundCreated),
+        // GitHub: an issue, a change of its state, a comment.
+        ("POST", ["repos", _, _, "issues"]) => RequestEffect::Change(EffectKind::TicketCreated),
+        ("PATCH", ["repos", _, _, "issues", _]) => RequestEffect::Change(EffectKind::TicketStatusChanged),
+        ("POST", ["repos", _, _, "issues", _, "comments"]) => RequestEffect::Change(EffectKind::MessageSent),
+        ("GET", ["repos", _, _, "issues", ..] | ["search", "issues"]) => RequestEffect::Read,
         ("GET", ["v1", "receipts", _, ..]) => RequestEffect::ReceiptLookup,
         ("GET", ["v1", "tickets" | "jobs" | "payment_intents" | "charges" | "refunds", _]) => {
             RequestEffect::Read
@@ -53,6 +58,8 @@ pub fn request_effect(method: &str, path: &str) -> RequestEffect {
 pub fn request_content(method: &str, path: &str, authorization: Option<&str>, body: &[u8]) -> Option<String> {
     if stripe::speaks(authorization) {
         stripe::request_content(method, path, authorization, body)
+    } else if path.starts_with("/repos/") {
+        github::request_content(method, path, authorization, body)
     } else {
         native::request_content(method, path, body)
     }
@@ -63,6 +70,9 @@ pub fn request_content(method: &str, path: &str, authorization: Option<&str>, bo
 pub fn request_tenant(path_and_query: &str, authorization: Option<&str>, body: &[u8]) -> Option<String> {
     if stripe::speaks(authorization) {
         return stripe::tenant_of_key(authorization).ok();
+    }
+    if let Some(tenant) = github::tenant_of_token(authorization) {
+        return tenant.ok();
     }
     let from_body = serde_json::from_slice::<Value>(body)
         .ok()
@@ -81,11 +91,16 @@ pub fn answer_references(status: u16, body: &[u8]) -> Vec<String> {
         return Vec::new();
     }
     let Ok(body) = serde_json::from_slice::<Value>(body) else { return Vec::new() };
+    if body.is_array() {
+        // A GitHub list.
+        return github::references_in_answer(&body);
+    }
     let mut references: Vec<String> = ["ticket_id", "charge_id", "message_id", "job_id", "effect_reference"]
         .iter()
         .filter_map(|field| body.get(*field).and_then(|value| value.as_str()).map(str::to_owned))
         .collect();
     references.extend(stripe::references_in_answer(&body));
+    references.extend(github::references_in_answer(&body));
     references
 }
 
@@ -123,7 +138,7 @@ pub enum KeyPolicy {
 }
 
 /// Every dialect the service speaks, the native one first.
-pub const DIALECTS: [DialectFacts; 2] = [
+pub const DIALECTS: [DialectFacts; 3] = [
     DialectFacts {
         name: "native",
         vendor: false,
@@ -140,6 +155,14 @@ pub const DIALECTS: [DialectFacts; 2] = [
         key_retention_ms: stripe::KEY_RETENTION_MS_FACT,
         tenant_from_key: true,
     },
+    DialectFacts {
+        name: "github",
+        vendor: true,
+        keys: KeyPolicy::None,
+        receipts: false,
+        key_retention_ms: None,
+        tenant_from_key: true,
+    },
 ];
 
 /// The dialect named `name`.
@@ -153,6 +176,7 @@ pub fn route_effect(dialect: &str, method: &str, path: &str) -> Option<EffectKin
     let served = match dialect {
         "native" => crate::paths::NATIVE.as_slice(),
         "stripe" => crate::paths::STRIPE.as_slice(),
+        "github" => crate::paths::GITHUB.as_slice(),
         _ => return None,
     };
     served.contains(&path).then_some(())?;

@@ -13,7 +13,8 @@
 //! **Layout: one core, several dialects.** `service.rs` is the core (state, ledger, journal,
 //! fault rules, pause points, idempotency records, receipts, jobs, the request pipeline) and
 //! imports no dialect; `http.rs` is the HTTP plumbing dialects share; each dialect is one
-//! module over them: `native.rs` (replaylab's own JSON API) and `stripe.rs` (the Stripe twin).
+//! module over them: `native.rs` (replaylab's own JSON API), `stripe.rs` (the Stripe twin),
+//! `github.rs` (the GitHub twin) and `slack.rs` (the Slack twin).
 //! `routes.rs` assembles their routers with `admin.rs`; `facts.rs` is what the harness and the
 //! judge read of a request in the core's terms; `paths.rs` is the leaf table of business paths
 //! that fault rules are checked against. Imports run one way: routes, facts -> dialects ->
@@ -26,6 +27,7 @@ mod config;
 mod content;
 mod facts;
 mod faults;
+mod github;
 mod http;
 mod ledger;
 mod native;

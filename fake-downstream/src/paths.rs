@@ -26,8 +26,17 @@ pub(crate) const STRIPE: [&str; 7] = [
     "/v1/refunds/{id}",
 ];
 
+/// The GitHub twin (`github.rs`; `tests/downstream/github.rs` checks that it serves these).
+pub(crate) const GITHUB: [&str; 5] = [
+    "/repos/{owner}/{repo}",
+    "/repos/{owner}/{repo}/issues",
+    "/repos/{owner}/{repo}/issues/{number}",
+    "/repos/{owner}/{repo}/issues/{number}/comments",
+    "/search/issues",
+];
+
 /// Every business path, each once.
 pub(crate) fn business_paths() -> impl Iterator<Item = &'static str> {
     let stripe_only = STRIPE.into_iter().filter(|path| !NATIVE.contains(path));
-    NATIVE.into_iter().chain(stripe_only)
+    NATIVE.into_iter().chain(stripe_only).chain(GITHUB)
 }

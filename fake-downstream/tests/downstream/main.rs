@@ -2,6 +2,7 @@
 //! loopback port. Every test asserts on the effect ledger, the ground truth.
 
 mod api_doc;
+mod github;
 mod layout;
 mod real_port;
 mod sim;
