@@ -702,7 +702,25 @@ impl Machine {
             RecordStatus::Pending if (self.strategies.queued)(&record) => self.describe(&record),
             RecordStatus::Pending if record.lease_is_live(self.now_ms()) => self.describe(&record),
             // Handed over to people when it was marked: nothing a retry does can settle it.
-            RecordStatus::Unknown if !self.can_find_out(contract) => self.describe(&record),
+            RecordStatus::Unknown
+                if !self.can_find_out(contract) && !(self.strategies.rerun_unknown)(contract) =>
+            {
+                self.describe(&record)
+            }
+            RecordStatus::Unknown if !self.can_find_out(contract) => {
+                // Mutants only: the retry runs the request again.
+                let Some(owned) = self.take_over(&record, contract).await else {
+                    return self.reload_and_describe(&record.tenant, &key).await;
+                };
+                let _at_work = self.at_work(&owned.owner_token);
+                self.note(
+                    &owned.tenant,
+                    &owned.operation_key,
+                    "unknown, and nothing can tell: running it again",
+                )
+                .await;
+                self.execute(&owned, &record, contract, request).await
+            }
             RecordStatus::Pending | RecordStatus::Unknown => {
                 tracing::debug!(
                     key,

@@ -1,20 +1,20 @@
-//! The mutant zoo: thirty-five executors, each the reference with exactly one defect (M01..M18
+//! The mutant zoo: thirty-six executors, each the reference with exactly one defect (M01..M18
 //! are MATRIX.md's classic ones, M19..M22 the project's own, each caught only by the scenario
 //! that was added for it (M21 also by S32, which plays S22's lost answer for a charge), M23, which only the liveness oracle O13 sees, M24 and M25, which only O8's
-//! rules for refusals and results see, M26, which only O10's count of completion notices sees, M27, which only S24's cross-version replay sees, M28, which only O13's hand-over rule sees, M29, which only S26's crash between a job's settlement and its notice sees, M30, which only S27's late answer sees, M31, which only S28's polls of abandoned claims see, M32, which only S29's unconfirmed notice sees, M33, which only S30's failing lookups see, M34, which only S31's retry before the consumer sees, and M35, which only S32's crash where keys are honoured and nothing else can tell sees), plugged in through the same public [`protocol::ExecutorFactory`]
+//! rules for refusals and results see, M26, which only O10's count of completion notices sees, M27, which only S24's cross-version replay sees, M28, which only O13's hand-over rule sees, M29, which only S26's crash between a job's settlement and its notice sees, M30, which only S27's late answer sees, M31, which only S28's polls of abandoned claims see, M32, which only S29's unconfirmed notice sees, M33, which only S30's failing lookups see, M34, which only S31's retry before the consumer sees, M35, which only S32's crash where keys are honoured and nothing else can tell sees, and M36, which only S33's retry where the provider has no key and no receipts sees), plugged in through the same public [`protocol::ExecutorFactory`]
 //! interface as any user's executor.
 //!
 //! Every defect is code doing the wrong thing (a read then an insert with a store call in
 //! between, a claim table in the worker's private memory, a resend after a timeout without a
 //! key, ...), never a flag that tells the harness to fail: a mutant is killed only when a
 //! scenario makes its defect produce a wrong outcome or a second effect on the downstream's
-//! ledger. Thirty-four of them replace one decision of [`Strategies`] (two fields for
+//! ledger. Thirty-five of them replace one decision of [`Strategies`] (two fields for
 //! `blind_retry` and `process_minted_key`, whose single defects need both; see there); `in_memory_claims` keeps every
 //! decision and moves the claim store into the worker's private memory.
 //!
 //! ```
 //! let zoo = executor::mutants::all();
-//! assert_eq!(zoo.len(), 35);
+//! assert_eq!(zoo.len(), 36);
 //! let blind_retry = executor::mutants::find("blind_retry").expect("in the zoo");
 //! assert_eq!((blind_retry.id, blind_retry.caught_by), ("M05", &["S02"][..]));
 //! // The harness makes one factory per run (scenario and seed).
@@ -356,7 +356,37 @@ pub fn all() -> Vec<Mutant> {
             strategies: || process_minted_key_strategies(u64::from(std::process::id())),
             factory: || boxed(process_minted_key()),
         },
+        Mutant {
+            id: "M36",
+            name: "unknown_run_again",
+            defect: "a retry that finds an operation unknown, where no receipt and no honoured key can tell what \
+                     happened, runs the request again",
+            caught_by: &["S33"],
+            strategies: unknown_run_again_strategies,
+            factory: || boxed(unknown_run_again()),
+        },
     ]
+}
+
+/// The decisions of the mutant below: the reference's, but rerun_unknown.
+fn unknown_run_again_strategies() -> Strategies {
+    Strategies { rerun_unknown: Rc::new(|_| true), ..Strategies::reference() }
+}
+
+/// M36 unknown_run_again — the project's own (a provider with no idempotency key and no receipt
+/// lookup, GitHub's and Slack's way); caught by S33.
+///
+/// Difference from the reference: `rerun_unknown` (a retry of an `unknown` operation that the
+/// executor cannot find out runs the request again, under the same claim).
+///
+/// Plausible because the agent asked again, the record says only that nobody knows, and there
+/// is nothing to ask: running it looks like the only way forward, and it is what most wrappers
+/// do with an error they cannot read. Where the first request made the effect (a lost answer
+/// after the commit), the provider makes a second. With a receipt lookup (S02, S03) or an
+/// honoured key (S22, S32) recovery asks or resends safely first and hides the defect; an
+/// operation abandoned while pending (S27) is recovered, not rerun.
+pub fn unknown_run_again() -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(unknown_run_again_strategies)
 }
 
 /// The decisions of the mutant below, for one worker start whose minted part is `minted`:
@@ -1324,7 +1354,7 @@ mod tests {
 
     /// MATRIX.md's zoo table (M01..M18), then the project's own (M19 onwards, each with the
     /// one scenario added for it): id, name, the scenarios that must catch it.
-    const MATRIX_ZOO: [(&str, &str, &[&str]); 35] = [
+    const MATRIX_ZOO: [(&str, &str, &[&str]); 36] = [
         ("M01", "args_hash_as_key", &["S07"]),
         ("M02", "in_memory_claims", &["S03", "S04", "S05"]),
         ("M03", "read_then_insert", &["S05"]),
@@ -1360,6 +1390,7 @@ mod tests {
         ("M33", "reconcile_gives_up_quietly", &["S30"]),
         ("M34", "queued_taken_over", &["S31"]),
         ("M35", "process_minted_key", &["S32"]),
+        ("M36", "unknown_run_again", &["S33"]),
     ];
 
     #[test]

@@ -227,6 +227,10 @@ pub type OwnerAtWorkFn = Rc<dyn Fn(&OperationRecord, u64) -> bool>;
 /// Whether a `pending` record is waiting for the queue's consumer (so that a retry, a poll or
 /// a reconcile leaves it alone), or abandoned.
 pub type QueuedFn = Rc<dyn Fn(&OperationRecord) -> bool>;
+/// Whether a retry that finds an operation `unknown`, where the executor has no way to find it
+/// out (no receipt lookup, no honoured key), runs the request again (`true`) or answers what the
+/// record says (`false`, the reference).
+pub type RerunUnknownFn = Rc<dyn Fn(&ToolContract) -> bool>;
 /// How finished jobs are settled (webhook deduplication and the settling transition).
 pub type JobSettlementFn = Rc<dyn Fn() -> JobSettlementPlan>;
 /// Whether the queue consumer claims the operation before it acts on a delivery.
@@ -316,6 +320,8 @@ pub struct Strategies {
     pub owner_at_work: OwnerAtWorkFn,
     /// Whether a `pending` record is waiting for the queue's consumer.
     pub queued: QueuedFn,
+    /// U: a retry of an `unknown` operation nothing can settle.
+    pub rerun_unknown: RerunUnknownFn,
 }
 
 impl Strategies {
@@ -344,6 +350,7 @@ impl Strategies {
             late_receipt: Rc::new(reference_late_receipt),
             owner_at_work: Rc::new(reference_owner_at_work),
             queued: Rc::new(reference_queued),
+            rerun_unknown: Rc::new(reference_rerun_unknown),
         }
     }
 }
@@ -462,6 +469,13 @@ pub fn reference_late_receipt() -> bool {
 /// `unknown` (reconcile) until someone takes the claim over.
 pub fn reference_owner_at_work(record: &OperationRecord, now_ms: u64) -> bool {
     record.lease_is_live(now_ms)
+}
+
+/// U: an `unknown` operation the executor cannot find out (no receipt lookup, no honoured key)
+/// was handed over to people when it was marked; a retry answers `unknown` again and never runs
+/// the request a second time: the first may have made the effect, and nothing would tell.
+pub fn reference_rerun_unknown(_contract: &ToolContract) -> bool {
+    false
 }
 
 /// A `pending` record with no owner (and no job) was handed to the queue: it waits for the

@@ -605,6 +605,8 @@ fn mutants_of_the_queue_webhooks_and_jobs_fail_as_processes_too() {
         ("queued_taken_over", "S31", "expect"),
         // And a key minted per process, which only a real restart shows.
         ("process_minted_key", "S32", "O1"),
+        // And a rerun where the provider has no key and no receipts (S33, GitHub's way).
+        ("unknown_run_again", "S33", "O1"),
     ] {
         let command =
             format!("{REPLAYLAB} executor serve --mutant {mutant} --store sqlite:{{state}}/claims.db");

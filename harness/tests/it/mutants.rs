@@ -12,7 +12,7 @@ const REPLAYLAB: &str = env!("CARGO_BIN_EXE_replaylab");
 /// (mutant, scenario that kills it, oracle that must fire there). `expect` is a scenario
 /// expectation (for M13 the defect is a refusal of an equivalent request: no effect-safety
 /// oracle can see it, the scenario's expectation does).
-const KILLS: [(&str, &str, &str); 35] = [
+const KILLS: [(&str, &str, &str); 36] = [
     ("args_hash_as_key", "S07", "O2"),
     ("in_memory_claims", "S03", "O1"),
     ("read_then_insert", "S05", "O1"),
@@ -48,12 +48,13 @@ const KILLS: [(&str, &str, &str); 35] = [
     ("reconcile_gives_up_quietly", "S30", "O13"),
     ("queued_taken_over", "S31", "expect"),
     ("process_minted_key", "S32", "O1"),
+    ("unknown_run_again", "S33", "O1"),
 ];
 
 /// The project's own scenarios (S20 onwards) and the mutant each was added for: the mutant
 /// fails that scenario and no other, or the scenario would not be worth its runtime. One
 /// exception, named in `SAME_PREMISE`: a scenario that plays another's premise for another role.
-const OWN: [(&str, &str); 13] = [
+const OWN: [(&str, &str); 14] = [
     ("S20", "optional_fields_unfingerprinted"),
     ("S21", "replay_before_auth"),
     ("S22", "fresh_key_resend"),
@@ -67,6 +68,7 @@ const OWN: [(&str, &str); 13] = [
     ("S30", "reconcile_gives_up_quietly"),
     ("S31", "queued_taken_over"),
     ("S32", "process_minted_key"),
+    ("S33", "unknown_run_again"),
 ];
 
 /// Scenarios that also fail an own scenario's mutant because they play its premise for another
