@@ -64,6 +64,8 @@ impl ToolHints {
             earned,
             evidence,
             contradicted,
+            scenarios: Vec::new(),
+            vendor: None,
         }
     }
 
@@ -82,11 +84,24 @@ impl ToolHints {
             for (kind, count) in &part.effects {
                 *sum.effects.entry(kind.clone()).or_default() += count;
             }
+            sum.scenarios.extend(part.scenarios.iter().cloned());
+            sum.scenarios.sort();
+            sum.scenarios.dedup();
+            sum.vendor = sum.vendor.take().or_else(|| part.vendor.clone());
         }
         by_role
             .into_values()
-            .map(|sum| {
-                ToolHints::new(&sum.role, &sum.tool, sum.declared, sum.repeated, sum.duplicated, sum.effects)
+            .map(|sum| ToolHints {
+                scenarios: sum.scenarios.clone(),
+                vendor: sum.vendor.clone(),
+                ..ToolHints::new(
+                    &sum.role,
+                    &sum.tool,
+                    sum.declared,
+                    sum.repeated,
+                    sum.duplicated,
+                    sum.effects,
+                )
             })
             .collect()
     }
@@ -104,8 +119,13 @@ pub fn hint_lines(hints: &[ToolHints]) -> Vec<String> {
             } else {
                 format!("; CONTRADICTED: {}", tool.contradicted.join(", "))
             };
+            let vendor = match &tool.vendor {
+                Some(vendor) if tool.scenarios.is_empty() => format!("; bound to {vendor}"),
+                Some(vendor) => format!("; bound to {vendor} (scenarios: {})", tool.scenarios.join(", ")),
+                None => String::new(),
+            };
             format!(
-                "tool {} ({}): declares {}; earned {} ({}){contradicted}",
+                "tool {} ({}): declares {}; earned {} ({}){contradicted}{vendor}",
                 tool.tool,
                 tool.role,
                 named(&tool.declared).unwrap_or_else(|| "no hint".into()),
@@ -175,5 +195,22 @@ mod tests {
             (3, 1, 4)
         );
         assert_eq!(joined[0].contradicted, ["idempotentHint"], "one shard's duplicate contradicts the whole");
+    }
+
+    #[test]
+    fn a_tool_bound_to_a_twin_says_what_the_twin_does_with_keys_and_where_it_was_judged() {
+        let note = "github POST /repos/{owner}/{repo}/issues: the github twin honours no idempotency key";
+        let part = |scenario: &str| ToolHints {
+            scenarios: vec![scenario.to_owned()],
+            vendor: Some(note.to_owned()),
+            ..ToolHints::new("tickets.create", "create_issue", Hints::default(), 1, 0, charges(1))
+        };
+        let joined = ToolHints::merged([&part("S33"), &part("S07"), &part("S33")]);
+        assert_eq!(joined.len(), 1);
+        assert_eq!(joined[0].scenarios, ["S07", "S33"]);
+        let line = &hint_lines(&joined)[0];
+        assert!(line.ends_with(&format!("; bound to {note} (scenarios: S07, S33)")), "{line}");
+        let plain = ToolHints::new("tickets.create", "create_issue", Hints::default(), 1, 0, charges(1));
+        assert!(!hint_lines(&[plain])[0].contains("bound to"));
     }
 }

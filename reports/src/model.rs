@@ -190,6 +190,14 @@ pub struct ToolHints {
     pub evidence: String,
     /// The declared hints the results contradict (`idempotentHint`, ...).
     pub contradicted: Vec<String>,
+    /// The scenarios that called it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scenarios: Vec<String>,
+    /// For a tool a tool map binds to a vendor twin's route: the route and what the twin does
+    /// with idempotency keys, which makes the scenarios above strict (a twin with no key: a
+    /// resend after a lost answer is a second effect unless the server read back first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vendor: Option<String>,
 }
 
 /// MCP's tool hints, each known or not.
@@ -534,15 +542,17 @@ pub struct RowSummary {
 /// `expect` violation, `builtin` scenarios), each scenario's `time_ms`, and count maps whose
 /// keys the schema checks; each ledger effect names the downstream request that made it
 /// and what its worker was serving (`request_id`, `sent_for`).
-/// 7: the black-box world's per-tool hints (`black_box.hints`).
-pub const SCHEMA_VERSION: u32 = 7;
+/// 7: the black-box world's per-tool hints (`black_box.hints`). 8: per tool, the scenarios that
+/// called it and, for a tool a tool map binds to a vendor twin, the route and what the twin does
+/// with keys (`black_box.hints[].scenarios`, `vendor`).
+pub const SCHEMA_VERSION: u32 = 8;
 
 /// The result of a matrix run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MatrixResult {
     /// [`SCHEMA_VERSION`].
-    #[schemars(range(min = 7, max = 7))]
+    #[schemars(range(min = 8, max = 8))]
     pub schema_version: u32,
     /// The replaylab version that ran it.
     pub harness_version: String,

@@ -346,6 +346,8 @@ struct ToolUse {
     duplicated: u64,
     /// Effects its operations made, by kind.
     kinds: BTreeMap<String, u64>,
+    /// The scenarios whose runs called it.
+    scenarios: std::collections::BTreeSet<String>,
 }
 
 impl ToolUse {
@@ -355,6 +357,7 @@ impl ToolUse {
         for (kind, count) in &other.kinds {
             *self.kinds.entry(kind.clone()).or_default() += count;
         }
+        self.scenarios.extend(other.scenarios.iter().cloned());
     }
 }
 
@@ -372,6 +375,7 @@ fn tool_uses(history: &[judge::history::Event], result: &RunResult) -> BTreeMap<
     let mut uses: BTreeMap<String, ToolUse> = BTreeMap::new();
     for (operation, role) in &roles {
         let use_ = uses.entry((*role).to_owned()).or_default();
+        use_.scenarios.insert(result.scenario.clone());
         if calls.get(operation).copied().unwrap_or_default() > 1 {
             use_.repeated += 1;
         }
@@ -408,14 +412,22 @@ fn hints(spec: &world::process::BlackBoxSpec, uses: &BTreeMap<String, ToolUse>) 
             destructive: declared_hint("destructiveHint"),
             idempotent: declared_hint("idempotentHint"),
         };
-        hints.push(reports::ToolHints::new(
-            role,
-            &tool,
-            declared,
-            use_.repeated,
-            use_.duplicated,
-            use_.kinds.clone(),
-        ));
+        hints.push(reports::ToolHints {
+            scenarios: use_.scenarios.iter().cloned().collect(),
+            vendor: spec
+                .tool_map
+                .as_ref()
+                .and_then(|map| map.binding(role))
+                .and_then(|binding| binding.vendor_note()),
+            ..reports::ToolHints::new(
+                role,
+                &tool,
+                declared,
+                use_.repeated,
+                use_.duplicated,
+                use_.kinds.clone(),
+            )
+        });
     }
     hints
 }

@@ -433,6 +433,30 @@ fn scenario_calls(scenario: &Scenario) -> impl Iterator<Item = &scenarios::CallS
 }
 
 impl Binding {
+    /// For a binding to a vendor twin's route: the route and what the twin does with
+    /// idempotency keys, in words, for the reports (`None` for the native dialect).
+    pub fn vendor_note(&self) -> Option<String> {
+        let facts = self.dialect;
+        if !facts.vendor {
+            return None;
+        }
+        let route = format!("{} {} {}", facts.name, self.method, self.path);
+        let receipts = if facts.receipts { "" } else { " and has no receipt lookup" };
+        let what = match facts.keys {
+            KeyPolicy::None => format!(
+                "the {} twin honours no idempotency key{receipts}: after a lost answer or a crash, a resend is a second effect unless the server read back what it made first",
+                facts.name
+            ),
+            KeyPolicy::Every => format!(
+                "the {} twin honours every idempotency key{}{receipts}: a resend under the first request's key is answered from the first effect, under a key minted anew (another process, another SDK call) it is a second effect",
+                facts.name,
+                facts.key_retention_ms.map(|ms| format!(" (kept {} h)", ms / 3_600_000)).unwrap_or_default()
+            ),
+            KeyPolicy::AsConfigured => format!("the {} twin honours keys as each scenario configures it", facts.name),
+        };
+        Some(format!("{route}: {what}"))
+    }
+
     fn check(role: &str, spec: ToolSpec) -> Result<Binding, String> {
         let contracts: Vec<_> =
             ContractSet::builtin().iter().filter(|contract| contract.name == role).cloned().collect();
@@ -854,8 +878,9 @@ api_key_env = "STRIPE_API_KEY"
         let map = parse(STRIPE).expect("valid");
         assert_eq!(map.lacks(&builtin("S32")), Vec::<String>::new(), "keys honoured, one tenant");
         let s05 = map.lacks(&builtin("S05"));
-        assert_eq!(s05.len(), 1, "{s05:?}");
+        assert_eq!(s05.len(), 2, "{s05:?}");
         assert!(s05[0].contains("ignores idempotency keys") && s05[0].contains("stripe twin"), "{s05:?}");
+        assert!(s05[1].contains("receipt lookups by key") && s05[1].contains("has none"), "{s05:?}");
         // Roles the map does not bind are not its business.
         assert_eq!(map.lacks(&builtin("S03")), Vec::<String>::new());
         let two_tenants = scenarios::Scenario::from_toml(
@@ -942,7 +967,62 @@ api_key_env = "STRIPE_API_KEY"
             "[tools.\"payments.charge\"]\ntool = \"c\"\n[vendor.stripe]\nbase_url_env = \"REPLAYLAB_X\"\napi_key_env = \"K\"\n",
             "the harness's own",
         );
-        wrong("[tools.\"payments.charge\"]\ntool = \"c\"\n[vendor.github]\nbase_url_env = \"B\"\napi_key_env = \"K\"\n", "no vendor twin is called");
+        wrong("[tools.\"payments.charge\"]\ntool = \"c\"\n[vendor.gitlab]\nbase_url_env = \"B\"\napi_key_env = \"K\"\n", "no vendor twin is called");
+    }
+
+    const GITHUB: &str = r#"
+[tools."tickets.create"]
+tool = "create_issue"
+route = "github POST /repos/{owner}/{repo}/issues"
+key_argument = "idempotency_key"
+
+[tools."tickets.create".arguments]
+repo = "queue"
+title = "subject"
+body = "body"
+
+[vendor.github]
+base_url_env = "GITHUB_API_URL"
+api_key_env = "GITHUB_TOKEN"
+"#;
+
+    #[test]
+    fn a_twin_with_no_key_runs_only_the_scenarios_whose_service_honours_none_and_keeps_no_receipts() {
+        let map = parse(GITHUB).expect("valid");
+        // S02: keys honoured and receipts (the contract's defaults).
+        let lacks = map.lacks(&builtin("S02"));
+        assert!(
+            lacks
+                .iter()
+                .any(|why| why.contains("honours idempotency keys")
+                    && why.contains("no idempotency key at all")),
+            "{lacks:?}"
+        );
+        assert!(lacks.iter().any(|why| why.contains("receipt lookups")), "{lacks:?}");
+        // S03: keys ignored, but receipts.
+        let lacks = map.lacks(&builtin("S03"));
+        assert_eq!(lacks.len(), 1, "{lacks:?}");
+        assert!(lacks[0].contains("receipt lookups"), "{lacks:?}");
+        // S33: no key, no receipts: it runs, with the rule moved to the bound route.
+        assert_eq!(map.lacks(&builtin("S33")), Vec::<String>::new());
+        let moved = map.scenario_for(&builtin("S33"));
+        let rule = moved.steps.iter().find_map(|step| match &step.kind {
+            StepKind::Fault { rule, .. } => Some(rule.clone()),
+            _ => None,
+        });
+        assert_eq!(rule.and_then(|rule| rule.matches.path).as_deref(), Some("/repos/{owner}/{repo}/issues"));
+        assert_eq!(api_key("github", "acme"), "ghp_acme");
+        let note = map.binding("tickets.create").and_then(Binding::vendor_note).expect("a twin's binding");
+        assert!(note.starts_with("github POST /repos/{owner}/{repo}/issues: the github twin honours no idempotency key and has no receipt lookup"), "{note}");
+        let stripe = parse(STRIPE).expect("valid");
+        let note =
+            stripe.binding("payments.charge").and_then(Binding::vendor_note).expect("a twin's binding");
+        assert!(
+            note.contains("honours every idempotency key (kept 24 h) and has no receipt lookup"),
+            "{note}"
+        );
+        let native = parse("[tools.\"tickets.create\"]\ntool = \"create_issue\"\n").expect("valid");
+        assert_eq!(native.binding("tickets.create").and_then(Binding::vendor_note), None);
     }
 
     #[test]
