@@ -388,8 +388,9 @@ fn page_params(params: &Map<String, Value>) -> Result<(usize, usize), GitHubErro
     Ok((number("per_page", DEFAULT_PER_PAGE)?.min(MAX_PER_PAGE), number("page", 1)?))
 }
 
-/// One page of `all`, and the `Link` header naming the next and the last pages (as GitHub's,
-/// which the SDKs follow).
+/// One page of `all`, and the `Link` header naming the previous, next, last and first pages, in
+/// GitHub's order (`prev` and `first` after page 1, `next` and `last` before the last page), as
+/// the SDKs follow them: PyGithub's `PaginatedList.reversed` walks back by `prev`.
 fn page(
     all: Vec<Value>,
     per_page: usize,
@@ -409,7 +410,18 @@ fn page(
         query.append_pair("page", &number.to_string());
         format!("<{url}?{}>; rel=\"{rel}\"", query.finish())
     };
-    let link = (page < pages).then(|| format!("{}, {}", link_to(page + 1, "next"), link_to(pages, "last")));
+    let mut rels = Vec::new();
+    if page > 1 {
+        rels.push(link_to(page - 1, "prev"));
+    }
+    if page < pages {
+        rels.push(link_to(page + 1, "next"));
+        rels.push(link_to(pages, "last"));
+    }
+    if page > 1 {
+        rels.push(link_to(1, "first"));
+    }
+    let link = (!rels.is_empty()).then(|| rels.join(", "));
     (items, link)
 }
 

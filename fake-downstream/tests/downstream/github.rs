@@ -248,3 +248,40 @@ async fn docs_vendors_lists_exactly_the_routes_the_twin_serves() {
         assert!(paths.iter().any(|served| served == path), "{path} is a rule's path the table does not list");
     }
 }
+
+/// The `(rel, page)` pairs of a list page's `Link` header, in order.
+async fn links(client: &HttpClient, page: usize) -> Vec<(String, String)> {
+    let path = format!("{ISSUES}?state=all&per_page=2&page={page}");
+    let answer = client.send(send("GET", &path, "acme", None)).await.unwrap();
+    assert_eq!(answer.status, 200);
+    answer
+        .header("link")
+        .unwrap_or_default()
+        .split(", ")
+        .filter(|part| !part.is_empty())
+        .map(|part| {
+            let (url, rel) = part.split_once("; ").expect("<url>; rel=\"...\"");
+            let page = url.rsplit("page=").next().unwrap().trim_end_matches('>');
+            (rel.trim_start_matches("rel=").trim_matches('"').to_owned(), page.to_owned())
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_page_links_its_neighbours_and_both_ends_as_github_does() {
+    let (_, client) = twin().await;
+    for n in 1..=5 {
+        let made = client.send(send("POST", ISSUES, "acme", Some(json!({"title": format!("T{n}")})))).await;
+        assert_eq!(made.unwrap().status, 201);
+    }
+    let pairs = |list: &[(&str, &str)]| -> Vec<(String, String)> {
+        list.iter().map(|(rel, page)| ((*rel).to_owned(), (*page).to_owned())).collect()
+    };
+    assert_eq!(links(&client, 1).await, pairs(&[("next", "2"), ("last", "3")]));
+    // PyGithub's PaginatedList.reversed starts at `last` and walks back by `prev`.
+    assert_eq!(
+        links(&client, 2).await,
+        pairs(&[("prev", "1"), ("next", "3"), ("last", "3"), ("first", "1")])
+    );
+    assert_eq!(links(&client, 3).await, pairs(&[("prev", "2"), ("first", "1")]));
+}
