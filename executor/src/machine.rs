@@ -1716,6 +1716,9 @@ impl Machine {
                 let outcome = if record.owner_token.is_none() {
                     // Waiting for us: the first consumer to claim it carries it out.
                     self.execute(&owned, &record, contract, &request).await
+                } else if !self.can_find_out(contract) && (self.strategies.redelivered_resend)(contract) {
+                    // Mutants only: the redelivered envelope is sent again.
+                    self.execute(&owned, &record, contract, &request).await
                 } else {
                     // A previous owner's lease ran out: it may have sent already.
                     self.recover(&owned, &record, contract, Some(&request)).await

@@ -1,20 +1,20 @@
-//! The mutant zoo: thirty-six executors, each the reference with exactly one defect (M01..M18
+//! The mutant zoo: thirty-seven executors, each the reference with exactly one defect (M01..M18
 //! are MATRIX.md's classic ones, M19..M22 the project's own, each caught only by the scenario
 //! that was added for it (M21 also by S32, which plays S22's lost answer for a charge), M23, which only the liveness oracle O13 sees, M24 and M25, which only O8's
-//! rules for refusals and results see, M26, which only O10's count of completion notices sees, M27, which only S24's cross-version replay sees, M28, which only O13's hand-over rule sees, M29, which only S26's crash between a job's settlement and its notice sees, M30, which only S27's late answer sees, M31, which only S28's polls of abandoned claims see, M32, which only S29's unconfirmed notice sees, M33, which only S30's failing lookups see, M34, which only S31's retry before the consumer sees, M35, which only S32's crash where keys are honoured and nothing else can tell sees, and M36, which only S33's retry where the provider has no key and no receipts sees), plugged in through the same public [`protocol::ExecutorFactory`]
+//! rules for refusals and results see, M26, which only O10's count of completion notices sees, M27, which only S24's cross-version replay sees, M28, which only O13's hand-over rule sees, M29, which only S26's crash between a job's settlement and its notice sees, M30, which only S27's late answer sees, M31, which only S28's polls of abandoned claims see, M32, which only S29's unconfirmed notice sees, M33, which only S30's failing lookups see, M34, which only S31's retry before the consumer sees, M35, which only S32's crash where keys are honoured and nothing else can tell sees, M36, which only S33's retry where the provider has no key and no receipts sees, and M37, which only S34's redelivered message where the provider has none sees), plugged in through the same public [`protocol::ExecutorFactory`]
 //! interface as any user's executor.
 //!
 //! Every defect is code doing the wrong thing (a read then an insert with a store call in
 //! between, a claim table in the worker's private memory, a resend after a timeout without a
 //! key, ...), never a flag that tells the harness to fail: a mutant is killed only when a
 //! scenario makes its defect produce a wrong outcome or a second effect on the downstream's
-//! ledger. Thirty-five of them replace one decision of [`Strategies`] (two fields for
+//! ledger. Thirty-six of them replace one decision of [`Strategies`] (two fields for
 //! `blind_retry` and `process_minted_key`, whose single defects need both; see there); `in_memory_claims` keeps every
 //! decision and moves the claim store into the worker's private memory.
 //!
 //! ```
 //! let zoo = executor::mutants::all();
-//! assert_eq!(zoo.len(), 36);
+//! assert_eq!(zoo.len(), 37);
 //! let blind_retry = executor::mutants::find("blind_retry").expect("in the zoo");
 //! assert_eq!((blind_retry.id, blind_retry.caught_by), ("M05", &["S02"][..]));
 //! // The harness makes one factory per run (scenario and seed).
@@ -365,7 +365,36 @@ pub fn all() -> Vec<Mutant> {
             strategies: unknown_run_again_strategies,
             factory: || boxed(unknown_run_again()),
         },
+        Mutant {
+            id: "M37",
+            name: "redelivery_sends_again",
+            defect: "a queue consumer that gets an envelope again after the consumer before it vanished sends the \
+                     message again, where no receipt and no honoured key can tell whether it went out",
+            caught_by: &["S34"],
+            strategies: redelivery_sends_again_strategies,
+            factory: || boxed(redelivery_sends_again()),
+        },
     ]
+}
+
+/// The decisions of the mutant below: the reference's, but redelivered_resend.
+fn redelivery_sends_again_strategies() -> Strategies {
+    Strategies { redelivered_resend: Rc::new(|_| true), ..Strategies::reference() }
+}
+
+/// M37 redelivery_sends_again — the project's own (a message provider with no idempotency key
+/// and no receipt lookup, Slack's way, behind a queue); caught by S34.
+///
+/// Difference from the reference: `redelivered_resend` (an envelope the queue delivers again
+/// for a claim whose consumer's lease ran out is sent again, where nothing can tell whether the
+/// first consumer sent it).
+///
+/// Plausible because a queue's redelivery reads as "the last consumer failed": at-least-once
+/// delivery is there to be retried, and a consumer that died mid-send looks like one that never
+/// sent. Where it died after the provider posted the message, the customer gets it twice. With
+/// a receipt lookup (S16, S31) the recovery asks first and hides the defect.
+pub fn redelivery_sends_again() -> Result<ReferenceFactory, StoreError> {
+    on_shared_store(redelivery_sends_again_strategies)
 }
 
 /// The decisions of the mutant below: the reference's, but rerun_unknown.
@@ -1354,7 +1383,7 @@ mod tests {
 
     /// MATRIX.md's zoo table (M01..M18), then the project's own (M19 onwards, each with the
     /// one scenario added for it): id, name, the scenarios that must catch it.
-    const MATRIX_ZOO: [(&str, &str, &[&str]); 36] = [
+    const MATRIX_ZOO: [(&str, &str, &[&str]); 37] = [
         ("M01", "args_hash_as_key", &["S07"]),
         ("M02", "in_memory_claims", &["S03", "S04", "S05"]),
         ("M03", "read_then_insert", &["S05"]),
@@ -1391,6 +1420,7 @@ mod tests {
         ("M34", "queued_taken_over", &["S31"]),
         ("M35", "process_minted_key", &["S32"]),
         ("M36", "unknown_run_again", &["S33"]),
+        ("M37", "redelivery_sends_again", &["S34"]),
     ];
 
     #[test]

@@ -231,6 +231,10 @@ pub type QueuedFn = Rc<dyn Fn(&OperationRecord) -> bool>;
 /// out (no receipt lookup, no honoured key), runs the request again (`true`) or answers what the
 /// record says (`false`, the reference).
 pub type RerunUnknownFn = Rc<dyn Fn(&ToolContract) -> bool>;
+/// Whether a queue consumer that gets an envelope again for a claim whose owner's lease ran
+/// out, where the executor has no way to find it out (no receipt lookup, no honoured key), sends
+/// it again (`true`) or recovers it (`false`, the reference: it may have been sent).
+pub type RedeliveredResendFn = Rc<dyn Fn(&ToolContract) -> bool>;
 /// How finished jobs are settled (webhook deduplication and the settling transition).
 pub type JobSettlementFn = Rc<dyn Fn() -> JobSettlementPlan>;
 /// Whether the queue consumer claims the operation before it acts on a delivery.
@@ -322,6 +326,8 @@ pub struct Strategies {
     pub queued: QueuedFn,
     /// U: a retry of an `unknown` operation nothing can settle.
     pub rerun_unknown: RerunUnknownFn,
+    /// Q: a redelivered envelope of an abandoned claim nothing can settle.
+    pub redelivered_resend: RedeliveredResendFn,
 }
 
 impl Strategies {
@@ -351,6 +357,7 @@ impl Strategies {
             owner_at_work: Rc::new(reference_owner_at_work),
             queued: Rc::new(reference_queued),
             rerun_unknown: Rc::new(reference_rerun_unknown),
+            redelivered_resend: Rc::new(reference_redelivered_resend),
         }
     }
 }
@@ -475,6 +482,13 @@ pub fn reference_owner_at_work(record: &OperationRecord, now_ms: u64) -> bool {
 /// was handed over to people when it was marked; a retry answers `unknown` again and never runs
 /// the request a second time: the first may have made the effect, and nothing would tell.
 pub fn reference_rerun_unknown(_contract: &ToolContract) -> bool {
+    false
+}
+
+/// Q: a queue delivers at least once; an envelope delivered again for a claim whose consumer
+/// vanished (its lease ran out) is recovered like any abandoned claim: where nothing can tell
+/// whether the first consumer sent, it is marked `unknown` and handed over, never sent again.
+pub fn reference_redelivered_resend(_contract: &ToolContract) -> bool {
     false
 }
 

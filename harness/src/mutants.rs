@@ -71,7 +71,7 @@ pub struct MutantsResult {
     pub seeds: u64,
     /// The reference's verdict over every row and scenario.
     pub reference_verdict: Verdict,
-    /// The mutants, M01..M36.
+    /// The mutants, M01..M37.
     pub mutants: Vec<MutantRow>,
     /// How many were killed.
     pub killed: usize,

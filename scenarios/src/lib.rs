@@ -6,7 +6,7 @@
 //! human edits, polls and expectations. Expectations add to the oracles the harness always
 //! checks; they never replace them.
 //!
-//! The 33 scenarios of the matrix (S01..S19 from the source document, S20..S33 the project's own) ship with the crate ([`builtin`]); users add their own files
+//! The 34 scenarios of the matrix (S01..S19 from the source document, S20..S34 the project's own) ship with the crate ([`builtin`]); users add their own files
 //! ([`Scenario::from_file`]). Errors name the file, the line and the field.
 //! This crate knows nothing of the simulator.
 #![deny(missing_docs)]
@@ -30,7 +30,7 @@ pub fn builtin_texts() -> &'static [(&'static str, &'static str)] {
     BUILTIN
 }
 
-/// The scenarios of the matrix (S01..S33), in order.
+/// The scenarios of the matrix (S01..S34), in order.
 pub fn builtin() -> Vec<Scenario> {
     BUILTIN
         .iter()
@@ -86,4 +86,5 @@ builtin_files!(
     "S31_retry_before_consumer.toml",
     "S32_key_survives_a_crash.toml",
     "S33_read_back_after_loss.toml",
+    "S34_message_read_back_after_loss.toml",
 );

@@ -12,7 +12,7 @@ const REPLAYLAB: &str = env!("CARGO_BIN_EXE_replaylab");
 /// (mutant, scenario that kills it, oracle that must fire there). `expect` is a scenario
 /// expectation (for M13 the defect is a refusal of an equivalent request: no effect-safety
 /// oracle can see it, the scenario's expectation does).
-const KILLS: [(&str, &str, &str); 36] = [
+const KILLS: [(&str, &str, &str); 37] = [
     ("args_hash_as_key", "S07", "O2"),
     ("in_memory_claims", "S03", "O1"),
     ("read_then_insert", "S05", "O1"),
@@ -49,12 +49,13 @@ const KILLS: [(&str, &str, &str); 36] = [
     ("queued_taken_over", "S31", "expect"),
     ("process_minted_key", "S32", "O1"),
     ("unknown_run_again", "S33", "O1"),
+    ("redelivery_sends_again", "S34", "O1"),
 ];
 
 /// The project's own scenarios (S20 onwards) and the mutant each was added for: the mutant
 /// fails that scenario and no other, or the scenario would not be worth its runtime. One
 /// exception, named in `SAME_PREMISE`: a scenario that plays another's premise for another role.
-const OWN: [(&str, &str); 14] = [
+const OWN: [(&str, &str); 15] = [
     ("S20", "optional_fields_unfingerprinted"),
     ("S21", "replay_before_auth"),
     ("S22", "fresh_key_resend"),
@@ -69,13 +70,22 @@ const OWN: [(&str, &str); 14] = [
     ("S31", "queued_taken_over"),
     ("S32", "process_minted_key"),
     ("S33", "unknown_run_again"),
+    ("S34", "redelivery_sends_again"),
 ];
 
 /// Scenarios that also fail an own scenario's mutant because they play its premise for another
-/// role: S32's first part is S22's lost answer on a provider that honours keys and keeps no
-/// receipts, for a charge (a Stripe server plays no ticket role, a ticket server no charge), so
-/// M21 fails both; S32 earns its place with M35, which fails it alone.
-const SAME_PREMISE: [(&str, &str); 1] = [("S22", "S32")];
+/// role (each earns its place with a mutant of its own, which fails it alone):
+/// - S32's first part is S22's lost answer on a provider that honours keys and keeps no
+///   receipts, for a charge (a Stripe server plays no ticket role, a ticket server no charge),
+///   so M21 fails both; S32's own is M35.
+/// - S33 and S34 lose an answer on a provider with no key and no receipts, S25's premise, for a
+///   ticket and a message (a GitHub server plays no charge role, a Slack server neither), so
+///   M28, which tells no one of an unknown nothing can settle, fails all three; S34 plays S33's
+///   lost answer and retry for a message, so M36 fails both; and the reference queues a
+///   message, so S34's retry can come before the consumer, S31's premise, which M34 fails.
+///   S33's own is M36, S34's M37.
+const SAME_PREMISE: [(&str, &str); 5] =
+    [("S22", "S32"), ("S25", "S33"), ("S25", "S34"), ("S31", "S34"), ("S33", "S34")];
 
 #[test]
 fn each_scenario_of_the_projects_own_kills_a_mutant_no_other_scenario_kills() {
