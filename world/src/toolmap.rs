@@ -383,10 +383,19 @@ impl ToolMap {
     pub fn vendor_environment(&self, base: &str, tenant: &str) -> Vec<(String, String)> {
         let mut environment = Vec::new();
         for (name, env) in &self.vendors {
-            environment.push((env.base_url_env.clone(), base.to_owned()));
+            environment.push((env.base_url_env.clone(), base_url(name, base)));
             environment.push((env.api_key_env.clone(), api_key(name, tenant)));
         }
         environment
+    }
+}
+
+/// The base URL a vendor's SDK takes for the twin served at `base` (`http://127.0.0.1:PORT`):
+/// Slack's SDKs take the API's folder (`https://slack.com/api/`), the others the host.
+pub fn base_url(vendor: &str, base: &str) -> String {
+    match vendor {
+        "slack" => format!("{}/api/", base.trim_end_matches('/')),
+        _ => base.to_owned(),
     }
 }
 
