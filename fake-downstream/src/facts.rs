@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 use crate::ledger::EffectKind;
-use crate::{github, native, stripe};
+use crate::{github, native, slack, stripe};
 
 /// What a request to the service is, in the core's terms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,6 +41,9 @@ pub fn request_effect(method: &str, path: &str) -> RequestEffect {
         ("PATCH", ["repos", _, _, "issues", _]) => RequestEffect::Change(EffectKind::TicketStatusChanged),
         ("POST", ["repos", _, _, "issues", _, "comments"]) => RequestEffect::Change(EffectKind::MessageSent),
         ("GET", ["repos", _, _, "issues", ..] | ["search", "issues"]) => RequestEffect::Read,
+        // Slack: a message; reading a channel back.
+        ("POST", ["api", "chat.postMessage"]) => RequestEffect::Change(EffectKind::MessageSent),
+        (_, ["api", "conversations.history"]) => RequestEffect::Read,
         ("GET", ["v1", "receipts", _, ..]) => RequestEffect::ReceiptLookup,
         ("GET", ["v1", "tickets" | "jobs" | "payment_intents" | "charges" | "refunds", _]) => {
             RequestEffect::Read
@@ -60,6 +63,8 @@ pub fn request_content(method: &str, path: &str, authorization: Option<&str>, bo
         stripe::request_content(method, path, authorization, body)
     } else if path.starts_with("/repos/") {
         github::request_content(method, path, authorization, body)
+    } else if path.starts_with("/api/") {
+        slack::request_content(method, path, authorization, body)
     } else {
         native::request_content(method, path, body)
     }
@@ -70,6 +75,9 @@ pub fn request_content(method: &str, path: &str, authorization: Option<&str>, bo
 pub fn request_tenant(path_and_query: &str, authorization: Option<&str>, body: &[u8]) -> Option<String> {
     if stripe::speaks(authorization) {
         return stripe::tenant_of_key(authorization).ok();
+    }
+    if path_and_query.starts_with("/api/") {
+        return slack::tenant_of_token(authorization).and_then(Result::ok);
     }
     if let Some(tenant) = github::tenant_of_token(authorization) {
         return tenant.ok();
@@ -101,6 +109,7 @@ pub fn answer_references(status: u16, body: &[u8]) -> Vec<String> {
         .collect();
     references.extend(stripe::references_in_answer(&body));
     references.extend(github::references_in_answer(&body));
+    references.extend(slack::references_in_answer(&body));
     references
 }
 
@@ -138,7 +147,7 @@ pub enum KeyPolicy {
 }
 
 /// Every dialect the service speaks, the native one first.
-pub const DIALECTS: [DialectFacts; 3] = [
+pub const DIALECTS: [DialectFacts; 4] = [
     DialectFacts {
         name: "native",
         vendor: false,
@@ -163,6 +172,14 @@ pub const DIALECTS: [DialectFacts; 3] = [
         key_retention_ms: None,
         tenant_from_key: true,
     },
+    DialectFacts {
+        name: "slack",
+        vendor: true,
+        keys: KeyPolicy::None,
+        receipts: false,
+        key_retention_ms: None,
+        tenant_from_key: true,
+    },
 ];
 
 /// The dialect named `name`.
@@ -177,6 +194,7 @@ pub fn route_effect(dialect: &str, method: &str, path: &str) -> Option<EffectKin
         "native" => crate::paths::NATIVE.as_slice(),
         "stripe" => crate::paths::STRIPE.as_slice(),
         "github" => crate::paths::GITHUB.as_slice(),
+        "slack" => crate::paths::SLACK.as_slice(),
         _ => return None,
     };
     served.contains(&path).then_some(())?;

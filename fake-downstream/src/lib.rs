@@ -34,6 +34,7 @@ mod native;
 mod paths;
 mod routes;
 mod service;
+mod slack;
 mod stripe;
 
 pub use config::{

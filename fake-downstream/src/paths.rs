@@ -35,8 +35,11 @@ pub(crate) const GITHUB: [&str; 5] = [
     "/search/issues",
 ];
 
+/// The Slack twin (`slack.rs`; `tests/downstream/slack.rs` checks that it serves these).
+pub(crate) const SLACK: [&str; 3] = ["/api/chat.postMessage", "/api/conversations.history", "/api/auth.test"];
+
 /// Every business path, each once.
 pub(crate) fn business_paths() -> impl Iterator<Item = &'static str> {
     let stripe_only = STRIPE.into_iter().filter(|path| !NATIVE.contains(path));
-    NATIVE.into_iter().chain(stripe_only).chain(GITHUB)
+    NATIVE.into_iter().chain(stripe_only).chain(GITHUB).chain(SLACK)
 }

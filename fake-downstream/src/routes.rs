@@ -7,7 +7,7 @@ use axum::Router;
 
 use crate::http::{method_not_allowed, not_found, Ds};
 use crate::service::Downstream;
-use crate::{admin, github, native, stripe};
+use crate::{admin, github, native, slack, stripe};
 
 impl Downstream {
     /// The service's whole HTTP router: the business API and `/__admin`, on one port, as a
@@ -40,6 +40,7 @@ fn business_routes() -> Router<Downstream> {
     native::routes()
         .merge(stripe::routes())
         .merge(github::routes())
+        .merge(slack::routes())
         .route("/v1/charges", post(create_charge))
         // The authorizer executors ask (not a business service: no faults, not journaled;
         // its decisions go to the observer).

@@ -127,7 +127,7 @@ pub struct ErrorReading {
 pub struct VendorEnv {
     /// Set to the twin's base URL (`http://127.0.0.1:PORT`, the worker's own port).
     pub base_url_env: String,
-    /// Set to the API key of the run's tenant (Stripe: `sk_test_<tenant>`; GitHub: `ghp_<tenant>`).
+    /// Set to the API key of the run's tenant (Stripe: `sk_test_<tenant>`; GitHub: `ghp_<tenant>`; Slack: `xoxb-<tenant>`).
     pub api_key_env: String,
 }
 
@@ -404,6 +404,7 @@ pub fn api_key(vendor: &str, tenant: &str) -> String {
     match vendor {
         "stripe" => format!("sk_test_{tenant}"),
         "github" => format!("ghp_{tenant}"),
+        "slack" => format!("xoxb-{tenant}"),
         _ => format!("{vendor}_{tenant}"),
     }
 }

@@ -6,5 +6,6 @@ mod github;
 mod layout;
 mod real_port;
 mod sim;
+mod slack;
 mod strict;
 mod stripe;
