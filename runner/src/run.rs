@@ -196,6 +196,30 @@ fn not_served(lacks: &[String], spec: &world::process::BlackBoxSpec) -> String {
     note
 }
 
+/// What `scenario` needs of the executor (`Scenario::needs`), against a server whose tool map
+/// is `map`: a queued role (`messages.send`) bound to a vendor twin's route is the server's own
+/// call to the vendor, with no queue of replaylab's between, so it needs no queue consumer,
+/// unless the scenario pauses at the queue (`queue:before_ack`) or a queued role is not bound so.
+fn needs_of(scenario: &Scenario, map: Option<&world::toolmap::ToolMap>) -> protocol::Needs {
+    let contracts = ContractSet::builtin();
+    let mut needs = scenario.needs(&contracts);
+    let Some(map) = map else { return needs };
+    let pauses_at_the_queue = scenario
+        .steps
+        .iter()
+        .any(|step| matches!(&step.kind, StepKind::Pause { point: PausePoint::BeforeQueueAck, .. }));
+    let queued_elsewhere = scenario.calls().any(|call| {
+        let queued = contracts
+            .get(&call.tool, &call.version)
+            .is_some_and(|contract| contract.execution == protocol::Execution::Queued);
+        queued && !map.binding(&call.tool).is_some_and(|binding| binding.dialect.vendor)
+    });
+    if !pauses_at_the_queue && !queued_elsewhere {
+        needs.queue_consumer = false;
+    }
+    needs
+}
+
 /// Runs `scenario` with `seed` against `executor`.
 pub fn run(scenario: &Scenario, seed: u64, executor: &ExecutorSpec) -> RunRecord {
     run_logged(scenario, seed, executor, None)
@@ -210,7 +234,8 @@ pub fn run_logged(
     executor: &ExecutorSpec,
     log: Option<&crate::log::LogFilter>,
 ) -> RunRecord {
-    let lacks = executor.capabilities.lacks(&scenario.needs(&ContractSet::builtin()));
+    let mapped = executor.black_box.as_ref().and_then(|spec| spec.tool_map.as_ref());
+    let lacks = executor.capabilities.lacks(&needs_of(scenario, mapped.map(|map| map.as_ref())));
     if !lacks.is_empty() {
         let note = match &executor.black_box {
             Some(spec) => not_served(&lacks, spec),
@@ -225,7 +250,6 @@ pub fn run_logged(
     // Against a server with a tool map, the scenario's fault rules and pause points on a bound
     // role's native route move to the bound route; what the bound dialects cannot do whatever
     // the scenario says makes it not applicable.
-    let mapped = executor.black_box.as_ref().and_then(|spec| spec.tool_map.as_ref());
     if let Some(map) = mapped {
         let lacks = map.lacks(scenario);
         if !lacks.is_empty() {
@@ -1506,4 +1530,33 @@ pub fn reproduce_command(scenario: &Scenario, seed: u64, executor: &ExecutorSpec
         command.push_str(&format!(" --scenario-file {}", shell_quote(&scenario.source)));
     }
     command
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_queued_role_bound_to_a_twin_needs_no_queue_consumer_unless_the_scenario_pauses_there() {
+        let slack = world::toolmap::ToolMap::parse(
+            "[tools.\"messages.send\"]\ntool = \"post_message\"\nroute = \"slack POST /api/chat.postMessage\"\n\
+             [tools.\"messages.send\".arguments]\nchannel = \"to\"\ntext = \"body\"\n\
+             [vendor.slack]\nbase_url_env = \"SLACK_API_URL\"\napi_key_env = \"SLACK_BOT_TOKEN\"\n",
+            std::path::Path::new("/work/replaylab.toml"),
+        )
+        .expect("a valid map");
+        let s34 = scenarios::builtin_by_id("S34").expect("built in");
+        assert!(needs_of(&s34, None).queue_consumer, "the contract queues messages.send");
+        assert!(!needs_of(&s34, Some(&slack)).queue_consumer, "the server posts to Slack itself");
+        // S16 pauses at the queue: only a server with a queue consumer can take part.
+        let s16 = scenarios::builtin_by_id("S16").expect("built in");
+        assert!(needs_of(&s16, Some(&slack)).queue_consumer);
+        // A map that binds the role to the native route leaves the queue to the server.
+        let native = world::toolmap::ToolMap::parse(
+            "[tools.\"messages.send\"]\ntool = \"send\"\n",
+            std::path::Path::new("/work/replaylab.toml"),
+        )
+        .expect("a valid map");
+        assert!(needs_of(&s34, Some(&native)).queue_consumer);
+    }
 }
