@@ -121,17 +121,9 @@ fn pygithub_drives_every_route_and_error_of_the_github_twin() {
 }
 
 #[test]
-fn the_slack_twin_answers_slack_sdk_as_slack_would() {
-    // The Slack script is being written beside the Slack twin. Until it exists this test skips,
-    // under CI too (a missing file is not a missing environment); once it exists it runs like
-    // the others and must pass. The least count, 1, is a placeholder: the script's author sets
-    // it to the number of checks the script has.
-    let script = "test_slack_twin.py";
-    if !root().join("fake-downstream/tests/vendor-sdk/python").join(script).is_file() {
-        eprintln!("SKIPPED: fake-downstream/tests/vendor-sdk/python/{script} does not exist yet");
-        return;
-    }
-    python_passes(script, "slack_sdk", "SLACK_TWIN_URL", 1);
+fn slack_sdk_drives_every_method_and_error_of_the_slack_twin() {
+    // 15: every check of test_slack_twin.py.
+    python_passes("test_slack_twin.py", "slack_sdk", "SLACK_TWIN_URL", 15);
 }
 
 #[test]
