@@ -70,14 +70,16 @@ pub fn request_content(method: &str, path: &str, authorization: Option<&str>, bo
     }
 }
 
-/// The tenant a request names: Stripe's secret key, else a `tenant` body field, else a
-/// `tenant=` query parameter of `path_and_query`.
+/// The tenant a request names: Stripe's secret key, a Slack token under `/api/` (its header or
+/// its `token` parameter), a GitHub token, else a `tenant` body field, else a `tenant=` query
+/// parameter of `path_and_query`.
 pub fn request_tenant(path_and_query: &str, authorization: Option<&str>, body: &[u8]) -> Option<String> {
     if stripe::speaks(authorization) {
         return stripe::tenant_of_key(authorization).ok();
     }
     if path_and_query.starts_with("/api/") {
-        return slack::tenant_of_token(authorization).and_then(Result::ok);
+        // Slack: the token, in the header or as a `token` parameter.
+        return slack::request_tenant(path_and_query, authorization, body);
     }
     if let Some(tenant) = github::tenant_of_token(authorization) {
         return tenant.ok();

@@ -13,7 +13,7 @@
 
 use axum::extract::{Request, State as AxumState};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use axum::Router;
 use serde_json::{json, Map, Value};
 
@@ -120,12 +120,24 @@ pub(crate) fn tenant_of_token(token: Option<&str>) -> Option<Result<String, Slac
 
 // ------------------------------------------------------------------ routes
 
-/// The twin's routes (`paths::SLACK`).
+/// The twin's routes (`paths::SLACK`), and Slack's answer to any other method under `/api/`
+/// (`unknown_method`; a static route wins over the `{method}` segment in axum's router).
 pub(crate) fn routes() -> Router<Downstream> {
     Router::new()
         .route("/api/chat.postMessage", post(post_message))
         .route("/api/conversations.history", get(history).post(history))
         .route("/api/auth.test", get(auth_test).post(auth_test))
+        .route("/api/{method}", any(unknown_method))
+}
+
+/// Any other method: `200 {"ok": false, "error": "unknown_method"}`, whatever the token (Slack
+/// answers it before it reads the token), journaled as not found.
+async fn unknown_method(AxumState(ds): Ds, request: Request) -> Response {
+    let incoming = split(request);
+    let header =
+        incoming.headers.get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let tenant = tenant_of_token(header.as_deref()).and_then(Result::ok);
+    refuse(&ds, &incoming, tenant.as_deref(), &refusal("unknown_method"))
 }
 
 /// A request read this far: its parts, its tenant and its parameters (the query, then a JSON
@@ -296,7 +308,15 @@ async fn post_message(AxumState(ds): Ds, request: Request) -> Response {
         Err(error) => return refuse(&ds, &read.incoming, Some(&read.tenant), &error),
     };
     let exchange = change(&read, &message_content(&channel, text.as_deref()));
-    let blocks = read.params.get("blocks").cloned();
+    // Blocks and attachments as the message shows them (a form body carries them as JSON text).
+    let shown: Vec<(&'static str, Value)> = ["blocks", "attachments"]
+        .into_iter()
+        .filter_map(|name| match read.params.get(name)? {
+            Value::Null => None,
+            Value::String(text) => Some((name, serde_json::from_str(text).unwrap_or_else(|_| json!(text)))),
+            other => Some((name, other.clone())),
+        })
+        .collect();
     ds.answer(read.incoming, exchange, move |state, exchange, now| {
         let ts = next_ts(state, now);
         let mut message = json!({
@@ -306,16 +326,15 @@ async fn post_message(AxumState(ds): Ds, request: Request) -> Response {
         if let Some(thread) = &thread {
             message["thread_ts"] = json!(thread);
         }
-        if let Some(blocks) = &blocks {
-            message["blocks"] = blocks.clone();
+        for (name, value) in &shown {
+            message[*name] = value.clone();
         }
-        let mut kept = message.clone();
         if let Some(metadata) = &metadata {
-            kept["metadata"] = metadata.clone();
+            message["metadata"] = metadata.clone();
         }
         let key = format!("{KEY_PREFIX}{channel}:{ts}");
         let made = state.objects.len() as u64 + 1;
-        state.objects.insert(key, Owned { tenant: exchange.tenant.clone(), made, object: kept });
+        state.objects.insert(key, Owned { tenant: exchange.tenant.clone(), made, object: message.clone() });
         let body = json!({"ok": true, "channel": channel, "ts": ts, "message": message});
         commit(state, exchange, Made { kind: EffectKind::MessageSent, reference: &ts, versions: None }, now, 200, body)
     })
@@ -445,6 +464,42 @@ async fn auth_test(AxumState(ds): Ds, request: Request) -> Response {
 
 // ------------------------------------------------------------------ facts
 
+/// A raw request's parameters as [`read`] takes them: the query's, then a JSON object body's
+/// (one that starts with `{`) or a form body's over them. `None` for a JSON body that is not
+/// an object.
+fn raw_params(path_and_query: &str, body: &[u8]) -> Option<Map<String, Value>> {
+    let query = path_and_query.split_once('?').map(|(_, query)| query).unwrap_or_default();
+    let mut params: Map<String, Value> = form_urlencoded::parse(query.as_bytes())
+        .map(|(name, value)| (name.into_owned(), Value::String(value.into_owned())))
+        .collect();
+    if body.trim_ascii_start().starts_with(b"{") || body.trim_ascii_start().starts_with(b"[") {
+        match serde_json::from_slice::<Value>(body).ok()? {
+            Value::Object(body) => params.extend(body),
+            _ => return None,
+        }
+    } else {
+        params.extend(
+            form_urlencoded::parse(body)
+                .map(|(name, value)| (name.into_owned(), Value::String(value.into_owned()))),
+        );
+    }
+    Some(params)
+}
+
+/// The tenant a raw request's token names: the `Authorization` header's, else a `token`
+/// parameter's (the query, a JSON or form body).
+pub(crate) fn request_tenant(
+    path_and_query: &str,
+    authorization: Option<&str>,
+    body: &[u8],
+) -> Option<String> {
+    if let Some(tenant) = tenant_of_token(authorization) {
+        return tenant.ok();
+    }
+    let params = raw_params(path_and_query, body)?;
+    tenant_of_token(params.get("token").and_then(Value::as_str))?.ok()
+}
+
 /// The business content of a Slack request, as the core computes it when it commits one.
 pub(crate) fn request_content(
     method: &str,
@@ -452,26 +507,11 @@ pub(crate) fn request_content(
     authorization: Option<&str>,
     body: &[u8],
 ) -> Option<String> {
-    let path = path.split('?').next().unwrap_or_default();
-    if !method.eq_ignore_ascii_case("POST") || path != "/api/chat.postMessage" {
+    if !method.eq_ignore_ascii_case("POST") || path.split('?').next() != Some("/api/chat.postMessage") {
         return None;
     }
-    // A JSON body is an object; a form body never starts with `{`.
-    let json = body.trim_ascii_start().starts_with(b"{");
-    let params: Map<String, Value> = if json {
-        match serde_json::from_slice::<Value>(body).ok()? {
-            Value::Object(params) => params,
-            _ => return None,
-        }
-    } else {
-        form_urlencoded::parse(body)
-            .map(|(name, value)| (name.into_owned(), Value::String(value.into_owned())))
-            .collect()
-    };
-    let token = authorization
-        .map(str::to_owned)
-        .or_else(|| params.get("token").and_then(Value::as_str).map(str::to_owned));
-    let tenant = tenant_of_token(token.as_deref())?.ok()?;
+    let params = raw_params(path, body)?;
+    let tenant = request_tenant(path, authorization, body)?;
     let channel = channel(&params).ok()?;
     let text = text(&params, "text").ok()?;
     Some(content_digest(EffectKind::MessageSent, &tenant, &message_content(&channel, text)))
@@ -536,6 +576,39 @@ mod tests {
             request_content("POST", "/api/conversations.history", Some("Bearer xoxb-acme"), b"channel=C1"),
             None
         );
+    }
+
+    #[test]
+    fn a_token_parameter_names_the_tenant_and_the_query_is_read_as_the_body_is() {
+        let tenant =
+            |path: &str, authorization: Option<&str>, body: &[u8]| request_tenant(path, authorization, body);
+        assert_eq!(
+            tenant("/api/chat.postMessage", None, b"token=xoxb-acme&channel=C1").as_deref(),
+            Some("acme")
+        );
+        assert_eq!(tenant("/api/auth.test?token=xoxp-globex", None, b"").as_deref(), Some("globex"));
+        assert_eq!(
+            tenant("/api/chat.postMessage", None, br#"{"token":"xoxb-initech"}"#).as_deref(),
+            Some("initech")
+        );
+        assert_eq!(
+            tenant("/api/chat.postMessage", Some("Bearer xoxb-acme"), b"token=xoxb-globex").as_deref(),
+            Some("acme"),
+            "the header wins"
+        );
+        assert_eq!(tenant("/api/chat.postMessage", Some("Bearer ghp_acme"), b""), None);
+        assert_eq!(tenant("/api/chat.postMessage", None, b"channel=C1"), None);
+        let in_query = request_content(
+            "POST",
+            "/api/chat.postMessage?channel=C1&text=Hi",
+            Some("Bearer xoxb-acme"),
+            b"",
+        );
+        let in_body =
+            request_content("POST", "/api/chat.postMessage", Some("Bearer xoxb-acme"), b"channel=C1&text=Hi");
+        assert!(in_query.is_some());
+        assert_eq!(in_query, in_body);
+        assert_eq!(request_content("POST", "/api/chat.postMessage", Some("Bearer xoxb-acme"), b"[1]"), None);
     }
 
     #[test]

@@ -48,13 +48,14 @@ async fn a_resend_after_a_lost_answer_is_a_second_message_and_the_history_finds_
         "metadata": {"event_type": "operation_posted", "event_payload": {"operation": "acme/run_1/notify"}}});
     let lost =
         client.send(post("chat.postMessage", "acme", message.clone()).header("Idempotency-Key", "k1")).await;
+    assert!(downstream.requests()[0].idempotency_key.is_none(), "an Idempotency-Key header is ignored");
     assert!(matches!(lost, Err(TransportError::ClosedWithoutResponse(_))), "{lost:?}");
     assert_eq!(downstream.ledger().len(), 1, "posted before the answer was lost");
 
     // Read back first: the careful way. Metadata only with include_all_metadata.
     let bare: Value = client.send(history("acme", "channel=C0-refunds")).await.unwrap().json().unwrap();
     assert_eq!(bare["messages"][0].get("metadata"), None, "{bare}");
-    let found = client.send(history("acme", "channel=C0-refunds&include_all_metadata=1")).await.unwrap();
+    let found = client.send(history("acme", "channel=C0-refunds&include_all_metadata=true")).await.unwrap();
     assert_eq!(found.status, 200);
     let found: Value = found.json().unwrap();
     assert_eq!(found["ok"], true);
@@ -75,6 +76,7 @@ async fn a_resend_after_a_lost_answer_is_a_second_message_and_the_history_finds_
         .json()
         .unwrap();
     assert_eq!(again["ok"], true);
+    assert_eq!(again["message"]["metadata"], message["metadata"], "the post's answer shows its metadata");
     assert_ne!(again["ts"].as_str(), Some(ts.as_str()), "every message has its own ts");
     let ledger = downstream.ledger();
     assert_eq!(ledger.len(), 2, "Slack has no idempotency key");
@@ -179,6 +181,15 @@ async fn errors_are_ok_false_on_http_200_and_make_nothing() {
         (history("acme", "channel=C1&limit=0"), "invalid_limit"),
         (history("acme", "channel=C1&limit=1000"), "invalid_limit"),
         (history("acme", "channel=C1&cursor=bogus"), "invalid_cursor"),
+        (
+            HttpRequest::new(http::Method::POST, "/api/chat.postMessage")
+                .header("Authorization", "Bearer xoxb-acme")
+                .header("Content-Type", "application/json")
+                .body(r#"["channel", "C1"]"#.to_owned()),
+            "invalid_json",
+        ),
+        (post("chat.delete", "acme", json!({"channel": "C1", "ts": "1.000001"})), "unknown_method"),
+        (HttpRequest::get("/api/users.list"), "unknown_method"),
     ];
     for (request, code) in cases {
         let answer = client.send(request).await.unwrap();
@@ -186,6 +197,14 @@ async fn errors_are_ok_false_on_http_200_and_make_nothing() {
         assert_eq!(answer.json::<Value>().unwrap(), json!({"ok": false, "error": code}));
     }
     assert!(downstream.ledger().is_empty());
+    let dispositions: Vec<Disposition> =
+        downstream.requests().iter().rev().take(2).map(|record| record.disposition).collect();
+    assert_eq!(dispositions, [Disposition::NotFound, Disposition::NotFound], "an unknown method");
+    // No method, or a nested path, is no Slack method: the native 404.
+    for path in ["/api/", "/api/chat.postMessage/x"] {
+        let answer = client.send(HttpRequest::get(path)).await.unwrap();
+        assert_eq!(answer.status, 404, "{path}");
+    }
     // A form body and a token parameter work as a JSON body and a header do.
     let form = HttpRequest::new(http::Method::POST, "/api/chat.postMessage")
         .header("Content-Type", "application/x-www-form-urlencoded")

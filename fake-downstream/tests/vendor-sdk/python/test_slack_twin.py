@@ -96,6 +96,7 @@ class SlackTwin(unittest.TestCase):
         plain = self.slack.conversations_history(channel="C2")
         self.assertEqual([m["ts"] for m in plain["messages"]], [second["ts"], first["ts"]])
         self.assertNotIn("metadata", plain["messages"][1])
+        self.assertEqual(first["message"]["metadata"], tag, "the post's answer shows its metadata")
         tagged = self.slack.conversations_history(channel="C2", include_all_metadata=True)
         self.assertEqual(tagged["messages"][1]["metadata"], tag)
         self.assertEqual(self.slack.conversations_history(channel="C3")["messages"], [])
@@ -145,6 +146,10 @@ class SlackTwin(unittest.TestCase):
             (lambda: self.slack.conversations_history(channel="C1", limit=0), "invalid_limit"),
             (lambda: self.slack.conversations_history(channel="C1", limit=1000), "invalid_limit"),
             (lambda: self.slack.conversations_history(channel="C1", cursor="bogus"), "invalid_cursor"),
+            # A JSON body that is not an object (slack_sdk sends any truthy `json` as JSON).
+            (lambda: self.slack.api_call("chat.postMessage", json=["channel", "C1"]), "invalid_json"),
+            (lambda: self.slack.api_call("chat.delete", json={"channel": "C1", "ts": "1.000001"}),
+             "unknown_method"),
         ]
         for call, code in cases:
             with self.subTest(code=code):
