@@ -74,7 +74,7 @@ pub fn oracles_beyond(capabilities: &protocol::ExecutorCapabilities) -> Vec<Stri
 /// The kind of premise a note of an `unknown` run names.
 fn premise_kind(note: &str) -> &'static str {
     let [pause, fault, overlap, ticket, other] = PREMISE_KINDS;
-    if note.contains("never reached the pause point") {
+    if note.contains("reached the pause point") {
         pause
     } else if note.contains("never fired") || note.contains("times: the fault") {
         fault

@@ -698,8 +698,10 @@ impl Runner {
                     // The scenario's premise did not happen (the executor never got there). The
                     // run goes on, so every oracle still judges it, but cannot pass.
                     self.undecided.push(format!(
-                        "line {line}: {} never reached the pause point {} of {} within {}",
-                        worker.as_deref().unwrap_or("no worker"),
+                        "line {line}: {} the pause point {} of {} within {}",
+                        worker
+                            .as_deref()
+                            .map_or("no worker reached".to_string(), |w| format!("{w} never reached")),
                         point.describe(),
                         quoted(name),
                         text::duration(PAUSE_PATIENCE)
