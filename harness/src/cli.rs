@@ -777,6 +777,12 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
             check_annotations,
             black_box,
         } => {
+            // As `run` and `explore` do: a black-box matrix has no history to compare twice.
+            if black_box.executor_cmd.is_some() && check_determinism {
+                return Err(bad_input(anyhow::anyhow!(
+                    "--check-determinism needs the simulated world: with --executor-cmd the runs are real processes on real time, which are not deterministic (use --repeat to run each scenario again)"
+                )));
+            }
             // The runs per scenario the user asked for are checked before a black-box command
             // is started to read its manifest; the message names the flag they wrote.
             if let Some(asked) = repeat.or(seeds) {
@@ -1012,8 +1018,16 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
                     "--repeat {repeat}: at most {MAX_RUN_REPEATS} (each is a real run of seconds)"
                 )));
             }
+            // Said before --executor-cmd's command is started (a server that cannot start must
+            // not hide the flag's error), and again after, for a black box named otherwise.
+            let simulated_only = check_determinism || log.is_some();
+            if black_box.executor_cmd.is_some() && simulated_only {
+                return Err(bad_input(anyhow::anyhow!(
+                    "--check-determinism and --log need the simulated world; a black-box run is real processes on real time"
+                )));
+            }
             let executor = registry.resolve(&executor, &black_box)?;
-            if executor.black_box.is_some() && (check_determinism || log.is_some()) {
+            if executor.black_box.is_some() && simulated_only {
                 return Err(bad_input(anyhow::anyhow!(
                     "--check-determinism and --log need the simulated world; a black-box run is real processes on real time"
                 )));

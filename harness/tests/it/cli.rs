@@ -101,6 +101,19 @@ fn bad_usage_exits_2_with_a_message() {
     let config = dir.join("config.json");
     std::fs::write(&config, r#"{"tickets": {"idempotency": "sometimes", "receipts": true}}"#).unwrap();
     check(&["downstream", "--config", config.to_str().unwrap()], "invalid downstream configuration");
+    // --check-determinism with --executor-cmd is refused by matrix as by run and explore, before
+    // the command is started: a server that cannot start does not hide the flag's error.
+    for command in ["matrix", "run"] {
+        let mut args = vec![command];
+        if command == "run" {
+            args.extend(["S02", "--seed", "0"]);
+        }
+        args.extend(["--executor-cmd", "/nonexistent/server", "--check-determinism"]);
+        let (code, stderr) = replaylab(&args);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(stderr.contains("--check-determinism"), "{args:?}: {stderr}");
+        assert!(!stderr.contains("/nonexistent/server"), "{args:?}: the server was started: {stderr}");
+    }
 }
 
 /// `bench sim` copies the run's shape for its yardsticks and ends with the issue's one line.
