@@ -791,6 +791,18 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
             // Scenario files and required rows are read before a black-box command is started.
             let all_scenarios = load_scenarios(&scenario_files)?;
             let required = required_rows(&require, &all_scenarios)?;
+            // So are the flags a run cannot start without: a server that does not start must
+            // not hide their errors.
+            let scenarios = only_these(all_scenarios, &only)?;
+            if jobs == Some(0) {
+                return Err(bad_input(anyhow::anyhow!("--jobs must be at least 1")));
+            }
+            let formats = reports::Format::parse_list(&format).map_err(|error| bad_input(error.into()))?;
+            let render_options =
+                reports::RenderOptions::from_env().map_err(|error| bad_input(error.into()))?;
+            let files: Vec<&str> = formats.iter().map(|format| format.file_name()).collect();
+            check_report_dir(&out, &files)?;
+            check_step_summary()?;
             let executor = registry.resolve(&executor, &black_box)?;
             // Black-box runs take real seconds each: three repeats unless told.
             let default = if executor.black_box.is_some() { BLACK_BOX_REPEATS } else { MATRIX_SEEDS };
@@ -806,9 +818,6 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
             // A process's log is its own (stderr, in the notes); the simulated world's capture
             // re-runs a failing run, which a real run cannot do faithfully.
             let log = executor.black_box.is_none().then_some(log);
-            let formats = reports::Format::parse_list(&format).map_err(|error| bad_input(error.into()))?;
-            let render_options =
-                reports::RenderOptions::from_env().map_err(|error| bad_input(error.into()))?;
             last_seed(first_seed, seeds, "--first-seed and --seeds")?;
             if let Some(shard) = shard.filter(|shard| shard.count > seeds) {
                 return Err(bad_input(anyhow::anyhow!(
@@ -816,7 +825,6 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
                     shard.count
                 )));
             }
-            let scenarios = only_these(all_scenarios, &only)?;
             let seeds_here = shard.map_or(seeds, |shard| {
                 (first_seed..first_seed + seeds).filter(|seed| shard.contains(*seed)).count() as u64
             });
@@ -827,9 +835,6 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
             } else {
                 jobs_for(jobs, runs)?
             };
-            let files: Vec<&str> = formats.iter().map(|format| format.file_name()).collect();
-            check_report_dir(&out, &files)?;
-            check_step_summary()?;
             if let Some(spec) = &executor.black_box {
                 eprintln!(
                     "{jobs} run(s) side by side: the server's one process started in {} ms{}",
@@ -1026,12 +1031,6 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
                     "--check-determinism and --log need the simulated world; a black-box run is real processes on real time"
                 )));
             }
-            let executor = registry.resolve(&executor, &black_box)?;
-            if executor.black_box.is_some() && simulated_only {
-                return Err(bad_input(anyhow::anyhow!(
-                    "--check-determinism and --log need the simulated world; a black-box run is real processes on real time"
-                )));
-            }
             let log = crate::log::LogFilter::from_flag_or_env(log.as_deref())
                 .map_err(|error| bad_input(anyhow::anyhow!("{error}")))?;
             let scenarios = load_scenarios(&scenario_files)?;
@@ -1061,6 +1060,13 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
                 }
                 _ => return Err(bad_input(anyhow::anyhow!("give a scenario and --seed, or --case FILE"))),
             };
+            // The scenario is found before a black-box command is started.
+            let executor = registry.resolve(&executor, &black_box)?;
+            if executor.black_box.is_some() && simulated_only {
+                return Err(bad_input(anyhow::anyhow!(
+                    "--check-determinism and --log need the simulated world; a black-box run is real processes on real time"
+                )));
+            }
             let chosen = &chosen;
             if let Some(repeat) = repeat {
                 return Ok(run_repeated(chosen, seed, &executor, repeat));

@@ -114,6 +114,21 @@ fn bad_usage_exits_2_with_a_message() {
         assert!(stderr.contains("--check-determinism"), "{args:?}: {stderr}");
         assert!(!stderr.contains("/nonexistent/server"), "{args:?}: the server was started: {stderr}");
     }
+    // Every flag a run cannot start without is checked before the command is started.
+    let server = ["--executor-cmd", "/nonexistent/server"];
+    for (flags, expected) in [
+        (&["matrix", "--only", "S99"][..], "no scenario \"S99\""),
+        (&["matrix", "--jobs", "0"], "--jobs must be at least 1"),
+        (&["matrix", "--format", "pdf"], "\"pdf\""),
+        (&["matrix", "--out", "/dev/null"], "/dev/null"),
+        (&["run", "S99", "--seed", "0"], "no scenario \"S99\""),
+    ] {
+        let args: Vec<&str> = flags.iter().chain(&server).copied().collect();
+        let (code, stderr) = replaylab(&args);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+        assert!(!stderr.contains("/nonexistent/server"), "{args:?}: the server was started: {stderr}");
+    }
 }
 
 /// `bench sim` copies the run's shape for its yardsticks and ends with the one line.
