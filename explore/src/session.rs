@@ -114,13 +114,17 @@ pub struct Regression {
     pub case: Case,
 }
 
-/// Reads the regressions file (missing: none). A malformed line is an error naming its line.
+/// The largest regressions file read: a saved case is a line of a few kilobytes, so this holds
+/// thousands; `/dev/zero` or a runaway file is refused rather than read into memory.
+pub const MAX_REGRESSIONS_BYTES: u64 = 64 << 20;
+
+/// Reads the regressions file (missing: none; not a regular file or too large: an error). A malformed line is an error naming its line.
 pub fn read_regressions(path: &Path) -> anyhow::Result<Vec<Regression>> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(error) => return Err(error).with_context(|| format!("failed to read {}", path.display())),
-    };
+    if matches!(std::fs::symlink_metadata(path), Err(error) if error.kind() == std::io::ErrorKind::NotFound) {
+        return Ok(Vec::new());
+    }
+    let text = world::toolmap::read_regular_file(path, MAX_REGRESSIONS_BYTES)
+        .map_err(|error| anyhow::anyhow!("failed to read {error}"))?;
     text.lines()
         .enumerate()
         .filter(|(_, line)| !line.trim().is_empty() && !line.trim_start().starts_with('#'))

@@ -1909,11 +1909,14 @@ fn render_matrix(result: &MatrixResult) -> String {
     text
 }
 
+/// The largest report (`explore.json`, `matrix.json`) replaylab reads back: far above any a
+/// run writes (a 100-seed matrix's is a few megabytes), far below what would exhaust memory.
+pub(crate) const MAX_REPORT_BYTES: u64 = 256 << 20;
+
 /// Reads an `explore.json`, refusing another format version.
 fn read_explore_record(path: &std::path::Path) -> Result<crate::explore_cli::ExploreRecord, Failure> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("failed to read {}", path.display()))
-        .map_err(bad_input)?;
+    let text = world::toolmap::read_regular_file(path, MAX_REPORT_BYTES)
+        .map_err(|error| bad_input(anyhow::anyhow!("failed to read {error}")))?;
     let value: serde_json::Value = serde_json::from_str(&text)
         .with_context(|| format!("{}: not JSON", path.display()))
         .map_err(bad_input)?;
@@ -1969,9 +1972,8 @@ fn serve_downstream(listen: &str, config_path: Option<&std::path::Path>) -> Resu
     let config = match config_path {
         None => DownstreamConfig::default(),
         Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("failed to read {}", path.display()))
-                .map_err(bad_input)?;
+            let text = world::toolmap::read_regular_file(path, world::toolmap::MAX_FILE_BYTES)
+                .map_err(|error| bad_input(anyhow::anyhow!("failed to read {error}")))?;
             serde_json::from_str(&text)
                 .with_context(|| format!("{}: invalid downstream configuration", path.display()))
                 .map_err(bad_input)?

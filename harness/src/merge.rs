@@ -68,7 +68,10 @@ pub fn read(path: &Path) -> Result<MatrixResult, MergeError> {
 pub fn read_unchecked(path: &Path) -> Result<MatrixResult, MergeError> {
     let file = if path.is_dir() { path.join("matrix.json") } else { path.to_path_buf() };
     let unreadable = |message: String| MergeError::Unreadable { path: file.clone(), message };
-    let text = std::fs::read_to_string(&file).map_err(|error| unreadable(error.to_string()))?;
+    // The message without its leading path: MergeError names the file itself.
+    let prefix = format!("{}: ", file.display());
+    let text = world::toolmap::read_regular_file(&file, crate::cli::MAX_REPORT_BYTES)
+        .map_err(|error| unreadable(error.strip_prefix(&prefix).unwrap_or(&error).to_owned()))?;
     let value: serde_json::Value =
         serde_json::from_str(&text).map_err(|error| unreadable(format!("not JSON: {error}")))?;
     match value.get("schema_version").and_then(serde_json::Value::as_u64) {

@@ -322,6 +322,12 @@ impl Scenario {
             |message: String| ScenarioError { source_name: name.clone(), line: 1, column: 1, message };
         // Read at most one byte past the limit: a device or a pipe that never ends (`/dev/zero`)
         // is refused, not read forever.
+        // And only a regular file: opening a FIFO would block until a writer came.
+        let metadata =
+            std::fs::metadata(path).map_err(|error| refused(format!("failed to read the file: {error}")))?;
+        if !metadata.is_file() {
+            return Err(refused("not a regular file (a FIFO, a device or a directory is refused)".into()));
+        }
         let mut bytes = Vec::new();
         std::fs::File::open(path)
             .and_then(|file| file.take(MAX_SCENARIO_BYTES + 1).read_to_end(&mut bytes))

@@ -175,7 +175,8 @@ struct VendorSpec {
 }
 
 /// Reads `path` whole if it is a regular file of at most `limit` bytes: a FIFO, a device or a
-/// directory is refused before any read (a FIFO would block for good).
+/// directory is refused before any read (a FIFO would block for good). Every input file of
+/// replaylab's commands is read through here (scenario files check the same themselves).
 pub fn read_regular_file(path: &Path, limit: u64) -> Result<String, String> {
     let metadata = std::fs::metadata(path).map_err(|error| format!("{}: {error}", path.display()))?;
     if !metadata.is_file() {

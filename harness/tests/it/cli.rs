@@ -131,6 +131,34 @@ fn bad_usage_exits_2_with_a_message() {
     }
 }
 
+/// Every input file is refused with exit 2 and its path unless it is a regular file: a FIFO
+/// would block for good at its opening, `/dev/zero` would be read until memory ran out.
+#[test]
+fn a_fifo_or_a_device_as_an_input_file_exits_2_at_once() {
+    let dir = scratch("fifo");
+    let fifo = dir.join("input");
+    let made = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo runs");
+    assert!(made.success());
+    let out = dir.join("out");
+    let out = out.to_str().unwrap();
+    for input in [fifo.to_str().unwrap(), "/dev/zero"] {
+        for args in [
+            vec!["downstream", "--config", input],
+            vec!["matrix", "--scenario-file", input, "--seeds", "1", "--out", out],
+            vec!["run", "--case", input],
+            vec!["matrix", "--config", input, "--executor-cmd", "/nonexistent/server"],
+            vec!["verify", input],
+            vec!["explore", "--regressions", input, "--seeds", "1", "--out", out],
+        ] {
+            // Killed after a minute: a command that blocks fails the test instead of hanging it.
+            let output = Command::new("timeout").arg("60").arg(REPLAYLAB).args(&args).output().unwrap();
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+            assert!(stderr.contains(input) && stderr.contains("not a regular file"), "{args:?}: {stderr}");
+        }
+    }
+}
+
 /// `bench sim` copies the run's shape for its yardsticks and ends with the one line.
 /// Nothing here times anything: the speeds only have to be numbers.
 #[test]
