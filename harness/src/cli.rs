@@ -176,7 +176,8 @@ enum Command {
     /// to the regressions file. With --executor-cmd, against real processes: a group counts when
     /// its case fails again, and the saved case states its rate.
     Explore {
-        /// How many seeds.
+        /// How many seeds (at most 10,000,000: days of work on one machine; shard a longer
+        /// campaign with --shard or --start).
         #[arg(long, default_value_t = 100)]
         seeds: u64,
         /// The first seed.
@@ -356,7 +357,7 @@ enum BenchCommand {
     /// Harness runs per second against a raw turmoil program with the same message count and
     /// simulated span, in the same process.
     Sim {
-        /// Runs of each.
+        /// Runs of each (at most 1,000,000).
         #[arg(long, default_value_t = 2000)]
         runs: u64,
         /// Threads (default and most: the machine's cores; no more than there are runs).
@@ -1119,6 +1120,11 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
                     "--check-determinism needs the simulated world: with --executor-cmd the cases run as real processes on real time, which are not deterministic (a finding is confirmed by running it again instead)"
                 )));
             }
+            if seeds > MAX_EXPLORE_SEEDS {
+                return Err(bad_input(anyhow::anyhow!(
+                    "--seeds must be at most {MAX_EXPLORE_SEEDS}; split a longer campaign with --shard or --start"
+                )));
+            }
             last_seed(start, seeds.max(1), "--start and --seeds")?;
             let shard = shard.as_deref().map(parse_shard).transpose()?;
             if jobs == Some(0) {
@@ -1204,8 +1210,10 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
         }
         Command::Bench { what: BenchCommand::Sim { runs, jobs, scenario, executor } } => {
             let executor = registry.find(&executor)?;
-            if runs == 0 {
-                return Err(bad_input(anyhow::anyhow!("--runs must be at least 1")));
+            if runs == 0 || runs > MAX_BENCH_SIM_RUNS {
+                return Err(bad_input(anyhow::anyhow!(
+                    "--runs must be at least 1 and at most {MAX_BENCH_SIM_RUNS} (each is a whole simulated run, and the baseline runs as many)"
+                )));
             }
             let scenarios = load_scenarios(&[])?;
             let chosen = scenarios
@@ -1560,6 +1568,12 @@ fn jobs_for(requested: Option<usize>, work: u64) -> Result<usize, Failure> {
 /// The most seeds per scenario a matrix runs: with the built-in scenarios that is three million
 /// runs, most of a day on a laptop; a longer campaign is split with `--first-seed`.
 const MAX_MATRIX_SEEDS: u64 = 100_000;
+
+/// The most cases one `explore` draws: at a few hundred cases a second, days on one machine.
+const MAX_EXPLORE_SEEDS: u64 = 10_000_000;
+
+/// The most runs `bench sim` makes of each side (the harness and the turmoil baseline).
+const MAX_BENCH_SIM_RUNS: u64 = 1_000_000;
 
 /// Checks a matrix's `--seeds`: at least 1, at most [`MAX_MATRIX_SEEDS`].
 /// Checks a matrix's runs per scenario, given by `flag` (`--seeds`, or `--repeat` for a

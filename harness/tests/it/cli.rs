@@ -114,6 +114,12 @@ fn bad_usage_exits_2_with_a_message() {
         assert!(stderr.contains("--check-determinism"), "{args:?}: {stderr}");
         assert!(!stderr.contains("/nonexistent/server"), "{args:?}: the server was started: {stderr}");
     }
+    // Upper bounds: a number no machine could finish is refused at once, not run for good.
+    check(&["explore", "--seeds", "18446744073709551615"], "--seeds must be at most 10000000");
+    check(
+        &["bench", "sim", "--runs", "18446744073709551615"],
+        "--runs must be at least 1 and at most 1000000",
+    );
     // Every flag a run cannot start without is checked before the command is started.
     let server = ["--executor-cmd", "/nonexistent/server"];
     for (flags, expected) in [
