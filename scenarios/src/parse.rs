@@ -350,8 +350,12 @@ impl Scenario {
             ScenarioError { source_name: source_name.to_owned(), line, column, message }
         };
         let form: FileForm = toml::from_str(text).map_err(|error| {
-            let offset = error.span().map_or(0, |span| span.start);
-            at(offset, error.message().trim().to_owned())
+            // A step's own error: serde reads a tagged step whole, so toml's span is the first
+            // `[[step]]`'s; find the step (and its key) that is wrong instead.
+            let (offset, message) = failing_step(text).unwrap_or_else(|| {
+                (error.span().map_or(0, |span| span.start), error.message().trim().to_owned())
+            });
+            at(offset, message)
         })?;
         let key = |name: &str| offset_of_key(text, name);
         Validator { lines: &lines, source_name, at: &at, key: &key }.scenario(form)
@@ -904,6 +908,54 @@ impl<'a> Lines<'a> {
 /// Where `key` is first written at the start of a line (for errors about top-level fields), or
 /// else the first table header whose last name it is (`[operations.KEY]`, for errors about one
 /// operation).
+/// The first `[[step]]` that does not read as a step on its own, as the offset of its wrong
+/// key (the field an `unknown field`, `invalid type` or `unknown variant` error names, where the
+/// step's text has it) or else of its header, with the error's message. `None` when every
+/// step reads (the file's error is elsewhere) or the file does not parse as TOML.
+fn failing_step(text: &str) -> Option<(usize, String)> {
+    #[derive(Deserialize)]
+    struct StepsOnly {
+        #[serde(default)]
+        step: Vec<Spanned<toml::Table>>,
+    }
+    let steps: StepsOnly = toml::from_str(text).ok()?;
+    steps.step.into_iter().find_map(|spanned| {
+        let span = spanned.span();
+        let error = toml::Value::Table(spanned.into_inner()).try_into::<StepForm>().err()?;
+        let message = error.message().trim().to_owned();
+        // The span is the step's header: its keys run to the next header.
+        let after_header = text[span.start..].find('\n').map_or(text.len(), |n| span.start + n + 1);
+        let body_end = text[after_header..]
+            .split_inclusive('\n')
+            .scan(after_header, |at, line| {
+                let start = *at;
+                *at += line.len();
+                Some((start, line))
+            })
+            .find(|(_, line)| line.trim_start().starts_with('['))
+            .map_or(text.len(), |(start, _)| start);
+        let step_text = &text[span.start..body_end];
+        let field = message.split('`').nth(1).filter(|_| message.starts_with("unknown field"));
+        let offset = field
+            .and_then(|field| key_line_in(step_text, field))
+            .map_or(span.start, |within| span.start + within);
+        Some((offset, message))
+    })
+}
+
+/// The offset in `text` of the line that sets `key` (`key = ...`), if one does.
+fn key_line_in(text: &str, key: &str) -> Option<usize> {
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        let trimmed = line.trim_start();
+        if trimmed.strip_prefix(key).is_some_and(|rest| rest.trim_start().starts_with('=')) {
+            return Some(offset + (line.len() - trimmed.len()));
+        }
+        offset += line.len();
+    }
+    None
+}
+
 fn offset_of_key(text: &str, key: &str) -> usize {
     let mut offset = 0;
     for line in text.split_inclusive('\n') {
@@ -1043,6 +1095,12 @@ status = "applied"
     #[test]
     fn an_endless_file_is_refused_not_read_forever() {
         let error = Scenario::from_file(Path::new("/dev/zero")).expect_err("refused");
+        assert!(error.message.contains("not a regular file"), "{error}");
+        // A regular file past the limit is refused by its size.
+        let path = std::env::temp_dir().join(format!("replaylab-large-{}.toml", std::process::id()));
+        std::fs::write(&path, vec![b'#'; MAX_SCENARIO_BYTES as usize + 1]).expect("written");
+        let error = Scenario::from_file(&path).expect_err("refused");
+        std::fs::remove_file(&path).ok();
         assert!(error.message.contains("larger than 4194304 bytes"), "{error}");
     }
 
@@ -1209,6 +1267,27 @@ paused = "p"
         check("arguments = '{\"subject\": \"s\", \"body\": \"b\"}'", "arguments = '{nope'", "not JSON");
         check("rows = [\"C1\"]", "rows = [\"C11\"]", "use C1..C10");
         check("id = \"S90\"", "id = \"scenario\"", "must look like S01");
+    }
+
+    /// A step's own serde error (an unknown field, a wrong type, an unknown action) names that
+    /// step, not the first `[[step]]`: the field's line where the step sets it, else the step's
+    /// header.
+    #[test]
+    fn a_later_steps_field_error_names_its_own_line() {
+        // MINIMAL's lines: the text starts with a newline, the second step's header is line 21,
+        // its `status` line 24; the first step's `tool` is line 18.
+        let error = error_of(&MINIMAL.replace("status = \"applied\"", "status = \"applied\"\nbogus = 3"));
+        assert!(error.message.contains("unknown field `bogus`"), "{error}");
+        assert_eq!(error.line, 25, "{error}");
+        let error = error_of(&MINIMAL.replace("action = \"expect\"", "action = \"expectt\""));
+        assert!(error.message.contains("expectt"), "{error}");
+        assert_eq!(error.line, 21, "{error}");
+        let error = error_of(&MINIMAL.replace("call = \"first\"", "call = 7"));
+        assert_eq!(error.line, 21, "{error}");
+        // The first step's error is still its own.
+        let error =
+            error_of(&MINIMAL.replace("tool = \"tickets.create\"", "tool = \"tickets.create\"\nbogus = 1"));
+        assert_eq!(error.line, 19, "{error}");
     }
 
     #[test]
