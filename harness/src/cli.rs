@@ -787,7 +787,13 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
             // The runs per scenario the user asked for are checked before a black-box command
             // is started to read its manifest; the message names the flag they wrote.
             if let Some(asked) = repeat.or(seeds) {
-                check_matrix_seeds(asked, if repeat.is_some() { "--repeat" } else { "--seeds" })?;
+                // Only a seeded matrix has --first-seed; repeats of real runs are not seeded.
+                let (flag, split) = if repeat.is_some() {
+                    ("--repeat", "run several matrices and keep each report")
+                } else {
+                    ("--seeds", "split a longer campaign with --first-seed")
+                };
+                check_matrix_seeds(asked, flag, split)?;
             }
             // Scenario files and required rows are read before a black-box command is started.
             let all_scenarios = load_scenarios(&scenario_files)?;
@@ -1160,7 +1166,11 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
             crate::explore_cli::run(&config).map_err(|error| Failure { code: exit::BAD_INPUT, error })
         }
         Command::Mutants { seeds, out, jobs } => {
-            check_matrix_seeds(seeds, "--seeds")?;
+            check_matrix_seeds(
+                seeds,
+                "--seeds",
+                "a mutant that survives 100,000 seeds needs a new scenario",
+            )?;
             let jobs = jobs_for(jobs, u64::MAX)?;
             check_report_dir(&out, &["mutants.json", "mutants.md"])?;
             let base = MatrixConfig {
@@ -1578,13 +1588,14 @@ const MAX_BENCH_SIM_RUNS: u64 = 1_000_000;
 /// Checks a matrix's `--seeds`: at least 1, at most [`MAX_MATRIX_SEEDS`].
 /// Checks a matrix's runs per scenario, given by `flag` (`--seeds`, or `--repeat` for a
 /// black-box matrix): the message names the flag the user wrote.
-fn check_matrix_seeds(seeds: u64, flag: &str) -> Result<(), Failure> {
+/// `split` says how to run more, with the flags this command has.
+fn check_matrix_seeds(seeds: u64, flag: &str, split: &str) -> Result<(), Failure> {
     if seeds == 0 {
         return Err(bad_input(anyhow::anyhow!("{flag} must be at least 1")));
     }
     if seeds > MAX_MATRIX_SEEDS {
         return Err(bad_input(anyhow::anyhow!(
-            "{flag} must be at most {MAX_MATRIX_SEEDS} per scenario; split a longer campaign with --first-seed"
+            "{flag} must be at most {MAX_MATRIX_SEEDS} per scenario; {split}"
         )));
     }
     Ok(())

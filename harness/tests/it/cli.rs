@@ -120,6 +120,19 @@ fn bad_usage_exits_2_with_a_message() {
         &["bench", "sim", "--runs", "18446744073709551615"],
         "--runs must be at least 1 and at most 1000000",
     );
+    // A hint names only flags the command has: --first-seed is a seeded matrix's alone.
+    for (args, hint) in [
+        (&["matrix", "--seeds", "200000"][..], "--first-seed"),
+        (&["matrix", "--executor-cmd", "/nonexistent/server", "--repeat", "200000"], "run several matrices"),
+        (&["mutants", "--seeds", "200000"], "needs a new scenario"),
+    ] {
+        let (code, stderr) = replaylab(args);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(stderr.contains("at most 100000") && stderr.contains(hint), "{args:?}: {stderr}");
+        if args[0] != "matrix" || args.contains(&"--repeat") {
+            assert!(!stderr.contains("--first-seed"), "{args:?} has no --first-seed: {stderr}");
+        }
+    }
     // Every flag a run cannot start without is checked before the command is started.
     let server = ["--executor-cmd", "/nonexistent/server"];
     for (flags, expected) in [
