@@ -123,7 +123,7 @@ pub fn read_regressions(path: &Path) -> anyhow::Result<Vec<Regression>> {
     if matches!(std::fs::symlink_metadata(path), Err(error) if error.kind() == std::io::ErrorKind::NotFound) {
         return Ok(Vec::new());
     }
-    let text = world::toolmap::read_regular_file(path, MAX_REGRESSIONS_BYTES)
+    let text = world::read_regular_file(path, MAX_REGRESSIONS_BYTES)
         .map_err(|error| anyhow::anyhow!("failed to read {error}"))?;
     text.lines()
         .enumerate()

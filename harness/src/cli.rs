@@ -1940,7 +1940,7 @@ pub(crate) const MAX_REPORT_BYTES: u64 = 256 << 20;
 
 /// Reads an `explore.json`, refusing another format version.
 fn read_explore_record(path: &std::path::Path) -> Result<crate::explore_cli::ExploreRecord, Failure> {
-    let text = world::toolmap::read_regular_file(path, MAX_REPORT_BYTES)
+    let text = world::read_regular_file(path, MAX_REPORT_BYTES)
         .map_err(|error| bad_input(anyhow::anyhow!("failed to read {error}")))?;
     let value: serde_json::Value = serde_json::from_str(&text)
         .with_context(|| format!("{}: not JSON", path.display()))
@@ -1997,7 +1997,7 @@ fn serve_downstream(listen: &str, config_path: Option<&std::path::Path>) -> Resu
     let config = match config_path {
         None => DownstreamConfig::default(),
         Some(path) => {
-            let text = world::toolmap::read_regular_file(path, world::toolmap::MAX_FILE_BYTES)
+            let text = world::read_regular_file(path, world::toolmap::MAX_FILE_BYTES)
                 .map_err(|error| bad_input(anyhow::anyhow!("failed to read {error}")))?;
             serde_json::from_str(&text)
                 .with_context(|| format!("{}: invalid downstream configuration", path.display()))

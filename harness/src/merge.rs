@@ -70,7 +70,7 @@ pub fn read_unchecked(path: &Path) -> Result<MatrixResult, MergeError> {
     let unreadable = |message: String| MergeError::Unreadable { path: file.clone(), message };
     // The message without its leading path: MergeError names the file itself.
     let prefix = format!("{}: ", file.display());
-    let text = world::toolmap::read_regular_file(&file, crate::cli::MAX_REPORT_BYTES)
+    let text = world::read_regular_file(&file, crate::cli::MAX_REPORT_BYTES)
         .map_err(|error| unreadable(error.strip_prefix(&prefix).unwrap_or(&error).to_owned()))?;
     let value: serde_json::Value =
         serde_json::from_str(&text).map_err(|error| unreadable(format!("not JSON: {error}")))?;

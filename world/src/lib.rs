@@ -21,6 +21,29 @@ pub mod clock;
 pub mod process;
 pub mod toolmap;
 
+/// Reads `path` whole if it is a regular file of at most `limit` bytes: a FIFO, a device or a
+/// directory is refused before any read (a FIFO would block for good). Every input file of
+/// replaylab's commands is read through here (scenario files check the same themselves).
+pub fn read_regular_file(path: &std::path::Path, limit: u64) -> Result<String, String> {
+    use std::io::Read;
+    let metadata = std::fs::metadata(path).map_err(|error| format!("{}: {error}", path.display()))?;
+    if !metadata.is_file() {
+        return Err(format!("{}: not a regular file", path.display()));
+    }
+    if metadata.len() > limit {
+        return Err(format!(
+            "{}: {} bytes, more than the {limit} a file of this kind may have",
+            path.display(),
+            metadata.len()
+        ));
+    }
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|file| file.take(limit + 1).read_to_string(&mut text))
+        .map_err(|error| format!("{}: {error}", path.display()))?;
+    Ok(text)
+}
+
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::rc::Rc;

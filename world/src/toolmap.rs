@@ -14,7 +14,6 @@
 //! core's terms, whatever the dialect.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use fake_downstream::{DialectFacts, EffectKind, FaultRule, IdempotencyMode, KeyPolicy};
@@ -174,32 +173,10 @@ struct VendorSpec {
     api_key_env: String,
 }
 
-/// Reads `path` whole if it is a regular file of at most `limit` bytes: a FIFO, a device or a
-/// directory is refused before any read (a FIFO would block for good). Every input file of
-/// replaylab's commands is read through here (scenario files check the same themselves).
-pub fn read_regular_file(path: &Path, limit: u64) -> Result<String, String> {
-    let metadata = std::fs::metadata(path).map_err(|error| format!("{}: {error}", path.display()))?;
-    if !metadata.is_file() {
-        return Err(format!("{}: not a regular file", path.display()));
-    }
-    if metadata.len() > limit {
-        return Err(format!(
-            "{}: {} bytes, more than the {limit} a file of this kind may have",
-            path.display(),
-            metadata.len()
-        ));
-    }
-    let mut text = String::new();
-    std::fs::File::open(path)
-        .and_then(|file| file.take(limit + 1).read_to_string(&mut text))
-        .map_err(|error| format!("{}: {error}", path.display()))?;
-    Ok(text)
-}
-
 impl ToolMap {
     /// Reads and checks the tool map at `path`.
     pub fn load(path: &Path) -> Result<ToolMap, String> {
-        let text = read_regular_file(path, MAX_FILE_BYTES)?;
+        let text = crate::read_regular_file(path, MAX_FILE_BYTES)?;
         let path = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
         ToolMap::parse(&text, &path).map_err(|error| format!("{}: {error}", path.display()))
     }
