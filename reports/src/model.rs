@@ -163,6 +163,19 @@ pub struct BlackBox {
     /// no tool the scenarios called.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hints: Vec<ToolHints>,
+    /// Runs side by side (`--jobs`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub jobs: u64,
+    /// Runs made `unknown` because real time ran out: a time premise did not hold (a retry
+    /// past retention, an answer past the lease, a downstream answer past the worker's
+    /// timeout, on a machine too slow for what the scenario needs). Fewer runs side by side
+    /// leave each more of the machine.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub out_of_time: u64,
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
 }
 
 /// What one tool's results earned of MCP's tool hints (`readOnlyHint`, `destructiveHint`,

@@ -272,6 +272,8 @@ fn times_are_the_runs_time_and_the_timestamp_is_utc_without_a_zone() {
         matrix_wall_ms: 0,
         oracles_judged: vec![],
         hints: vec![],
+        jobs: 0,
+        out_of_time: 0,
     });
     assert!(basis(&black_box).starts_with("real: "), "{}", basis(&black_box));
 

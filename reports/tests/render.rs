@@ -320,6 +320,8 @@ fn a_black_box_matrix_says_it_was_real_and_not_deterministic() {
         matrix_wall_ms: 9_000,
         oracles_judged: vec!["O1".into(), "O2".into(), "O13".into()],
         hints: vec![],
+        jobs: 0,
+        out_of_time: 0,
     });
     let said = reports::black_box_text(&result);
     assert_eq!(said.len(), 4, "{said:#?}");
@@ -343,6 +345,23 @@ fn a_black_box_matrix_says_it_was_real_and_not_deterministic() {
     assert!(junit.contains("<property name=\"black_box\" value=\"Black-box world:"), "{junit}");
     assert!(!render_junit(&simulated, &RenderOptions::new()).contains("black_box"));
     assert!(reports::black_box_text(&simulated).is_empty());
+    // Runs made unknown by real time running out are counted, with fewer runs side by side
+    // suggested; none, and nothing is said.
+    assert!(!said.iter().any(|line| line.contains("Real time ran out")), "{said:#?}");
+    let mut slow = result.clone();
+    if let Some(black_box) = slow.black_box.as_mut() {
+        black_box.jobs = 8;
+        black_box.out_of_time = 3;
+    }
+    let said_slow = reports::black_box_text(&slow);
+    assert!(
+        said_slow
+            .iter()
+            .any(|line| line.starts_with("Real time ran out in 3 run(s): a time premise did not hold")
+                && line.ends_with("Run fewer side by side (--jobs 4; 8 ran now).")),
+        "{said_slow:#?}"
+    );
+    assert!(render_markdown(&slow, &RenderOptions::new()).contains("Real time ran out in 3 run(s)"));
     let markdown = render_markdown(&simulated, &RenderOptions::new());
     assert!(!markdown.contains("| repeats |") && !markdown.contains("black box"), "{markdown}");
     // A black-box run is a repeat, not a seed, everywhere: the failure box, the failing runs'

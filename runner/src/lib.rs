@@ -23,6 +23,7 @@ pub mod exit;
 pub mod log;
 pub mod matrix;
 mod run;
+pub mod timing;
 pub mod version;
 
 pub use run::*;

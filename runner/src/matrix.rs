@@ -189,6 +189,18 @@ pub fn run(config: &MatrixConfig) -> MatrixResult {
                 .filter_map(|finished| finished.result.real_time)
                 .fold(reports::RealTime::default(), reports::RealTime::plus),
             matrix_wall_ms: began.elapsed().as_millis() as u64,
+            jobs: config.jobs as u64,
+            out_of_time: results
+                .iter()
+                .filter(|finished| {
+                    finished.result.verdict == Verdict::Unknown
+                        && finished
+                            .result
+                            .notes
+                            .iter()
+                            .any(|note| note.starts_with(crate::timing::TIME_PREMISE))
+                })
+                .count() as u64,
             oracles_judged: {
                 let judged: std::collections::BTreeSet<&str> =
                     results.iter().flat_map(|finished| finished.exercised.iter().copied()).collect();

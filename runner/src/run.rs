@@ -168,6 +168,8 @@ struct Runner {
     /// Whether the executor can be polled at the end (every in-process executor; a black-box
     /// server only if it serves `replaylab.poll`).
     final_polls: bool,
+    /// Every restart, with how long its process took to start (the time premises name them).
+    restarts: Vec<crate::timing::Restart>,
 }
 
 /// Why a scenario is not applicable to a black-box server that lacks what it needs: a tool
@@ -322,6 +324,7 @@ pub fn run_logged(
         undecided: Vec::new(),
         waited: Duration::ZERO,
         final_polls: executor.black_box.as_ref().is_none_or(|spec| spec.polls),
+        restarts: Vec::new(),
     };
     // A failure of the simulation itself (a panic in the simulator or the harness's own code,
     // such as a turmoil buffer overflowing) ends this run as `crashed`, with its note and
@@ -756,7 +759,10 @@ impl Runner {
             StepKind::Restart { worker } => {
                 let Some(worker) = self.worker_of(worker) else { return Ok(()) };
                 self.record(EventKind::Restarted { worker: worker.clone() });
+                let (at_ms, began) = (self.now_ms(), std::time::Instant::now());
                 self.world.restart(worker.as_str());
+                let took_ms = began.elapsed().as_millis() as u64;
+                self.restarts.push(crate::timing::Restart { worker: worker.clone(), at_ms, took_ms });
                 self.crashed.retain(|crashed| crashed != &worker);
             }
             StepKind::Advance { by, since_request_of: None } => {
@@ -1346,6 +1352,24 @@ impl Runner {
         violations.extend(self.expectation_failures.iter().cloned());
         let mut notes = Vec::new();
         let mut verdict = Verdict::Pass;
+        // On real time, a slow machine can break what the steps meant (crate::timing): the
+        // findings the lost time explains are not judged, and the run cannot pass.
+        if let Some(given) = self.world.timing_given() {
+            let rejudge =
+                |history: &[Event]| oracles::judge(&oracles::Evidence { history, ..evidence }).violations;
+            let broken = crate::timing::broken(&history, given, &self.restarts, &violations, &rejudge);
+            for premise in &broken {
+                notes.push(premise.note.clone());
+                verdict = verdict.worst(Verdict::Unknown);
+            }
+            violations.retain(|violation| {
+                let excused = broken.iter().any(|premise| premise.excuses(violation));
+                if excused {
+                    notes.push(format!("not judged, as a time premise did not hold: {violation}"));
+                }
+                !excused
+            });
+        }
         for event in &history {
             if let EventKind::ExecutorPanicked { worker, during, message } = &event.kind {
                 notes.push(format!("{worker} panicked during {during}: {message}"));

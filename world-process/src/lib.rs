@@ -1242,6 +1242,8 @@ pub struct RealWorld {
     began: Instant,
     /// A restart that failed: the next step stops the run with it.
     failure: Option<String>,
+    /// The deadlines the processes were given.
+    given: world::GivenTiming,
 }
 
 impl std::fmt::Debug for RealWorld {
@@ -1267,18 +1269,15 @@ impl RealWorld {
             Shared::new(scenario, seed, Rc::new(NoFactory), WorldClock::real(), Arc::new(wire::TcpConnector));
         let (directory, name) = run_directory(scenario, seed)?;
         let contract = shared.contracts.iter().next().cloned().ok_or("no contracts")?;
+        let given = world::GivenTiming {
+            lease: contract.lease,
+            retention: contract.retention,
+            downstream_timeout: scenario.timing.downstream_timeout.unwrap_or(PROCESS_DOWNSTREAM_TIMEOUT),
+        };
         let timing = [
-            (env::LEASE_MS, contract.lease.as_millis().to_string()),
-            (env::RETENTION_MS, contract.retention.as_millis().to_string()),
-            (
-                env::DOWNSTREAM_TIMEOUT_MS,
-                scenario
-                    .timing
-                    .downstream_timeout
-                    .unwrap_or(PROCESS_DOWNSTREAM_TIMEOUT)
-                    .as_millis()
-                    .to_string(),
-            ),
+            (env::LEASE_MS, given.lease.as_millis().to_string()),
+            (env::RETENTION_MS, given.retention.as_millis().to_string()),
+            (env::DOWNSTREAM_TIMEOUT_MS, given.downstream_timeout.as_millis().to_string()),
             (env::SERVICES, services_of(&shared.downstream.config())),
         ];
         let boundary = Rc::new(Boundary {
@@ -1319,6 +1318,7 @@ impl RealWorld {
             processes: BTreeMap::new(),
             began: Instant::now(),
             failure: None,
+            given,
         };
         // The downstream's completion webhooks go to the relay, which passes them on.
         let mut config = shared.downstream.config();
@@ -1488,6 +1488,10 @@ impl World for RealWorld {
 
     fn crash(&mut self, worker: &str) -> Result<(), String> {
         self.kill(worker)
+    }
+
+    fn timing_given(&self) -> Option<world::GivenTiming> {
+        Some(self.given)
     }
 
     fn real_time(&self) -> Option<reports::RealTime> {

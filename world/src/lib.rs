@@ -503,6 +503,18 @@ impl Shared {
     }
 }
 
+/// The real-time deadlines a world on real time hands the executors' processes (as
+/// `REPLAYLAB_LEASE_MS`, `REPLAYLAB_RETENTION_MS`, `REPLAYLAB_DOWNSTREAM_TIMEOUT_MS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GivenTiming {
+    /// How long a claim is its owner's.
+    pub lease: Duration,
+    /// How long a key is remembered.
+    pub retention: Duration,
+    /// How long a process waits for a downstream answer.
+    pub downstream_timeout: Duration,
+}
+
 /// What the runner needs of a world beyond [`Shared`]: moving it on, pausing a worker at a
 /// point, crashing and restarting workers. The simulated world (`world-sim`'s `SimWorld`) does it with
 /// turmoil; the process world (`world-process`'s `RealWorld`) with real processes, real
@@ -550,6 +562,12 @@ pub trait World {
     fn restart(&mut self, worker: &str);
     /// Where the run's real time went, in a world on real time (the waiting the runner adds).
     fn real_time(&self) -> Option<reports::RealTime> {
+        None
+    }
+    /// The lease, retention and downstream timeout the world asked the executors' processes
+    /// to use, in a world on real time (`None` where executors keep their own clocks, as
+    /// simulated ones do): the runner's time premises measure a run against them.
+    fn timing_given(&self) -> Option<GivenTiming> {
         None
     }
     /// What a run that did not pass should say of the world besides its history (a

@@ -27,6 +27,7 @@ mod report_browser;
 mod reports_privacy;
 mod runs;
 mod serve;
+mod slow_machine;
 mod stripe_examples;
 mod typescript_examples;
 mod unusual;
