@@ -73,8 +73,10 @@ pub fn oracles_beyond(capabilities: &protocol::ExecutorCapabilities) -> Vec<Stri
 
 /// The kind of premise a note of an `unknown` run names.
 fn premise_kind(note: &str) -> &'static str {
-    let [pause, fault, overlap, ticket, other] = PREMISE_KINDS;
-    if note.contains("reached the pause point") {
+    let [pause, fault, overlap, ticket, time, other] = PREMISE_KINDS;
+    if note.starts_with(runner::timing::TIME_PREMISE) {
+        time
+    } else if note.contains("reached the pause point") {
         pause
     } else if note.contains("never fired") || note.contains("times: the fault") {
         fault
@@ -88,11 +90,12 @@ fn premise_kind(note: &str) -> &'static str {
 }
 
 /// The kinds of premise that did not happen ([`Coverage::unknown_because`]'s keys).
-pub const PREMISE_KINDS: [&str; 5] = [
+pub const PREMISE_KINDS: [&str; 6] = [
     "a pause point was never reached",
     "a fault did not fire",
     "concurrent calls did not overlap",
     "a ticket to update or edit did not exist",
+    "real time ran out (a time premise)",
     "another premise",
 ];
 

@@ -51,12 +51,16 @@ pub fn black_box_text(result: &MatrixResult) -> Vec<String> {
     ];
     if black_box.out_of_time > 0 {
         let fewer = if black_box.jobs > 1 {
-            format!(" (--jobs {}; {} ran now)", (black_box.jobs / 2).max(1), black_box.jobs)
+            format!(
+                "Run fewer side by side (--jobs {}; {} ran now).",
+                (black_box.jobs / 2).max(1),
+                black_box.jobs
+            )
         } else {
-            " (or on a quieter machine)".to_owned()
+            "They ran one at a time already: run them on a quieter machine.".to_owned()
         };
         lines.push(format!(
-            "Real time ran out in {} run(s): a time premise did not hold (a retry past retention, an answer past the lease, a downstream answer past the worker's timeout), so they are unknown, not judged on what the lost time explains; the machine was too slow for what the scenarios need. Run fewer side by side{fewer}.",
+            "Real time ran out in {} run(s): a time premise did not hold (a retry past retention, an answer past the lease, a downstream answer past the worker's timeout), so they are unknown, not judged on what the lost time explains; the machine was too slow for what the scenarios need. {fewer}",
             black_box.out_of_time
         ));
     }

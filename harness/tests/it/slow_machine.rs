@@ -84,6 +84,31 @@ fn downstream_answers_past_the_workers_timeout_are_unknown_not_fail() {
     assert!(said.contains("not judged"), "{said}");
     let (code, said) = run("S01", &stalled(""), &[]);
     assert_eq!(code, Some(0), "without the stall: {said}");
+    // The matrix counts the run, says why, and suggests fewer runs side by side.
+    let out = scratch("slow_downstream_matrix");
+    let command = stalled("--downstream-delay 3 --delayed-requests 1");
+    let out_text = out.display().to_string();
+    let output = replaylab(&[
+        "matrix",
+        "--executor-cmd",
+        &command,
+        "--repeat",
+        "2",
+        "--only",
+        "S01",
+        "--jobs",
+        "2",
+        "--out",
+        &out_text,
+    ]);
+    let said = text(&output);
+    assert_eq!(output.status.code(), Some(1), "{said}");
+    assert!(said.contains("Real time ran out in 2 run(s): a time premise did not hold"), "{said}");
+    assert!(said.contains("Run fewer side by side (--jobs 1; 2 ran now)."), "{said}");
+    let matrix = crate::black_box::matrix_json(&out);
+    assert_eq!(matrix["black_box"]["out_of_time"], 2, "{}", matrix["black_box"]);
+    assert_eq!(crate::black_box::scenario(&matrix, "S01")["verdict"], "unknown");
+    crate::black_box::assert_valid(&matrix);
 }
 
 /// S04: worker-2 rightly answers `in_flight` while the crashed worker-1's claim is inside its
