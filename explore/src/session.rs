@@ -8,7 +8,7 @@
 //! [`SHRINK_RERUNS`] reruns fail with the signature, and the saved case's own rate is measured
 //! and written into its file and its reproduce command.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -237,6 +237,81 @@ struct Failing {
     result: CaseResult,
 }
 
+/// The file of the findings so far, in `--out` while an exploration runs: each signature's
+/// first failing case as it is found (its case file, its oracle, its reproduce command), not
+/// confirmed and not shrunk yet. An exploration stopped by a signal leaves it (and says so); one that ends
+/// removes it, `explore.json` and the shrunk cases being the record.
+const FOUND_SO_FAR: &str = "found-so-far.txt";
+
+/// The findings so far ([`FOUND_SO_FAR`]).
+struct FoundSoFar<'a> {
+    out: &'a Path,
+    executor: &'a ExecutorSpec,
+    /// The file's entries (one per signature: its first failing seed), the case files written
+    /// for them, and the signatures.
+    entries: Mutex<(Vec<String>, Vec<PathBuf>, BTreeSet<String>)>,
+}
+
+impl<'a> FoundSoFar<'a> {
+    fn new(out: &'a Path, executor: &'a ExecutorSpec) -> Self {
+        Self { out, executor, entries: Mutex::new((Vec::new(), Vec::new(), BTreeSet::new())) }
+    }
+
+    /// Writes `case`, found failing at `seed` with a signature not found before, and the file
+    /// of every finding so far (through a temporary file: a signal never leaves half of it).
+    fn add(&self, seed: u64, case: &Case, result: &CaseResult) -> anyhow::Result<()> {
+        let oracle = result.failure().unwrap_or_default();
+        let signature = result.signature().unwrap_or("a failure with no signature");
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if !entries.2.insert(signature.to_owned()) {
+            return Ok(());
+        }
+        let name = format!("found-seed-{seed}-{oracle}.toml");
+        let header = [format!(
+            "Found by `replaylab explore` against {} at seed {seed}: {signature}. NOT CONFIRMED: the exploration was still running (not rerun, not shrunk).",
+            self.executor.name
+        )];
+        let path = write_case(self.out, &name, &header, case)?;
+        let mut entry = format!(
+            "seed {seed}: {oracle}, NOT CONFIRMED: {signature}\n  case: {name}\n  reproduce, from this directory: {}",
+            reproduce_case(self.executor, Path::new(&name))
+        );
+        for violation in &result.violations {
+            entry.push_str(&format!("\n  violation: {violation}"));
+        }
+        entries.0.push(entry);
+        entries.1.push(path);
+        let text = format!(
+            "# Findings so far of `replaylab explore` against {}, as they were found: not confirmed, not shrunk.\n# When the exploration ends, explore.json and the shrunk case files are the record, and this file goes.\n\n{}\n",
+            self.executor.name,
+            entries.0.join("\n\n")
+        );
+        let file = self.out.join(FOUND_SO_FAR);
+        let partial = self.out.join(format!(".{FOUND_SO_FAR}.partial"));
+        std::fs::write(&partial, text).with_context(|| format!("failed to write {}", partial.display()))?;
+        std::fs::rename(&partial, &file).with_context(|| format!("failed to write {}", file.display()))?;
+        world::process::leave_behind(Some(format!(
+            "the {} finding(s) so far (not confirmed) are in {}",
+            entries.0.len(),
+            file.display()
+        )));
+        Ok(())
+    }
+
+    /// The exploration ended with its record: the findings so far go.
+    fn remove(self) {
+        world::process::leave_behind(None);
+        let (entries, paths, _) = self.entries.into_inner().unwrap_or_else(|p| p.into_inner());
+        if entries.is_empty() {
+            return;
+        }
+        for path in paths {
+            let _ = std::fs::remove_file(path);
+        }
+        let _ = std::fs::remove_file(self.out.join(FOUND_SO_FAR));
+    }
+}
+
 /// What a group of failing seeds came to: its case shrunk (and, with real processes, how often
 /// it failed again).
 struct GroupOutcome {
@@ -351,6 +426,7 @@ fn settle_group(
     executor: &ExecutorSpec,
     slots: Option<&Slots>,
     batch: usize,
+    progress: &runner::progress::Progress,
 ) -> GroupOutcome {
     let mut seeds: Vec<u64> = failing.iter().map(|failing| failing.seed).collect();
     seeds.sort_unstable();
@@ -378,9 +454,13 @@ fn settle_group(
             explore::shrink_in_simulation(drawn.case.clone(), drawn.result.clone(), &signature, executor);
         return outcome(shrunk.case, shrunk.result, shrunk.runs, None, None, true);
     };
+    let group = format!("explore: the group of seed {} ({oracle})", drawn.seed);
+    progress.say(&format!("{group}: confirming: {CONFIRM_RUNS} reruns of its case"));
+    progress.running(format!("confirming seed {}", drawn.seed));
     let again = reruns(&drawn.case, CONFIRM_RUNS, executor, slots);
     let confirmation = rate(&again, &signature);
     if confirmation.failed == 0 {
+        progress.say(&format!("{group}: NOT CONFIRMED: it failed again in {confirmation} reruns"));
         return outcome(
             drawn.case.clone(),
             drawn.result.clone(),
@@ -390,12 +470,25 @@ fn settle_group(
             false,
         );
     }
+    progress.say(&format!(
+        "{group}: failed again in {confirmation} reruns; shrinking it (at most {MAX_PROCESS_SHRINK_CANDIDATES} candidates, {SHRINK_MIN_FAILS} to {SHRINK_RERUNS} runs each)"
+    ));
+    progress.running(format!("shrinking seed {}", drawn.seed));
+    let mut tried = 0usize;
+    let mut said = Instant::now();
     let shrunk = crate::shrink::shrink(
         drawn.case.clone(),
         drawn.result.clone(),
         MAX_PROCESS_SHRINK_CANDIDATES,
         batch,
         |candidates| {
+            tried += candidates.len();
+            if said.elapsed() >= runner::progress::PLAIN_EVERY {
+                said = Instant::now();
+                progress.say(&format!(
+                    "{group}: shrinking: {tried} of at most {MAX_PROCESS_SHRINK_CANDIDATES} candidates tried"
+                ));
+            }
             std::thread::scope(|scope| {
                 let checks: Vec<_> = candidates
                     .iter()
@@ -416,6 +509,12 @@ fn settle_group(
         let failing = again.into_iter().find(|result| result.fails_with(&signature));
         (reproduced, failing.unwrap_or(shrunk.result))
     };
+    progress.say(&format!(
+        "{group}: shrunk from {} to {} in {} candidates; the shrunk case failed again in {reproduced} reruns",
+        drawn.case.size(),
+        shrunk.case.size(),
+        shrunk.runs
+    ));
     outcome(shrunk.case, result, shrunk.runs, Some(confirmation), Some(reproduced), true)
 }
 
@@ -434,17 +533,25 @@ fn settle_groups(
     let batch = (jobs / (SHRINK_MIN_FAILS as usize * count.clamp(1, jobs.max(1)))).max(1);
     let queue = Mutex::new(groups.into_iter().collect::<Vec<_>>());
     let outcomes = Mutex::new(Vec::new());
+    let progress = if real {
+        runner::progress::Progress::new("explore: confirm and shrink", count as u64, "group(s)", true)
+    } else {
+        runner::progress::Progress::hidden()
+    };
     std::thread::scope(|scope| {
         for _ in 0..threads {
             scope.spawn(|| loop {
                 let Some((signature, failing)) = queue.lock().unwrap_or_else(|p| p.into_inner()).pop() else {
                     break;
                 };
-                let outcome = settle_group(signature, failing, executor, real.then_some(&slots), batch);
+                let outcome =
+                    settle_group(signature, failing, executor, real.then_some(&slots), batch, &progress);
                 outcomes.lock().unwrap_or_else(|p| p.into_inner()).push(outcome);
+                progress.done(String::new);
             });
         }
     });
+    progress.finish();
     let mut outcomes = outcomes.into_inner().unwrap_or_else(|p| p.into_inner());
     outcomes.sort_by(|a, b| (a.seeds.first(), &a.signature).cmp(&(b.seeds.first(), &b.signature)));
     outcomes
@@ -506,8 +613,9 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
     }
 
     let seeds = SeedRange::new(config.start, config.seeds, config.shard);
-    let progress =
-        indicatif::ProgressBar::with_draw_target(Some(seeds.len), indicatif::ProgressDrawTarget::stderr());
+    let progress = runner::progress::Progress::new("explore", seeds.len, "cases", real);
+    let found = FoundSoFar::new(&config.out, executor);
+    let found_failed: Mutex<Option<anyhow::Error>> = Mutex::new(None);
     let next = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
     let failing: Mutex<Vec<Failing>> = Mutex::new(Vec::new());
@@ -543,16 +651,30 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
                     &result.notes,
                 );
                 if result.failure().is_some() {
+                    if let Err(error) = found.add(seed, &case, &result) {
+                        found_failed.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(error);
+                    }
                     failing.lock().unwrap_or_else(|p| p.into_inner()).push(Failing { seed, case, result });
                     if config.stop_at_first {
                         stop.store(true, Ordering::Relaxed);
                     }
                 }
-                progress.inc(1);
+                progress.running(format!("seed {seed}"));
+                progress.done(|| {
+                    let failing = failing.lock().unwrap_or_else(|p| p.into_inner()).len();
+                    if failing == 0 {
+                        String::new()
+                    } else {
+                        format!("{failing} failing so far")
+                    }
+                });
             });
         }
     });
-    progress.finish_and_clear();
+    progress.finish();
+    if let Some(error) = found_failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        return Err(error);
+    }
     let elapsed = started.elapsed();
     let verdicts = verdicts.into_inner().unwrap_or_else(|p| p.into_inner());
     let ran: u64 = verdicts.values().sum();
@@ -627,6 +749,7 @@ pub fn run(config: &ExploreConfig) -> anyhow::Result<u8> {
     }
     let settling = Instant::now();
     let outcomes = settle_groups(groups, executor, config.jobs);
+    found.remove();
     if !outcomes.is_empty() {
         let runs: u64 = outcomes.iter().map(|outcome| u64::from(outcome.shrink_runs)).sum();
         println!(

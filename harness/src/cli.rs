@@ -861,6 +861,7 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
                 commit,
                 log,
                 selection: !only.is_empty(),
+                progress: true,
             };
             let started = std::time::Instant::now();
             let result = matrix::run(&config);
@@ -1185,6 +1186,7 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
                 // The zoo's reports show no timelines: nothing to capture.
                 log: None,
                 selection: false,
+                progress: false,
             };
             let started = std::time::Instant::now();
             let result = crate::mutants::run(&base);
@@ -1285,6 +1287,7 @@ fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
                 commit: None,
                 log: None,
                 selection: false,
+                progress: false,
             };
             let result = matrix::run(&config);
             let black_box = result.black_box.as_ref().expect("a black-box matrix says so");

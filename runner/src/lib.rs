@@ -22,6 +22,7 @@ pub mod executors;
 pub mod exit;
 pub mod log;
 pub mod matrix;
+pub mod progress;
 mod run;
 pub mod timing;
 pub mod version;

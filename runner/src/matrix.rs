@@ -39,6 +39,8 @@ pub struct MatrixConfig {
     pub log: Option<crate::log::LogFilter>,
     /// `scenarios` is a selection (`--only`): rows none of them covers are left out.
     pub selection: bool,
+    /// Show progress on stderr ([`crate::progress`]): the `matrix` command does.
+    pub progress: bool,
 }
 
 impl Default for MatrixConfig {
@@ -66,6 +68,7 @@ impl Default for MatrixConfig {
             commit: None,
             log: Some(crate::log::LogFilter::default_for_reports()),
             selection: false,
+            progress: false,
         }
     }
 }
@@ -118,13 +121,22 @@ pub fn run(config: &MatrixConfig) -> MatrixResult {
     }
     let next = AtomicUsize::new(0);
     let results: Mutex<Vec<Finished>> = Mutex::new(Vec::with_capacity(work.len()));
+    let real = config.executor.black_box.is_some();
+    let progress = if config.progress {
+        crate::progress::Progress::new("matrix", work.len() as u64, "runs", real)
+    } else {
+        crate::progress::Progress::hidden()
+    };
+    let tally: Mutex<BTreeMap<Verdict, u64>> = Mutex::new(BTreeMap::new());
     std::thread::scope(|scope| {
         for _ in 0..config.jobs.max(1) {
             scope.spawn(|| loop {
                 let position = next.fetch_add(1, Ordering::Relaxed);
                 let Some(&(index, seed)) = work.get(position) else { break };
                 let scenario = &config.scenarios[index];
+                progress.running(format!("{} {} {seed}", scenario.id, if real { "repeat" } else { "seed" }));
                 let record = runner::run(scenario, seed, &config.executor);
+                let verdict = record.result.verdict;
                 let deterministic = !config.check_determinism
                     || runner::run(scenario, seed, &config.executor).result.history_digest
                         == record.result.history_digest;
@@ -152,9 +164,20 @@ pub fn run(config: &MatrixConfig) -> MatrixResult {
                     uses,
                 };
                 results.lock().unwrap_or_else(|p| p.into_inner()).push(finished);
+                let mut tally = tally.lock().unwrap_or_else(|p| p.into_inner());
+                *tally.entry(verdict).or_insert(0) += 1;
+                progress.done(|| {
+                    let said: Vec<String> = tally
+                        .iter()
+                        .filter(|(verdict, _)| !matches!(verdict, Verdict::Pass | Verdict::NotApplicable))
+                        .map(|(verdict, count)| format!("{count} {verdict}"))
+                        .collect();
+                    said.join(", ")
+                });
             });
         }
     });
+    progress.finish();
     let mut results = results.into_inner().unwrap_or_else(|p| p.into_inner());
     results.sort_by_key(|finished| (finished.index, finished.seed));
 

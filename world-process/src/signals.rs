@@ -92,9 +92,10 @@ fn end_everything(name: &str, number: i32) -> ! {
     }
     let removed = remove_run_directories();
     let mut said = format!(
-        "replaylab: stopped by {name}: killed the {} process group(s) it had started (SIGKILL) and removed {removed} run director{}; no report was written",
+        "replaylab: stopped by {name}: killed the {} process group(s) it had started (SIGKILL) and removed {removed} run director{}; {}",
         live.len(),
         if removed == 1 { "y" } else { "ies" },
+        world::process::left_behind().unwrap_or_else(|| "no report was written".to_owned()),
     );
     if !survivors.is_empty() {
         let pids: Vec<String> = survivors.iter().map(u32::to_string).collect();

@@ -44,6 +44,7 @@ fn the_reference_passes_every_run_of_the_matrix() {
         commit: None,
         log: None,
         selection: false,
+        progress: false,
     };
     let result = matrix::run(&config);
     assert_eq!(result.scenarios.len(), config.scenarios.len(), "every scenario ran");

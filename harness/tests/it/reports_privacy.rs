@@ -75,6 +75,7 @@ fn run(body: &str) -> MatrixResult {
         // The failing run shown carries the executor's log: it must not repeat the body either.
         log: Some(harness::log::LogFilter::parse("trace").expect("a filter")),
         selection: false,
+        progress: false,
     })
 }
 
@@ -730,6 +731,7 @@ fn an_executor_logging_its_arguments_is_captured_redacted() {
         commit: None,
         log: Some(harness::log::LogFilter::parse("trace").expect("a filter")),
         selection: false,
+        progress: false,
     });
     assert_ne!(result.verdict, Verdict::Pass, "the scripted executor makes no effect: {result:?}");
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("reports-privacy-trace").join("chatty");
