@@ -573,6 +573,7 @@ impl Registry {
             tool_map,
             ..world::process::BlackBoxSpec::new(command.clone(), black_box.workers)
         };
+        check_run_directories()?;
         let probe = probe(&spec).map_err(|error| {
             bad_input(anyhow::anyhow!(
                 "--executor-cmd {}: not an MCP server replaylab can drive: {error}",
@@ -652,6 +653,7 @@ fn init(command: &str, transport: &str, out: &std::path::Path, force: bool) -> R
         tool_map: Some(Arc::new(provisional)),
         ..world::process::BlackBoxSpec::new(command, 1)
     };
+    check_run_directories()?;
     let probe = probe(&spec).map_err(|error| {
         bad_input(anyhow::anyhow!(
             "--executor-cmd {}: not an MCP server replaylab can drive: {error}",
@@ -674,6 +676,20 @@ fn init(command: &str, transport: &str, out: &std::path::Path, force: bool) -> R
         if decide == 1 { "" } else { "s" }
     );
     Ok(exit::SUCCESS)
+}
+
+/// Every run of a server has a directory of its own under the temporary directory
+/// (`TMPDIR`): one that cannot hold them is bad input, said before any server starts (it was
+/// blamed on the server: "not an MCP server replaylab can drive").
+fn check_run_directories() -> Result<(), Failure> {
+    let directory = std::env::temp_dir();
+    let trial = directory.join(format!("replaylab-check-{}", std::process::id()));
+    std::fs::create_dir_all(&trial).and_then(|()| std::fs::remove_dir(&trial)).map_err(|error| {
+        bad_input(anyhow::anyhow!(
+            "the temporary directory {} (TMPDIR) cannot hold the runs' directories: {error}; set TMPDIR to a directory you can write to",
+            directory.display()
+        ))
+    })
 }
 
 /// Starts `spec`'s command once to read what it supports (`world_process::probe`). From here

@@ -178,6 +178,35 @@ fn a_fifo_or_a_device_as_an_input_file_exits_2_at_once() {
     }
 }
 
+/// A temporary directory that cannot hold the runs' directories (TMPDIR naming a file) is bad
+/// input, said as such before any server starts, and never blamed on the server (it was "not
+/// an MCP server replaylab can drive").
+#[test]
+fn a_temporary_directory_that_cannot_hold_runs_exits_2_naming_tmpdir() {
+    let dir = scratch("bad_tmpdir");
+    let file = dir.join("a-file");
+    std::fs::write(&file, "").unwrap();
+    let tmpdir = file.to_str().unwrap();
+    let server = format!("{REPLAYLAB} executor serve --store sqlite:{{state}}/claims.db");
+    let out = dir.join("out");
+    let out = out.to_str().unwrap();
+    let map = dir.join("replaylab.toml");
+    let map = map.to_str().unwrap();
+    for args in [
+        vec!["matrix", "--executor-cmd", &server, "--only", "S01", "--repeat", "1", "--out", out],
+        vec!["run", "S01", "--seed", "0", "--executor-cmd", &server],
+        vec!["init", "--executor-cmd", &server, "--out", map],
+    ] {
+        let (code, stdout, stderr) = replaylab_with(&args, &[("TMPDIR", tmpdir)]);
+        assert_eq!(code, 2, "{args:?}: {stdout}{stderr}");
+        assert!(
+            stderr.contains(&format!("the temporary directory {tmpdir} (TMPDIR) cannot hold")),
+            "{args:?}: {stderr}"
+        );
+        assert!(!stderr.contains("not an MCP server"), "{args:?}: {stderr}");
+    }
+}
+
 /// `bench sim` copies the run's shape for its yardsticks and ends with the issue's one line.
 /// Nothing here times anything: the speeds only have to be numbers.
 #[test]
