@@ -69,8 +69,8 @@ const MATRIX_SEEDS: u64 = 20;
 /// Repeats per scenario of a black-box matrix unless `--repeat` says.
 const BLACK_BOX_REPEATS: u64 = 3;
 
-/// The most worker processes a black-box run starts.
-const MAX_WORKERS: usize = 16;
+/// The most worker processes a black-box run starts: as many as a scenario may name.
+const MAX_WORKERS: usize = scenarios::MAX_WORKERS as usize;
 /// The longest `--start-timeout`.
 const MAX_START_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3600);
 

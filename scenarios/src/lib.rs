@@ -20,7 +20,7 @@ pub use model::{
     QueueSpec, RequestFilter, Row, Scenario, ServiceSpec, Step, StepKind, TimingSpec, WebhookSpec, WorkerRef,
     DEFAULT_SETTLE, DEFAULT_TOOL_VERSION, TICKET_OF_PLACEHOLDER,
 };
-pub use parse::ScenarioError;
+pub use parse::{ScenarioError, MAX_WORKERS};
 
 /// The `source` of every built-in scenario starts with this.
 pub const BUILTIN_SOURCE_PREFIX: &str = "scenarios/matrix/";

@@ -15,8 +15,11 @@ use crate::model::{
     DEFAULT_TOOL_VERSION,
 };
 
-/// The most workers a scenario may ask for (each is a simulated host).
-const MAX_WORKERS: u32 = 8;
+/// The most workers a scenario may ask for: each is a simulated host, or a real process per run
+/// in the process world, where `--workers` has the same bound. Sixteen cover every race a
+/// scenario can stage (a claim contended by all of them, sweeps beside them) while a black-box
+/// run of them still starts in seconds.
+pub const MAX_WORKERS: u32 = 16;
 /// The longest duration a scenario may name (an advance, a settle time, a lease, ...): a day of
 /// simulated time is more than any case needs, and keeps every clock sum far from overflow.
 const MAX_DURATION: Duration = Duration::from_secs(24 * 60 * 60);
@@ -403,7 +406,13 @@ impl Validator<'_> {
             return err("rows", "`rows` must name at least one row".into());
         }
         if form.workers == 0 || form.workers > MAX_WORKERS {
-            return err("workers", format!("`workers` must be 1..={MAX_WORKERS}, not {}", form.workers));
+            return err(
+                "workers",
+                format!(
+                    "`workers` must be 1..={MAX_WORKERS} (each a simulated host, or a process per run), not {}",
+                    form.workers
+                ),
+            );
         }
         if form.operations.is_empty() {
             return err("operations", "`[operations]` must define at least one operation".into());
@@ -1016,6 +1025,20 @@ status = "applied"
 
     fn error_of(text: &str) -> ScenarioError {
         Scenario::from_toml(text, "test.toml").expect_err("should be refused")
+    }
+
+    /// Up to 16 workers (issue 45: the limit was 8, stated nowhere); 0 and 17 are refused,
+    /// naming the bound.
+    #[test]
+    fn a_scenario_has_1_to_16_workers() {
+        let with = |workers: u32| {
+            MINIMAL.replace("expected = \"e\"\n", &format!("expected = \"e\"\nworkers = {workers}\n"))
+        };
+        assert_eq!(Scenario::from_toml(&with(16), "test.toml").unwrap().workers, 16);
+        for workers in [0, 17] {
+            let error = error_of(&with(workers));
+            assert!(error.message.contains("`workers` must be 1..=16"), "{workers}: {}", error.message);
+        }
     }
 
     #[test]
