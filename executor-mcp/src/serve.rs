@@ -83,6 +83,9 @@ pub struct ServeConfig {
     /// A mutant of the zoo served instead of the reference (its name, checked by
     /// [`servable_mutant`]).
     pub mutant: Option<String>,
+    /// Serve neither [`POLL_TOOL`] nor [`RECONCILE_TOOL`]: a server as most are, which the
+    /// agent can only call (`--no-poll`), to see what the black-box world judges of one.
+    pub no_poll: bool,
 }
 
 /// The mutant of the zoo called `name`, if a process can serve it: its defect is a decision
@@ -235,6 +238,7 @@ impl ServeConfig {
             store,
             webhook_listen,
             mutant: None,
+            no_poll: false,
             world: RealWorld { worker, incarnation, downstream, state_dir, operators, queue },
             downstream_timeout,
             lease,
@@ -519,6 +523,8 @@ struct ReferenceServer {
     manifest: Arc<String>,
     /// It serves [`CONSUME_TOOL`] (the world has a queue).
     consumes: bool,
+    /// It serves [`POLL_TOOL`] and [`RECONCILE_TOOL`] (not with `--no-poll`).
+    polls: bool,
     /// The name its MCP handshake gives: `replaylab-reference`, or `replaylab-mutant-NAME`.
     name: String,
 }
@@ -545,11 +551,13 @@ impl ReferenceServer {
                 )
             })
             .collect();
-        tools.push(Tool::new(
-            POLL_TOOL,
-            format!("The outcome of the operation named in _meta[\"{CALL_META}\"] (empty arguments)"),
-            permissive_schema(),
-        ));
+        if !config.no_poll {
+            tools.push(Tool::new(
+                POLL_TOOL,
+                format!("The outcome of the operation named in _meta[\"{CALL_META}\"] (empty arguments)"),
+                permissive_schema(),
+            ));
+        }
         if config.world.queue.is_some() {
             tools.push(Tool::new(
                 CONSUME_TOOL,
@@ -557,13 +565,15 @@ impl ReferenceServer {
                 permissive_schema(),
             ));
         }
-        tools.push(Tool::new(
-            RECONCILE_TOOL,
-            format!(
-                "Settle the operation named in _meta[\"{CALL_META}\"] against the downstream's records, then answer its outcome"
-            ),
-            permissive_schema(),
-        ));
+        if !config.no_poll {
+            tools.push(Tool::new(
+                RECONCILE_TOOL,
+                format!(
+                    "Settle the operation named in _meta[\"{CALL_META}\"] against the downstream's records, then answer its outcome"
+                ),
+                permissive_schema(),
+            ));
+        }
         let manifest = serde_json::to_string_pretty(&config.manifest()).expect("a manifest serialises");
         Self {
             jobs,
@@ -571,6 +581,7 @@ impl ReferenceServer {
             contract_tools: Arc::new(contract_tools),
             manifest: Arc::new(manifest),
             consumes: config.world.queue.is_some(),
+            polls: !config.no_poll,
             name: config.mutant.as_ref().map_or_else(
                 || "replaylab-reference".to_owned(),
                 |mutant| format!("replaylab-mutant-{mutant}"),
@@ -615,7 +626,8 @@ impl ReferenceServer {
             return self.consume(request).await;
         }
         let is_contract_tool = self.contract_tools.contains(name);
-        if !is_contract_tool && name != POLL_TOOL && name != RECONCILE_TOOL {
+        let query = (name == POLL_TOOL || name == RECONCILE_TOOL) && self.polls;
+        if !is_contract_tool && !query {
             return Err(McpError::invalid_params(format!("unknown tool {name:?}"), None));
         }
         let meta = match call_meta(Some(meta)) {

@@ -349,6 +349,10 @@ enum ExecutorCommand {
         /// world catches what the simulation does.
         #[arg(long)]
         mutant: Option<String>,
+        /// Serve no replaylab.poll and no replaylab.reconcile: a server as most are, which the
+        /// agent can only call (the harness then never polls it).
+        #[arg(long)]
+        no_poll: bool,
     },
 }
 
@@ -718,6 +722,7 @@ fn serve_reference(
     store: &str,
     schema: Option<&str>,
     mutant: Option<&str>,
+    no_poll: bool,
 ) -> Result<u8, Failure> {
     let mutant = mutant
         .map(|name| {
@@ -732,6 +737,7 @@ fn serve_reference(
     })
     .map_err(|message| bad_input(anyhow::anyhow!("executor serve: {message}")))?;
     config.mutant = mutant;
+    config.no_poll = no_poll;
     match executor_mcp::serve::run(config) {
         Ok(()) => Ok(exit::SUCCESS),
         Err(error @ executor_mcp::serve::ServeError::Store { .. }) => Err(bad_input(error.into())),
@@ -746,6 +752,7 @@ fn serve_reference(
     _store: &str,
     _schema: Option<&str>,
     _mutant: Option<&str>,
+    _no_poll: bool,
 ) -> Result<u8, Failure> {
     Err(bad_input(anyhow::anyhow!("executor serve: {NO_PROCESS_WORLD}")))
 }
@@ -774,8 +781,8 @@ fn bad_input(error: anyhow::Error) -> Failure {
 fn run(cli: Cli, registry: &Registry) -> Result<u8, Failure> {
     match cli.command {
         Command::Downstream { listen, config } => serve_downstream(&listen, config.as_deref()),
-        Command::Executor { what: ExecutorCommand::Serve { transport, store, schema, mutant } } => {
-            serve_reference(&transport, &store, schema.as_deref(), mutant.as_deref())
+        Command::Executor { what: ExecutorCommand::Serve { transport, store, schema, mutant, no_poll } } => {
+            serve_reference(&transport, &store, schema.as_deref(), mutant.as_deref(), no_poll)
         }
         Command::Matrix {
             executor,

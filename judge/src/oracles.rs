@@ -67,7 +67,15 @@ pub struct Judgement {
     /// else failed): a completion notice the harness could not tie to an operation, in a world
     /// whose tags are not complete ([`Evidence::tags_complete`]).
     pub undecided: Vec<String>,
+    /// The rules that had something to judge but could not judge it here, each said in a
+    /// sentence ([`O13_FINAL_NOT_POLLED`]): a report that lists an oracle among those that
+    /// judged says which of its rules did not.
+    pub not_judged: BTreeSet<&'static str>,
 }
+
+/// O13's rule on the final state of an operation the executor could resolve, where the server
+/// is never polled: nothing asks it what the operation came to.
+pub const O13_FINAL_NOT_POLLED: &str = "O13's rule that an operation the executor could resolve ends resolved (the server serves no replaylab.poll, so nothing asks it what the operation came to)";
 
 /// A call as the agent sent it.
 #[derive(Debug, Clone)]
@@ -137,6 +145,9 @@ struct Facts<'a> {
     sent: Vec<SentFact>,
     revocations: Vec<(u64, String, Option<String>)>,
     settled: bool,
+    /// The world settled and the harness polled no operation: the server serves no
+    /// `replaylab.poll` (the process world), so its last answers are its final word.
+    never_polled: bool,
     attribution: Attribution,
     /// Labels of the agent requests a worker acted on: answered, or served by a store call or
     /// a downstream request (one held at a pause point included).
@@ -168,6 +179,7 @@ impl<'a> Facts<'a> {
             sent: Vec::new(),
             revocations: Vec::new(),
             settled: false,
+            never_polled: false,
             attribution: Attribution::default(),
             acted_on: BTreeSet::new(),
             handed_over: BTreeSet::new(),
@@ -343,6 +355,10 @@ impl<'a> Facts<'a> {
             }
         }
         facts.attribution = attribution;
+        facts.never_polled = facts.settled
+            && !evidence.history.iter().any(|event| {
+                matches!(&event.kind, EventKind::OperationQuery { label, .. } if label.starts_with(FINAL_POLL_PREFIX))
+            });
         facts
     }
 
@@ -433,6 +449,14 @@ impl<'a> Facts<'a> {
 
     fn final_poll(&self, operation: &str) -> Option<&AnswerFact> {
         self.answer_to(&format!("{FINAL_POLL_PREFIX}{operation}"))
+    }
+
+    /// The last answer the agent got for `operation` (a call's, a poll's or a reconcile's).
+    fn last_answer(&self, operation: &str) -> Option<&AnswerFact> {
+        self.answers
+            .iter()
+            .filter(|answer| self.request_of(&answer.label).is_some_and(|(of, _)| of == operation))
+            .max_by_key(|answer| answer.seq)
     }
 
     /// Whether the executor filed a reconciliation entry for `operation`: under its tenant and
@@ -1149,7 +1173,11 @@ fn resolves_when_it_can(facts: &Facts<'_>, judgement: &mut Judgement) {
         let told = effects.iter().any(|reference| facts.told(operation, reference));
         let Some(means) = means_to_find_out(contract, !effects.is_empty(), job_known, told) else {
             // No way to find out: `unknown` is the honest answer, but only handed over to people.
-            let Some(answer) = facts.final_poll(operation) else { continue };
+            // A server that is never polled (it serves no `replaylab.poll`) said its last word
+            // to the agent in its last answer for the operation: that is what the hand-over is
+            // judged on (nothing it can do later settles what it cannot find out).
+            let last = || if facts.never_polled { facts.last_answer(operation) } else { None };
+            let Some(answer) = facts.final_poll(operation).or_else(last) else { continue };
             if answer.outcome.status != OutcomeStatus::Unknown {
                 continue;
             }
@@ -1166,9 +1194,14 @@ fn resolves_when_it_can(facts: &Facts<'_>, judgement: &mut Judgement) {
             }
             continue;
         };
+        // No answer at all is O6's to report; a server that is never polled is never asked.
+        let Some(answer) = facts.final_poll(operation) else {
+            if facts.never_polled {
+                judgement.not_judged.insert(O13_FINAL_NOT_POLLED);
+            }
+            continue;
+        };
         judgement.exercise(13);
-        // No answer at all is O6's to report.
-        let Some(answer) = facts.final_poll(operation) else { continue };
         let first_call_ms = calls.by_ref().map(|call| call.at_ms).min().unwrap_or(first.at_ms);
         let resolved = match answer.outcome.status {
             OutcomeStatus::Applied | OutcomeStatus::Replayed | OutcomeStatus::Rejected => true,

@@ -49,6 +49,9 @@ pub fn black_box_text(result: &MatrixResult) -> Vec<String> {
             )
         },
     ];
+    for rule in &black_box.rules_not_judged {
+        lines.push(format!("Not judged here: {rule}."));
+    }
     if black_box.out_of_time > 0 {
         let fewer = if black_box.jobs > 1 {
             format!(

@@ -166,6 +166,11 @@ pub struct BlackBox {
     /// Runs side by side (`--jobs`).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub jobs: u64,
+    /// The rules of the oracles that judged which had something to judge but could not judge
+    /// it against this server, each in a sentence (O13's final state, where the server serves
+    /// no `replaylab.poll`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules_not_judged: Vec<String>,
     /// Runs made `unknown` because real time ran out: a time premise did not hold (a retry
     /// past retention, an answer past the lease, a downstream answer past the worker's
     /// timeout, on a machine too slow for what the scenario needs). Fewer runs side by side

@@ -273,6 +273,7 @@ fn times_are_the_runs_time_and_the_timestamp_is_utc_without_a_zone() {
         oracles_judged: vec![],
         hints: vec![],
         jobs: 0,
+        rules_not_judged: vec![],
         out_of_time: 0,
     });
     assert!(basis(&black_box).starts_with("real: "), "{}", basis(&black_box));

@@ -321,6 +321,7 @@ fn a_black_box_matrix_says_it_was_real_and_not_deterministic() {
         oracles_judged: vec!["O1".into(), "O2".into(), "O13".into()],
         hints: vec![],
         jobs: 0,
+        rules_not_judged: vec![],
         out_of_time: 0,
     });
     let said = reports::black_box_text(&result);

@@ -161,6 +161,7 @@ pub fn run(config: &MatrixConfig) -> MatrixResult {
                     deterministic,
                     timeline,
                     exercised: record.coverage.exercised,
+                    not_judged: record.coverage.not_judged,
                     uses,
                 };
                 results.lock().unwrap_or_else(|p| p.into_inner()).push(finished);
@@ -213,6 +214,11 @@ pub fn run(config: &MatrixConfig) -> MatrixResult {
                 .fold(reports::RealTime::default(), reports::RealTime::plus),
             matrix_wall_ms: began.elapsed().as_millis() as u64,
             jobs: config.jobs as u64,
+            rules_not_judged: {
+                let rules: std::collections::BTreeSet<&str> =
+                    results.iter().flat_map(|finished| finished.not_judged.iter().copied()).collect();
+                rules.into_iter().map(str::to_owned).collect()
+            },
             out_of_time: results
                 .iter()
                 .filter(|finished| {
@@ -367,6 +373,8 @@ struct Finished {
     timeline: Option<Timeline>,
     /// The oracles that had something to judge.
     exercised: std::collections::BTreeSet<&'static str>,
+    /// The rules that could not judge what they had.
+    not_judged: std::collections::BTreeSet<&'static str>,
     /// What each role's operations did in the run (for the black-box hints).
     uses: BTreeMap<String, ToolUse>,
 }

@@ -72,6 +72,9 @@ pub struct RunCoverage {
     pub crashes_after_commit: u32,
     /// The oracles (`O1`..) that had something to judge.
     pub exercised: BTreeSet<&'static str>,
+    /// The rules that had something to judge but could not here
+    /// ([`judge::oracles::Judgement::not_judged`]).
+    pub not_judged: BTreeSet<&'static str>,
     /// Store writes a worker made for a call while another worker, called for the same
     /// operation after the first call's lease had run out, was still working on it: a stale
     /// owner writing inside the new owner's window ([`stale_writes`]).
@@ -1347,6 +1350,7 @@ impl Runner {
         let judgement = oracles::judge(&evidence);
         let mut coverage = self.coverage.clone();
         coverage.exercised = judgement.exercised;
+        coverage.not_judged = judgement.not_judged;
         coverage.stale_writes = stale_writes(&history, &self.shared.contracts);
         let mut violations = judgement.violations;
         violations.extend(self.expectation_failures.iter().cloned());

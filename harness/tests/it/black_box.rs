@@ -489,6 +489,56 @@ fn a_signal_that_stops_the_harness_ends_every_server_it_started() {
     }
 }
 
+/// A server that is never polled (no `replaylab.poll`: `executor serve --no-poll`) is judged on
+/// what the harness sees (issue 45). Where the downstream offers no way to find out (S25), its
+/// last answer is its final word: `unknown` with no hand-over to the operators' queue fails O13
+/// (M28 unknown_kept_quiet: it passed before, no poll ever asking), and the reference, which
+/// hands it over, passes. Where the executor could resolve the operation (S12: the key is
+/// honoured), whether it did is never asked: the report says that rule was not judged.
+#[test]
+fn a_server_that_is_never_polled_is_judged_on_its_last_answer_or_says_what_was_not_judged() {
+    let serve = |extra: &str| {
+        format!("{REPLAYLAB} executor serve --no-poll {extra} --store sqlite:{{state}}/claims.db")
+    };
+    let output =
+        replaylab(&["run", "S25", "--seed", "0", "--executor-cmd", &serve("--mutant unknown_kept_quiet")]);
+    let said = text(&output);
+    assert_eq!(output.status.code(), Some(1), "{said}");
+    assert!(said.contains("violation: O13") && said.contains("no reconciliation entry was filed"), "{said}");
+    let output = replaylab(&["run", "S25", "--seed", "0", "--executor-cmd", &serve("")]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output));
+    let out = scratch("never_polled");
+    let out_text = out.display().to_string();
+    let command = serve("");
+    let output = replaylab(&[
+        "matrix",
+        "--executor-cmd",
+        &command,
+        "--repeat",
+        "1",
+        "--only",
+        "S12",
+        "--out",
+        &out_text,
+    ]);
+    let said = text(&output);
+    assert_eq!(output.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains(
+            "Not judged here: O13's rule that an operation the executor could resolve ends resolved"
+        ),
+        "{said}"
+    );
+    let matrix = matrix_json(&out);
+    assert_eq!(
+        matrix["black_box"]["rules_not_judged"].as_array().map(Vec::len),
+        Some(1),
+        "{}",
+        matrix["black_box"]
+    );
+    assert_valid(&matrix);
+}
+
 /// An exploration of real processes stopped by Ctrl-C after its first finding leaves a record
 /// of it (issue 46): `found-so-far.txt` in `--out` names each finding's oracle, its case file
 /// (written too) and the command that reproduces it, marked not confirmed; the harness says
