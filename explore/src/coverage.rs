@@ -244,6 +244,7 @@ mod tests {
             crashes_after_commit: after,
             exercised: exercised.iter().copied().collect(),
             stale_writes: after,
+            ..RunCoverage::default()
         }
     }
 

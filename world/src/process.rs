@@ -173,6 +173,20 @@ pub struct ListedTool {
     pub annotations: Option<serde_json::Value>,
 }
 
+/// What a command stopped by a signal leaves behind for its user (an exploration's findings so
+/// far), said by the process world's signal handler in place of "no report was written".
+static LEFT_BEHIND: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+/// Says what a signal that stops the command now leaves behind (`None`: nothing).
+pub fn leave_behind(note: Option<String>) {
+    *LEFT_BEHIND.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = note;
+}
+
+/// What [`leave_behind`] last said.
+pub fn left_behind() -> Option<String> {
+    LEFT_BEHIND.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -207,18 +221,4 @@ mod tests {
             "--executor-cmd 'python3 server.py' --workers 2 --transport http --key-argument idempotencyKey"
         );
     }
-}
-
-/// What a command stopped by a signal leaves behind for its user (an exploration's findings so
-/// far), said by the process world's signal handler in place of "no report was written".
-static LEFT_BEHIND: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
-
-/// Says what a signal that stops the command now leaves behind (`None`: nothing).
-pub fn leave_behind(note: Option<String>) {
-    *LEFT_BEHIND.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = note;
-}
-
-/// What [`leave_behind`] last said.
-pub fn left_behind() -> Option<String> {
-    LEFT_BEHIND.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
 }
