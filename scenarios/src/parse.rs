@@ -208,7 +208,7 @@ fn toml_to_json(value: &toml::Value) -> Result<serde_json::Value, String> {
 }
 
 #[derive(Debug, Serialize, Deserialize)]
-#[serde(untagged)]
+#[serde(untagged, expecting = "a status (\"applied\") or a list of statuses ([\"replayed\", \"unknown\"])")]
 enum OneOrMany {
     One(String),
     Many(Vec<String>),
@@ -930,7 +930,10 @@ fn failing_step(text: &str) -> Option<(usize, String)> {
     let steps: StepsOnly = toml::from_str(text).ok()?;
     steps.step.into_iter().find_map(|spanned| {
         let span = spanned.span();
-        let error = toml::Value::Table(spanned.into_inner()).try_into::<StepForm>().err()?;
+        // Read from its own text, as the whole file's steps are: a value read from a `Value`
+        // (a date as a string) can pass where the same text fails.
+        let alone = toml::to_string(spanned.get_ref()).ok()?;
+        let error = toml::from_str::<StepForm>(&alone).err()?;
         let message = error.message().trim().to_owned();
         // The span is the step's header: its keys run to the next header.
         let after_header = text[span.start..].find('\n').map_or(text.len(), |n| span.start + n + 1);
@@ -1025,6 +1028,32 @@ status = "applied"
 
     fn error_of(text: &str) -> ScenarioError {
         Scenario::from_toml(text, "test.toml").expect_err("should be refused")
+    }
+
+    /// A bad value in a later step names that step's line and says what the field takes, for a
+    /// value of any TOML type (a date too: "expected any value" and the first step's line were
+    /// said before).
+    #[test]
+    fn a_bad_status_in_a_later_step_names_its_line_and_what_it_takes() {
+        for value in ["1979-05-27", "3", "{ a = 1 }"] {
+            let text =
+                format!("{MINIMAL}\n[[step]]\naction = \"expect\"\ncall = \"first\"\nstatus = {value}\n");
+            let error = error_of(&text);
+            let line =
+                text.lines().position(|l| l.starts_with("status = ") && l.contains(value)).unwrap() + 1;
+            let header = (1..line).rev().find(|&n| text.lines().nth(n - 1) == Some("[[step]]")).unwrap();
+            assert!(
+                error.line == header || error.line == line,
+                "{value}: line {} ({})",
+                error.line,
+                error.message
+            );
+            assert!(
+                error.message.contains("a status (\"applied\") or a list of statuses"),
+                "{value}: {}",
+                error.message
+            );
+        }
     }
 
     /// Up to 16 workers (issue 45: the limit was 8, stated nowhere); 0 and 17 are refused,
