@@ -13,8 +13,10 @@
 //!   must be answered before retention ran out since that first call. If not, its expectations
 //!   and O7's late-arrival rule on it are not judged (S03 under load: a restart that took 78 s).
 //! - **An answer within the lease**: an `in_flight` answer that O6 finds naming no live owner,
-//!   but that O6 accepts when judged at the moment the call was sent (the executor decided
-//!   somewhere between, and the answer may have been delivered late): O6 is not judged on it.
+//!   where the scenario's own waits from the operation's last work to the call are shorter than
+//!   the lease, and O6 accepts it judged at the time the scenario meant (that work plus those
+//!   waits, or the call's sending if earlier): the harness itself was slow between the steps
+//!   (S04: pause, crash, call took 3.4 s), or the answer travelled late. O6 is not judged on it.
 //! - **A downstream answer within the downstream timeout**: a call, poll or reconciliation
 //!   answered `unknown` at least the worker's downstream timeout after it was sent, with no
 //!   fault or pause of the scenario on it: the worker may have stopped waiting before it read
@@ -192,6 +194,7 @@ fn answered_within_lease(
     violations: &[Violation],
     rejudge: &dyn Fn(&[Event]) -> Vec<Violation>,
 ) -> Vec<Broken> {
+    let attribution = judge::attribution::Attribution::build(history);
     let mut broken = Vec::new();
     for request in asked {
         let Some(answer) = request.answer else { continue };
@@ -205,21 +208,53 @@ fn answered_within_lease(
         if !found(violations) {
             continue;
         }
-        // The executor decided somewhere between the call's sending and its answer: judged as
-        // if it had answered at the earliest moment it could have decided.
+        // The last work done for the operation before the call (a request for it, another
+        // call of it), and the time the scenario lets pass from there to the call: where that
+        // is shorter than the lease, the scenario meant the call inside the owner's lease.
+        let worked = history.iter().filter(|e| e.seq < request.seq).filter(|e| match &e.kind {
+            EventKind::DownstreamSent { request_id, .. } => {
+                attribution.request(request_id).and_then(|a| a.operation.as_deref())
+                    == Some(request.operation)
+            }
+            EventKind::CallReceived { label, .. } => {
+                label != request.label
+                    && asked.iter().any(|a| a.label == label && a.operation == request.operation)
+            }
+            _ => false,
+        });
+        let Some(last) = worked.last() else { continue };
+        let planned: u64 = history
+            .iter()
+            .filter(|e| e.seq > last.seq && e.seq < request.seq)
+            .map(|e| match e.kind {
+                EventKind::ClockAdvanced { by_ms } => by_ms,
+                _ => 0,
+            })
+            .sum();
+        let lease_ms = given.lease.as_millis() as u64;
+        if planned >= lease_ms {
+            continue;
+        }
+        // The executor decided somewhere between the call's sending and its answer, and the
+        // call was meant `planned` after that work: judged as if it had come then and been
+        // answered at once.
+        let meant_ms = request.at_ms.min(last.at_ms + planned);
         let mut earlier = history.to_vec();
         if let Some(event) = earlier.iter_mut().find(|e| e.seq == answer.seq) {
-            event.at_ms = request.at_ms;
+            event.at_ms = meant_ms;
         }
         if found(&rejudge(&earlier)) {
             continue;
         }
         broken.push(Broken {
             note: format!(
-                "{TIME_PREMISE} `an answer within the lease` did not hold: {} was answered in_flight {} after it was sent; O6 finds no live owner within the {} lease before the answer, but finds one before the call was sent, so the answer may have been decided inside the lease and delivered late on a slow machine: O6 is not judged on it",
+                "{TIME_PREMISE} `an answer within the lease` did not hold: {} was answered in_flight {} after the operation's last work before it, where the scenario's own waits between the two come to {} (the call was sent {} after that work, and answered {} after it was sent); O6 finds no live owner within the {} lease before the answer, but finds one at the time the scenario meant, so real time ran out on a slow machine: O6 is not judged on it",
                 quoted(request.label),
+                ms(answer.at_ms.saturating_sub(last.at_ms)),
+                ms(planned),
+                ms(request.at_ms.saturating_sub(last.at_ms)),
                 ms(answer.at_ms.saturating_sub(request.at_ms)),
-                ms(given.lease.as_millis() as u64),
+                ms(lease_ms),
             ),
             excuses: vec![("O6", answer.seq)],
         });
