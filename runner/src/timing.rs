@@ -211,7 +211,7 @@ fn answered_within_lease(
         // The last work done for the operation before the call (a request for it, another
         // call of it), and the time the scenario lets pass from there to the call: where that
         // is shorter than the lease, the scenario meant the call inside the owner's lease.
-        let worked = history.iter().filter(|e| e.seq < request.seq).filter(|e| match &e.kind {
+        let mut worked = history.iter().filter(|e| e.seq < request.seq).filter(|e| match &e.kind {
             EventKind::DownstreamSent { request_id, .. } => {
                 attribution.request(request_id).and_then(|a| a.operation.as_deref())
                     == Some(request.operation)
@@ -222,7 +222,7 @@ fn answered_within_lease(
             }
             _ => false,
         });
-        let Some(last) = worked.last() else { continue };
+        let Some(last) = worked.next_back() else { continue };
         let planned: u64 = history
             .iter()
             .filter(|e| e.seq > last.seq && e.seq < request.seq)
