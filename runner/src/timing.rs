@@ -104,6 +104,19 @@ fn status_of(answer: &Event) -> Option<OutcomeStatus> {
     }
 }
 
+/// The time the scenario's own `advance` steps let pass between history positions `from` and
+/// `to` (both excluded).
+fn waits_between(history: &[Event], from: u64, to: u64) -> u64 {
+    history
+        .iter()
+        .filter(|e| e.seq > from && e.seq < to)
+        .map(|e| match e.kind {
+            EventKind::ClockAdvanced { by_ms } => by_ms,
+            _ => 0,
+        })
+        .sum()
+}
+
 /// `12,345 ms`.
 fn ms(value: u64) -> String {
     let digits = value.to_string();
@@ -153,14 +166,7 @@ fn within_retention(
             continue;
         };
         let Some(answer) = call.answer else { continue };
-        let planned: u64 = history
-            .iter()
-            .filter(|e| e.seq > original.seq && e.seq < call.seq)
-            .map(|e| match e.kind {
-                EventKind::ClockAdvanced { by_ms } => by_ms,
-                _ => 0,
-            })
-            .sum();
+        let planned = waits_between(history, original.seq, call.seq);
         let measured = answer.at_ms.saturating_sub(original.at_ms);
         if planned >= retention_ms || measured < retention_ms {
             continue;
@@ -223,14 +229,7 @@ fn answered_within_lease(
             _ => false,
         });
         let Some(last) = worked.next_back() else { continue };
-        let planned: u64 = history
-            .iter()
-            .filter(|e| e.seq > last.seq && e.seq < request.seq)
-            .map(|e| match e.kind {
-                EventKind::ClockAdvanced { by_ms } => by_ms,
-                _ => 0,
-            })
-            .sum();
+        let planned = waits_between(history, last.seq, request.seq);
         let lease_ms = given.lease.as_millis() as u64;
         if planned >= lease_ms {
             continue;
